@@ -1,0 +1,34 @@
+// Package failpoint marks named points in the write path where the chaos suite injects faults.
+//
+// In normal builds Hit is an empty function the compiler inlines away. Built with -tags chaos,
+// Hit consults the KVOFFLOAD_FAILPOINTS environment variable (read once) and anything armed
+// with Enable:
+//
+//	KVOFFLOAD_FAILPOINTS="txn.data.synced=crash@3,txn.meta.committed=sleep(200)"
+//
+// Actions: crash (SIGKILL of this process: no deferred Close or fsync runs, unlike a panic),
+// sleep(ms), error (Hit returns ErrInjected). A suffix @N fires only on the N-th hit of that
+// point (1-based); without it the action fires on every hit. Every hit is counted, so a run
+// can print its failpoint coverage.
+package failpoint
+
+import "errors"
+
+// ErrInjected is returned by Hit for the error action.
+var ErrInjected = errors.New("failpoint: injected error")
+
+// Names of the write path's failpoints, in step order (DESIGN.md §3).
+const (
+	OffloadValidated = "txn.validated"      // S0: validated, extents reserved, nothing durable
+	IntentLogged     = "txn.intent.logged"  // S1: INTENT durable in the WAL
+	DataWritten      = "txn.data.written"   // S2: records written to the bucket, not yet synced
+	DataSynced       = "txn.data.synced"    // S3: records fdatasync'd
+	MetaCommitted    = "txn.meta.committed" // S4: COMMIT applied through Raft
+	DoneLogged       = "txn.done.logged"    // S5: DONE queued in the WAL
+	Acked            = "txn.acked"          // S6: results about to be returned
+	RecoveryResolved = "recovery.resolved"  // recovery: one unresolved intent resolved
+	RecoveryGC       = "recovery.collected" // recovery: one bucket's orphans collected
+)
+
+// WritePath lists the write path's failpoints S0..S6 in order.
+var WritePath = []string{OffloadValidated, IntentLogged, DataWritten, DataSynced, MetaCommitted, DoneLogged, Acked}

@@ -1,0 +1,148 @@
+//go:build chaos
+
+package failpoint
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Enabled reports whether failpoints are compiled in.
+const Enabled = true
+
+type action struct {
+	kind  string // crash, sleep, error
+	sleep time.Duration
+	nth   int64 // 0 = every hit
+}
+
+var (
+	mu       sync.Mutex
+	armed    map[string]action
+	hits     = map[string]int64{}
+	loadOnce sync.Once
+)
+
+func load() {
+	mu.Lock()
+	defer mu.Unlock()
+	if armed == nil {
+		armed = map[string]action{}
+	}
+	spec := os.Getenv("KVOFFLOAD_FAILPOINTS")
+	if spec == "" {
+		return
+	}
+	for _, item := range strings.Split(spec, ",") {
+		name, act, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			panic(fmt.Sprintf("failpoint: bad KVOFFLOAD_FAILPOINTS item %q (want name=action)", item))
+		}
+		a, err := parse(act)
+		if err != nil {
+			panic(err)
+		}
+		armed[name] = a
+	}
+}
+
+func parse(s string) (action, error) {
+	var a action
+	if base, n, ok := strings.Cut(s, "@"); ok {
+		nth, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || nth < 1 {
+			return a, fmt.Errorf("failpoint: bad hit number in %q", s)
+		}
+		a.nth, s = nth, base
+	}
+	switch {
+	case s == "crash", s == "error":
+		a.kind = s
+	case strings.HasPrefix(s, "sleep(") && strings.HasSuffix(s, ")"):
+		ms, err := strconv.Atoi(s[len("sleep(") : len(s)-1])
+		if err != nil {
+			return a, fmt.Errorf("failpoint: bad sleep in %q", s)
+		}
+		a.kind, a.sleep = "sleep", time.Duration(ms)*time.Millisecond
+	default:
+		return a, fmt.Errorf("failpoint: unknown action %q", s)
+	}
+	return a, nil
+}
+
+// Enable arms name with an action in the syntax of KVOFFLOAD_FAILPOINTS ("crash@2",
+// "sleep(500)", "error").
+func Enable(name, spec string) error {
+	loadOnce.Do(load)
+	a, err := parse(spec)
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	armed[name] = a
+	return nil
+}
+
+// Disable disarms name.
+func Disable(name string) {
+	loadOnce.Do(load)
+	mu.Lock()
+	defer mu.Unlock()
+	delete(armed, name)
+}
+
+// Hit counts a hit of name and runs its armed action, if any.
+func Hit(name string) error {
+	loadOnce.Do(load)
+	mu.Lock()
+	hits[name]++
+	n := hits[name]
+	a, ok := armed[name]
+	mu.Unlock()
+	if !ok || (a.nth != 0 && a.nth != n) {
+		return nil
+	}
+	switch a.kind {
+	case "crash":
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL cannot be caught; never return
+	case "sleep":
+		time.Sleep(a.sleep)
+	case "error":
+		return ErrInjected
+	}
+	return nil
+}
+
+// Hits returns a copy of the hit counters, for coverage tables.
+func Hits() map[string]int64 {
+	mu.Lock()
+	defer mu.Unlock()
+	out := make(map[string]int64, len(hits))
+	for k, v := range hits {
+		out[k] = v
+	}
+	return out
+}
+
+// Coverage formats the hit counters as a table sorted by name.
+func Coverage() string {
+	h := Hits()
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, k := range names {
+		fmt.Fprintf(&b, "%-24s %d\n", k, h[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,121 @@
+// Package trace reads Mooncake-format request traces and turns them into the offload workload
+// that the replay command and the tests drive: one batch per request, one key per 512-token
+// block, each block's payload derived from its key.
+//
+// The trace format is the one published with Mooncake's FAST'25 paper: one JSON object per
+// line with timestamp (ms), input_length, output_length and hash_ids, where hash_ids holds one
+// chained prefix hash per block, so two requests that share a prefix share leading hash ids.
+// A sample of the conversation trace (Apache-2.0, see NOTICE) is embedded so the replay works
+// wherever the binary runs.
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+)
+
+//go:embed conversation_sample.jsonl
+var sample []byte
+
+// Request is one line of a trace.
+type Request struct {
+	TimestampMS  int64   `json:"timestamp"`
+	InputLength  int     `json:"input_length"`
+	OutputLength int     `json:"output_length"`
+	HashIDs      []int64 `json:"hash_ids"`
+}
+
+// Sample returns the embedded sample: the first 200 requests of Mooncake's
+// conversation_trace.jsonl.
+func Sample() []Request {
+	reqs, err := Parse(bytes.NewReader(sample))
+	if err != nil {
+		panic(fmt.Sprintf("trace: embedded sample does not parse: %v", err))
+	}
+	return reqs
+}
+
+// Load reads a trace file.
+func Load(path string) ([]Request, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	return Parse(f)
+}
+
+// Parse reads one JSON request per line; blank lines are skipped. An error names the line.
+func Parse(r io.Reader) ([]Request, error) {
+	var reqs []Request
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		var req Request
+		if err := json.Unmarshal(text, &req); err != nil {
+			return nil, fmt.Errorf("trace: line %d: %w", line, err)
+		}
+		reqs = append(reqs, req)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return reqs, nil
+}
+
+// DefaultModel is the model name used in keys when none is given.
+const DefaultModel = "Qwen3-32B"
+
+// Key returns the block key for a chained hash id in the format serving engines use
+// (DESIGN.md §1): <model>@pcp0@dcp0@head_or_tp_rank:0@pp_rank:0@group:0@cache_role:kv@
+// cache_family:full@<sha256 hex of the decimal hash id>.
+func Key(model string, hashID int64) string {
+	sum := sha256.Sum256([]byte(strconv.FormatInt(hashID, 10)))
+	return model + "@pcp0@dcp0@head_or_tp_rank:0@pp_rank:0@group:0@cache_role:kv@cache_family:full@" +
+		hex.EncodeToString(sum[:])
+}
+
+// Keys returns the keys of a request's blocks, in prefix order.
+func Keys(model string, req Request) []string {
+	keys := make([]string, len(req.HashIDs))
+	for i, id := range req.HashIDs {
+		keys[i] = Key(model, id)
+	}
+	return keys
+}
+
+// Payload returns size deterministic bytes for key: a ChaCha8 stream seeded with
+// sha256(seed || key), so any reader can recompute what a writer stored.
+func Payload(seed uint64, key string, size int) []byte {
+	buf := make([]byte, size)
+	FillPayload(buf, seed, key)
+	return buf
+}
+
+// FillPayload fills buf with the payload of key (see Payload).
+func FillPayload(buf []byte, seed uint64, key string) {
+	h := sha256.New()
+	var s [8]byte
+	for i := range s {
+		s[i] = byte(seed >> (8 * i))
+	}
+	h.Write(s[:])
+	h.Write([]byte(key))
+	var k [32]byte
+	copy(k[:], h.Sum(nil))
+	rng := rand.NewChaCha8(k)
+	_, _ = rng.Read(buf) // ChaCha8.Read never fails
+}
