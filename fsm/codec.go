@@ -1,0 +1,333 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+)
+
+// Command wire format (version 1). The constants below are wire format.
+//
+//	byte 0     CommandType
+//	byte 1     format version (commandVersion)
+//	bytes 2..  body, fields in the order listed, no padding:
+//
+//	Commit: txn [16]byte | node str | n uvarint | n x cmdEntry
+//	Abort:  txn [16]byte | node str | reason str
+//	Remove: txn [16]byte | n uvarint | n x (key str | gen uvarint) | reason str
+//
+//	cmdEntry: key str | bucket uvarint | offset varint | length varint |
+//	          size uvarint | sum uint64 little-endian | gen uvarint
+//	str:      uvarint length | bytes
+//
+// Entry.Owner and Entry.TxnID are not encoded: they come from the command.
+// Encoding is deterministic; Decode rejects trailing bytes.
+const commandVersion = 1
+
+// maxStreamField bounds one string read from a stream (snapshots), so a
+// corrupt length cannot allocate unbounded memory. Commands are bounded by
+// their own length instead.
+const maxStreamField = 64 << 20
+
+// encoder appends fields to buf.
+type encoder struct{ buf []byte }
+
+func (e *encoder) byte1(b byte)         { e.buf = append(e.buf, b) }
+func (e *encoder) uvarint(v uint64)     { e.buf = binary.AppendUvarint(e.buf, v) }
+func (e *encoder) varint(v int64)       { e.buf = binary.AppendVarint(e.buf, v) }
+func (e *encoder) u64(v uint64)         { e.buf = binary.LittleEndian.AppendUint64(e.buf, v) }
+func (e *encoder) txn(t TxnID)          { e.buf = append(e.buf, t[:]...) }
+func (e *encoder) str(s string)         { e.uvarint(uint64(len(s))); e.buf = append(e.buf, s...) }
+func (e *encoder) bool1(b bool)         { e.byte1(boolByte(b)) }
+func (e *encoder) header(t CommandType) { e.byte1(byte(t)); e.byte1(commandVersion) }
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// cmdEntry writes the command form of an entry (no Owner, no TxnID).
+func (e *encoder) cmdEntry(x Entry) {
+	e.str(x.Key)
+	e.uvarint(uint64(x.Extent.Bucket))
+	e.varint(x.Extent.Offset)
+	e.varint(x.Extent.Length)
+	e.uvarint(uint64(x.Size))
+	e.u64(x.Sum)
+	e.uvarint(x.Gen)
+}
+
+// fullEntry writes every field of an entry (snapshots and Hash).
+func (e *encoder) fullEntry(x Entry) {
+	e.cmdEntry(x)
+	e.str(x.Owner)
+	e.txn(x.TxnID)
+}
+
+// EncodeCommit encodes c for raft. Deterministic.
+func EncodeCommit(c Commit) []byte {
+	e := encoder{buf: make([]byte, 0, 32+len(c.Node)+len(c.Entries)*64)}
+	e.header(CmdCommit)
+	e.txn(c.TxnID)
+	e.str(c.Node)
+	e.uvarint(uint64(len(c.Entries)))
+	for _, x := range c.Entries {
+		e.cmdEntry(x)
+	}
+	return e.buf
+}
+
+// EncodeAbort encodes a for raft. Deterministic.
+func EncodeAbort(a Abort) []byte {
+	e := encoder{buf: make([]byte, 0, 32+len(a.Node)+len(a.Reason))}
+	e.header(CmdAbort)
+	e.txn(a.TxnID)
+	e.str(a.Node)
+	e.str(a.Reason)
+	return e.buf
+}
+
+// EncodeRemove encodes r for raft. Deterministic.
+func EncodeRemove(r Remove) []byte {
+	e := encoder{buf: make([]byte, 0, 32+len(r.Reason)+len(r.Keys)*48)}
+	e.header(CmdRemove)
+	e.txn(r.TxnID)
+	e.uvarint(uint64(len(r.Keys)))
+	for _, k := range r.Keys {
+		e.str(k.Key)
+		e.uvarint(k.Gen)
+	}
+	e.str(r.Reason)
+	return e.buf
+}
+
+// source is what decoder reads: a bytes.Reader (commands) or a bufio.Reader
+// (snapshots).
+type source interface {
+	io.Reader
+	io.ByteReader
+}
+
+// decoder reads fields with a sticky error: after the first failure every
+// read returns zero values and err keeps the first cause.
+type decoder struct {
+	src source
+	// left reports the bytes remaining, or -1 when unknown (streams).
+	left func() int
+	err  error
+}
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+}
+
+// eof turns an io error into the decoder's truncation error.
+func (d *decoder) eof(what string, err error) {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		d.fail(fmt.Errorf("%w: reading %s", ErrShortCommand, what))
+		return
+	}
+	d.fail(fmt.Errorf("fsm: reading %s: %w", what, err))
+}
+
+func (d *decoder) byte1(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	b, err := d.src.ReadByte()
+	if err != nil {
+		d.eof(what, err)
+	}
+	return b
+}
+
+func (d *decoder) bool1(what string) bool {
+	switch b := d.byte1(what); b {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail(fmt.Errorf("%w: %s: bool byte %d", ErrBadCommand, what, b))
+		return false
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(d.src)
+	if err != nil {
+		d.eof(what, err)
+	}
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadVarint(d.src)
+	if err != nil {
+		d.eof(what, err)
+	}
+	return v
+}
+
+func (d *decoder) u32(what string) uint32 {
+	v := d.uvarint(what)
+	if v > math.MaxUint32 {
+		d.fail(fmt.Errorf("%w: %s %d overflows uint32", ErrBadCommand, what, v))
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *decoder) full(what string, p []byte) {
+	if d.err != nil {
+		return
+	}
+	if _, err := io.ReadFull(d.src, p); err != nil {
+		d.eof(what, err)
+	}
+}
+
+func (d *decoder) u64(what string) uint64 {
+	var b [8]byte
+	d.full(what, b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+func (d *decoder) txn(what string) TxnID {
+	var t TxnID
+	d.full(what, t[:])
+	return t
+}
+
+func (d *decoder) str(what string) string {
+	n := d.uvarint(what + " length")
+	if d.err != nil {
+		return ""
+	}
+	limit := uint64(maxStreamField)
+	if d.left != nil {
+		limit = uint64(d.left())
+	}
+	if n > limit {
+		d.fail(fmt.Errorf("%w: %s length %d exceeds %d remaining", ErrShortCommand, what, n, limit))
+		return ""
+	}
+	p := make([]byte, n)
+	d.full(what, p)
+	return string(p)
+}
+
+// count reads a collection length. Each element takes at least minSize bytes,
+// which bounds the count on commands; the returned capacity hint is capped so a
+// corrupt stream cannot force a huge allocation.
+func (d *decoder) count(what string, minSize int) (n, capHint int) {
+	v := d.uvarint(what)
+	if d.err != nil {
+		return 0, 0
+	}
+	if d.left != nil && v > uint64(d.left()/minSize) {
+		d.fail(fmt.Errorf("%w: %s %d does not fit in %d bytes", ErrShortCommand, what, v, d.left()))
+		return 0, 0
+	}
+	if v > math.MaxInt32 {
+		d.fail(fmt.Errorf("%w: %s %d too large", ErrBadCommand, what, v))
+		return 0, 0
+	}
+	return int(v), min(int(v), 1<<16)
+}
+
+func (d *decoder) cmdEntry() Entry {
+	var x Entry
+	x.Key = d.str("entry key")
+	x.Extent.Bucket = d.u32("entry bucket")
+	x.Extent.Offset = d.varint("entry offset")
+	x.Extent.Length = d.varint("entry length")
+	x.Size = d.u32("entry size")
+	x.Sum = d.u64("entry sum")
+	x.Gen = d.uvarint("entry gen")
+	return x
+}
+
+func (d *decoder) fullEntry() Entry {
+	x := d.cmdEntry()
+	x.Owner = d.str("entry owner")
+	x.TxnID = d.txn("entry txn")
+	return x
+}
+
+// Minimum encoded sizes, for bounding counts.
+const (
+	minCmdEntry = 1 + 1 + 1 + 1 + 1 + 8 + 1
+	minKeyGen   = 1 + 1
+)
+
+// Decode parses a command produced by EncodeCommit, EncodeAbort or
+// EncodeRemove. The value is a Commit, Abort or Remove (not a pointer); a
+// Commit's entries have Owner and TxnID filled from the command. Decode never
+// panics: any malformed input is an error wrapping ErrShortCommand,
+// ErrUnknownCommand or ErrBadCommand.
+func Decode(data []byte) (CommandType, any, error) {
+	if len(data) < 2 {
+		return 0, nil, fmt.Errorf("%w: %d bytes, need type and version", ErrShortCommand, len(data))
+	}
+	t := CommandType(data[0])
+	if t != CmdCommit && t != CmdAbort && t != CmdRemove {
+		return t, nil, fmt.Errorf("%w: %d", ErrUnknownCommand, data[0])
+	}
+	if data[1] != commandVersion {
+		return t, nil, fmt.Errorf("%w: %s version %d, this binary reads version %d", ErrBadCommand, t, data[1], commandVersion)
+	}
+	r := bytes.NewReader(data[2:])
+	d := &decoder{src: r, left: r.Len}
+	var v any
+	switch t {
+	case CmdCommit:
+		v = d.commit()
+	case CmdAbort:
+		v = Abort{TxnID: d.txn("txn"), Node: d.str("node"), Reason: d.str("reason")}
+	case CmdRemove:
+		v = d.remove()
+	}
+	if d.err == nil && r.Len() != 0 {
+		d.fail(fmt.Errorf("%w: %s has %d trailing bytes", ErrBadCommand, t, r.Len()))
+	}
+	if d.err != nil {
+		return t, nil, d.err
+	}
+	return t, v, nil
+}
+
+func (d *decoder) commit() Commit {
+	c := Commit{TxnID: d.txn("txn"), Node: d.str("node")}
+	n, hint := d.count("entry count", minCmdEntry)
+	c.Entries = make([]Entry, 0, hint)
+	for i := 0; i < n && d.err == nil; i++ {
+		x := d.cmdEntry()
+		x.Owner, x.TxnID = c.Node, c.TxnID
+		c.Entries = append(c.Entries, x)
+	}
+	return c
+}
+
+func (d *decoder) remove() Remove {
+	r := Remove{TxnID: d.txn("txn")}
+	n, hint := d.count("key count", minKeyGen)
+	r.Keys = make([]KeyGen, 0, hint)
+	for i := 0; i < n && d.err == nil; i++ {
+		r.Keys = append(r.Keys, KeyGen{Key: d.str("key"), Gen: d.uvarint("gen")})
+	}
+	r.Reason = d.str("reason")
+	return r
+}

@@ -1,0 +1,57 @@
+// Package fsm is kvoffload's replicated metadata: for every key, where its
+// bytes are (owner node, bucket, extent), how to verify them (size,
+// xxhash64), and which generation and transaction produced them.
+//
+// The package is pure: no I/O, no goroutines, no clock, no randomness and no
+// raft import. raftmeta adapts it to raft.FSM; tests drive it directly.
+//
+// # Commands
+//
+// Three commands travel through the raft log, each encoded as a type byte, a
+// version byte and a binary body (codec.go documents the layout; it is wire
+// format). Every command carries a TxnID:
+//
+//   - Commit makes entries live. Per entry, in order: key live with the same
+//     Sum and Size -> AlreadyStored; live with a different Sum or Size ->
+//     Conflict; not live and Gen <= the key's last generation -> Stale; else
+//     Stored (Owner and TxnID come from the command).
+//   - Abort records that the txn ended without committing anything.
+//   - Remove deletes live keys (Gen 0 = any version, else only that
+//     generation) and burns a generation for keys that are not live, so an
+//     in-flight commit that read the old generation becomes Stale.
+//
+// # Invariants
+//
+//   - Determinism: the same command sequence yields byte-identical state
+//     (Hash) on every replica. Nothing depends on map order, time or the node.
+//   - Exactly-once effect: a command whose TxnID already has a recorded Result
+//     changes nothing and returns that Result. raft re-applies every entry
+//     after the last snapshot at each restart, and clients retry indeterminate
+//     proposals; both are no-ops here. The first command of a TxnID wins: a
+//     Commit after an Abort of the same TxnID returns the Abort's Result, and
+//     vice versa.
+//   - Generations only grow: gens[key] never decreases, and a live entry's Gen
+//     equals gens[key]. A removed key therefore never comes back from an older
+//     write.
+//   - AppliedIndex is the maximum raft index seen; a re-applied index is
+//     handled by the TxnID de-duplication.
+//   - An undecodable or unknown command panics in ApplyCommand: applying it
+//     differently on different replicas would be worse. Decode never panics;
+//     proposers validate with it first.
+//
+// # Unbounded growth (known limitation)
+//
+// The generation table (one entry per key ever written or removed) and the
+// txn-result table (one Result per TxnID ever applied) grow without bound.
+// Both must be kept for as long as a retry or an in-flight commit may still
+// arrive. Pruning them below a low watermark committed through raft (so every
+// replica prunes at the same log index) is future work.
+//
+// # Concurrency
+//
+// All FSM methods are safe for concurrent use (one RWMutex). ApplyCommand and
+// Restore take the write lock; the rest take the read lock. Snapshot copies
+// the maps under the read lock, so Snapshot.WriteTo may run concurrently with
+// ApplyCommand, as raft's FSMSnapshot.Persist does. Results handed out are
+// copies; recorded Results are never mutated.
+package fsm

@@ -1,0 +1,218 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// state is the replicated metadata. It is only ever mutated under FSM.mu, by
+// the apply functions below, and must stay deterministic: no clock, no
+// randomness, no map-order dependence in anything that is hashed or encoded.
+type state struct {
+	live    map[string]Entry  // key -> live entry
+	gens    map[string]uint64 // key -> last generation used (live or removed)
+	txns    map[TxnID]*Result // txn -> recorded result; recorded Results are never mutated
+	applied uint64            // highest raft index applied
+	bytes   int64             // sum of Size over live
+}
+
+func newState() *state {
+	return &state{
+		live: make(map[string]Entry),
+		gens: make(map[string]uint64),
+		txns: make(map[TxnID]*Result),
+	}
+}
+
+// FSM is the replicated key -> extent metadata. All methods are safe for
+// concurrent use; ApplyCommand and Restore take the write lock, readers the
+// read lock.
+type FSM struct {
+	mu    sync.RWMutex
+	st    *state
+	watch func(*Result)
+}
+
+// New returns an empty FSM.
+func New() *FSM { return &FSM{st: newState()} }
+
+// Watch installs fn, called after each command that records a new Result
+// (not for de-duplicated commands, not for Restore), on the applying
+// goroutine and outside the lock, with a private copy of the Result. fn must
+// not call ApplyCommand or Restore. nil removes the hook. Intended for event
+// streams; install it before the FSM is handed to raft.
+func (f *FSM) Watch(fn func(*Result)) {
+	f.mu.Lock()
+	f.watch = fn
+	f.mu.Unlock()
+}
+
+// ApplyCommand applies the command data committed at raft log index and
+// returns its Result (a copy the caller may keep). A command whose TxnID
+// already has a recorded Result changes nothing and returns that Result.
+//
+// ApplyCommand panics if data does not decode: replicas would otherwise
+// diverge (a newer binary wrote the log, or the log is corrupt). Proposers
+// must check commands with Decode before proposing them.
+func (f *FSM) ApplyCommand(index uint64, data []byte) *Result {
+	t, cmd, err := Decode(data)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: cannot apply command at raft index %d (type byte %d, %d bytes): %v; "+
+			"replicas must not diverge: is a newer or older binary writing the log, or is the log corrupt?",
+			index, uint8(t), len(data), err))
+	}
+	f.mu.Lock()
+	res, fresh := f.st.apply(index, cmd)
+	watch := f.watch
+	f.mu.Unlock()
+	if fresh && watch != nil {
+		watch(res.clone())
+	}
+	return res.clone()
+}
+
+// apply dispatches one decoded command. fresh reports whether a new Result
+// was recorded (false: de-duplicated).
+func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
+	s.applied = max(s.applied, index)
+	id, ok := commandTxn(cmd)
+	if !ok {
+		panic(fmt.Sprintf("fsm: apply at index %d: no handler for %T (Decode and apply disagree)", index, cmd))
+	}
+	if r, ok := s.txns[id]; ok {
+		return r, false
+	}
+	switch c := cmd.(type) {
+	case Commit:
+		res = s.applyCommit(index, c)
+	case Abort:
+		res = &Result{TxnID: c.TxnID, Type: CmdAbort, Index: index, Aborted: true}
+	case Remove:
+		res = s.applyRemove(index, c)
+	}
+	s.txns[id] = res
+	return res, true
+}
+
+// commandTxn returns the TxnID of a decoded command.
+func commandTxn(cmd any) (TxnID, bool) {
+	switch c := cmd.(type) {
+	case Commit:
+		return c.TxnID, true
+	case Abort:
+		return c.TxnID, true
+	case Remove:
+		return c.TxnID, true
+	}
+	return TxnID{}, false
+}
+
+func (s *state) applyCommit(index uint64, c Commit) *Result {
+	res := &Result{TxnID: c.TxnID, Type: CmdCommit, Index: index, Keys: make([]KeyOutcome, 0, len(c.Entries))}
+	for _, e := range c.Entries {
+		e.Owner, e.TxnID = c.Node, c.TxnID
+		ko := KeyOutcome{Key: e.Key}
+		if cur, ok := s.live[e.Key]; ok {
+			ko.Entry = cur
+			if cur.Sum == e.Sum && cur.Size == e.Size {
+				ko.Outcome = OutcomeAlreadyStored
+			} else {
+				ko.Outcome = OutcomeConflict
+			}
+		} else if e.Gen <= s.gens[e.Key] {
+			ko.Outcome = OutcomeStale
+		} else {
+			s.live[e.Key] = e
+			s.gens[e.Key] = e.Gen
+			s.bytes += int64(e.Size)
+			ko.Outcome, ko.Entry = OutcomeStored, e
+		}
+		res.Keys = append(res.Keys, ko)
+	}
+	return res
+}
+
+func (s *state) applyRemove(index uint64, r Remove) *Result {
+	res := &Result{TxnID: r.TxnID, Type: CmdRemove, Index: index, Keys: make([]KeyOutcome, 0, len(r.Keys))}
+	for _, kg := range r.Keys {
+		ko := KeyOutcome{Key: kg.Key, Outcome: OutcomeAbsent}
+		cur, ok := s.live[kg.Key]
+		switch {
+		case !ok:
+			// Burn a generation, so an in-flight commit that read the old
+			// generation lands Stale: a removed key never comes back from an
+			// older write.
+			s.gens[kg.Key]++
+		case kg.Gen == 0 || kg.Gen == cur.Gen:
+			delete(s.live, kg.Key)
+			s.gens[kg.Key] = max(s.gens[kg.Key], cur.Gen) + 1
+			s.bytes -= int64(cur.Size)
+			ko.Outcome, ko.Entry = OutcomeRemoved, cur
+		}
+		res.Keys = append(res.Keys, ko)
+	}
+	return res
+}
+
+// Lookup returns the live entry of key.
+func (f *FSM) Lookup(key string) (Entry, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	e, ok := f.st.live[key]
+	return e, ok
+}
+
+// Generation returns the last generation used by key (live or removed), 0 if never.
+func (f *FSM) Generation(key string) uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.gens[key]
+}
+
+// TxnResult returns a copy of the recorded outcome of txn id.
+func (f *FSM) TxnResult(id TxnID) (*Result, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r, ok := f.st.txns[id]
+	if !ok {
+		return nil, false
+	}
+	return r.clone(), true
+}
+
+// AppliedIndex returns the highest raft index applied (or restored).
+func (f *FSM) AppliedIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.applied
+}
+
+// ForEach calls fn for each live entry in key order until fn returns false.
+// It works on a copy taken under the read lock, so fn may call other FSM methods.
+func (f *FSM) ForEach(fn func(Entry) bool) {
+	f.mu.RLock()
+	entries := slices.Collect(maps.Values(f.st.live))
+	f.mu.RUnlock()
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	for _, e := range entries {
+		if !fn(e) {
+			return
+		}
+	}
+}
+
+// Stats returns counters describing the state.
+func (f *FSM) Stats() Stats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return Stats{
+		Keys:         len(f.st.live),
+		Bytes:        f.st.bytes,
+		Generations:  len(f.st.gens),
+		Txns:         len(f.st.txns),
+		AppliedIndex: f.st.applied,
+	}
+}

@@ -1,0 +1,290 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Snapshot wire format (version 1). The constants are wire format.
+//
+//	magic   "KVFS" (4 bytes) | version byte (snapshotVersion)
+//	applied uvarint
+//	n uvarint | n x fullEntry                       live entries, strictly increasing key
+//	n uvarint | n x (key str | gen uvarint)         generations, strictly increasing key
+//	n uvarint | n x result                          txn results, strictly increasing TxnID
+//	sum     uint64 little-endian: xxhash64 of every byte before it
+//
+//	fullEntry: cmdEntry (see codec.go) | owner str | txn [16]byte
+//	result:    txn [16]byte | type byte | index uvarint | aborted byte (0/1) |
+//	           n uvarint | n x (key str | outcome byte | fullEntry)
+//
+// Hash() is the xxhash64 of the same bytes (everything before sum), so equal
+// Hash means byte-identical snapshots.
+const (
+	snapshotMagic   = "KVFS"
+	snapshotVersion = 1
+	flushAt         = 64 << 10
+)
+
+// Snapshot is a point-in-time copy of the FSM state. It shares no mutable
+// memory with the FSM, so WriteTo may run concurrently with ApplyCommand.
+type Snapshot struct{ st *state }
+
+// Snapshot captures the state under the read lock. The copy is O(keys + txns)
+// map copies; encoding happens later in WriteTo.
+func (f *FSM) Snapshot() *Snapshot {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return &Snapshot{st: &state{
+		live:    maps.Clone(f.st.live),
+		gens:    maps.Clone(f.st.gens),
+		txns:    maps.Clone(f.st.txns), // recorded Results are immutable: sharing them is safe
+		applied: f.st.applied,
+		bytes:   f.st.bytes,
+	}}
+}
+
+// WriteTo writes the snapshot in the format above.
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	d := xxhash.New()
+	if err := s.st.encode(io.MultiWriter(cw, d)); err != nil {
+		return cw.n, fmt.Errorf("fsm: write snapshot: %w", err)
+	}
+	if _, err := cw.Write(binary.LittleEndian.AppendUint64(nil, d.Sum64())); err != nil {
+		return cw.n, fmt.Errorf("fsm: write snapshot checksum: %w", err)
+	}
+	return cw.n, nil
+}
+
+// Hash returns the xxhash64 of the canonical encoding of the state: live
+// entries, generations, txn results and the applied index. Two FSMs with equal
+// Hash hold identical state.
+func (f *FSM) Hash() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	d := xxhash.New()
+	if err := f.st.encode(d); err != nil {
+		panic(fmt.Sprintf("fsm: hashing state: %v (xxhash writes cannot fail)", err))
+	}
+	return d.Sum64()
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// encode writes the canonical body (everything but the trailing sum).
+func (s *state) encode(w io.Writer) error {
+	e := encoder{buf: make([]byte, 0, flushAt+4096)}
+	var werr error
+	flush := func(force bool) {
+		if werr == nil && (force || len(e.buf) >= flushAt) {
+			_, werr = w.Write(e.buf)
+			e.buf = e.buf[:0]
+		}
+	}
+	e.buf = append(e.buf, snapshotMagic...)
+	e.byte1(snapshotVersion)
+	e.uvarint(s.applied)
+
+	keys := slices.Sorted(maps.Keys(s.live))
+	e.uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		e.fullEntry(s.live[k])
+		flush(false)
+	}
+	keys = slices.Sorted(maps.Keys(s.gens))
+	e.uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		e.str(k)
+		e.uvarint(s.gens[k])
+		flush(false)
+	}
+	ids := slices.SortedFunc(maps.Keys(s.txns), func(a, b TxnID) int { return bytes.Compare(a[:], b[:]) })
+	e.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		r := s.txns[id]
+		e.txn(r.TxnID)
+		e.byte1(byte(r.Type))
+		e.uvarint(r.Index)
+		e.bool1(r.Aborted)
+		e.uvarint(uint64(len(r.Keys)))
+		for _, ko := range r.Keys {
+			e.str(ko.Key)
+			e.byte1(byte(ko.Outcome))
+			e.fullEntry(ko.Entry)
+		}
+		flush(false)
+	}
+	flush(true)
+	return werr
+}
+
+// Restore replaces the state with the snapshot read from r. It builds the new
+// state completely and checks it before swapping it in; on error the FSM is
+// unchanged. The Watch hook is kept and not called.
+func (f *FSM) Restore(r io.Reader) error {
+	st, err := decodeSnapshot(r)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.st = st
+	f.mu.Unlock()
+	return nil
+}
+
+// hashReader feeds every consumed byte into a digest.
+type hashReader struct {
+	r *bufio.Reader
+	d *xxhash.Digest
+}
+
+func (h hashReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	_, _ = h.d.Write(p[:n])
+	return n, err
+}
+
+func (h hashReader) ReadByte() (byte, error) {
+	b, err := h.r.ReadByte()
+	if err == nil {
+		_, _ = h.d.Write([]byte{b})
+	}
+	return b, err
+}
+
+func decodeSnapshot(r io.Reader) (*state, error) {
+	br := bufio.NewReaderSize(r, flushAt)
+	hr := hashReader{r: br, d: xxhash.New()}
+	d := &decoder{src: hr}
+	var magic [len(snapshotMagic) + 1]byte
+	d.full("snapshot header", magic[:])
+	if d.err == nil && (string(magic[:4]) != snapshotMagic || magic[4] != snapshotVersion) {
+		return nil, fmt.Errorf("%w: header %q, want %q version %d", ErrBadSnapshot, magic[:], snapshotMagic, snapshotVersion)
+	}
+	st := newState()
+	st.applied = d.uvarint("applied index")
+	st.decodeBody(d)
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, d.err)
+	}
+	want := hr.d.Sum64()
+	var sum [8]byte
+	if _, err := io.ReadFull(br, sum[:]); err != nil {
+		return nil, fmt.Errorf("%w: reading checksum: %w", ErrBadSnapshot, err)
+	}
+	if got := binary.LittleEndian.Uint64(sum[:]); got != want {
+		return nil, fmt.Errorf("%w: checksum %016x, computed %016x", ErrBadSnapshot, got, want)
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: trailing data after checksum (err %v)", ErrBadSnapshot, err)
+	}
+	if err := st.check(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	return st, nil
+}
+
+// decodeBody reads the three sections, checking strict ordering as it goes.
+func (st *state) decodeBody(d *decoder) {
+	n, _ := d.count("live count", 1)
+	prev := ""
+	for i := 0; i < n && d.err == nil; i++ {
+		e := d.fullEntry()
+		if i > 0 && strings.Compare(e.Key, prev) <= 0 {
+			d.fail(fmt.Errorf("live key %q not after %q", e.Key, prev))
+		}
+		prev = e.Key
+		st.live[e.Key] = e
+		st.bytes += int64(e.Size)
+	}
+	n, _ = d.count("generation count", 1)
+	for i := 0; i < n && d.err == nil; i++ {
+		k, g := d.str("gen key"), d.uvarint("gen")
+		if i > 0 && strings.Compare(k, prev) <= 0 {
+			d.fail(fmt.Errorf("generation key %q not after %q", k, prev))
+		}
+		prev = k
+		st.gens[k] = g
+	}
+	n, _ = d.count("txn count", 1)
+	var prevID TxnID
+	for i := 0; i < n && d.err == nil; i++ {
+		r := d.result()
+		if i > 0 && bytes.Compare(r.TxnID[:], prevID[:]) <= 0 {
+			d.fail(fmt.Errorf("txn %s not after %s", r.TxnID, prevID))
+		}
+		prevID = r.TxnID
+		st.txns[r.TxnID] = r
+	}
+}
+
+func (d *decoder) result() *Result {
+	r := &Result{TxnID: d.txn("result txn")}
+	r.Type = CommandType(d.byte1("result type"))
+	r.Index = d.uvarint("result index")
+	r.Aborted = d.bool1("result aborted")
+	n, hint := d.count("result key count", 1)
+	if n > 0 {
+		r.Keys = make([]KeyOutcome, 0, hint)
+	} else if r.Type != CmdAbort {
+		r.Keys = []KeyOutcome{} // apply records an empty, non-nil slice
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		ko := KeyOutcome{Key: d.str("outcome key")}
+		ko.Outcome = Outcome(d.byte1("outcome"))
+		ko.Entry = d.fullEntry()
+		r.Keys = append(r.Keys, ko)
+	}
+	return r
+}
+
+// check verifies the state's invariants (Restore, and tests after every step).
+func (st *state) check() error {
+	var errs []error
+	var sum int64
+	for k, e := range st.live {
+		if e.Key != k {
+			errs = append(errs, fmt.Errorf("live[%q] holds key %q", k, e.Key))
+		}
+		if g := st.gens[k]; g != e.Gen || g == 0 {
+			errs = append(errs, fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))
+		}
+		sum += int64(e.Size)
+	}
+	if sum != st.bytes {
+		errs = append(errs, fmt.Errorf("bytes %d, live entries sum to %d", st.bytes, sum))
+	}
+	for id, r := range st.txns {
+		if r.TxnID != id {
+			errs = append(errs, fmt.Errorf("txns[%s] holds %s", id, r.TxnID))
+		}
+		if r.Type < CmdCommit || r.Type > CmdRemove || r.Aborted != (r.Type == CmdAbort) {
+			errs = append(errs, fmt.Errorf("txn %s: type %s aborted %v", id, r.Type, r.Aborted))
+		}
+		for _, ko := range r.Keys {
+			if ko.Outcome < OutcomeStored || ko.Outcome > OutcomeAbsent {
+				errs = append(errs, fmt.Errorf("txn %s key %q: outcome %d", id, ko.Key, ko.Outcome))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,156 @@
+package fsm
+
+import (
+	"encoding/hex"
+	"fmt"
+)
+
+// TxnID names one transaction. The client chooses it (128 random bits), so a
+// retry of the same batch carries the same TxnID and is de-duplicated by the FSM.
+type TxnID [16]byte
+
+// String returns the lower-case hex form of t.
+func (t TxnID) String() string { return hex.EncodeToString(t[:]) }
+
+// Extent locates a key's bytes inside one bucket file of the owner node.
+type Extent struct {
+	Bucket uint32
+	Offset int64
+	Length int64
+}
+
+// Entry is one committed version of a key: where its bytes are and how to verify them.
+type Entry struct {
+	Key    string
+	Owner  string // node ID holding the bytes
+	Extent Extent
+	Size   uint32 // payload length in bytes
+	Sum    uint64 // xxhash64 of the payload
+	Gen    uint64 // generation of this version of the key
+	TxnID  TxnID  // transaction that committed it
+}
+
+// CommandType is the first byte of every replicated command.
+// The values are wire format: never renumber them.
+type CommandType uint8
+
+// The replicated commands.
+const (
+	CmdCommit CommandType = 1
+	CmdAbort  CommandType = 2
+	CmdRemove CommandType = 3
+)
+
+// String returns the command's name.
+func (c CommandType) String() string {
+	switch c {
+	case CmdCommit:
+		return "commit"
+	case CmdAbort:
+		return "abort"
+	case CmdRemove:
+		return "remove"
+	}
+	return fmt.Sprintf("CommandType(%d)", uint8(c))
+}
+
+// Commit makes Entries live. Each entry's TxnID and Owner are taken from the
+// command (TxnID, Node); whatever the caller put there is ignored.
+type Commit struct {
+	TxnID   TxnID
+	Node    string
+	Entries []Entry
+}
+
+// Abort records that a transaction is finished without committing anything.
+type Abort struct {
+	TxnID  TxnID
+	Node   string
+	Reason string
+}
+
+// KeyGen names one version of a key. Gen 0 means whatever version is live.
+type KeyGen struct {
+	Key string
+	Gen uint64
+}
+
+// Remove deletes keys (metadata first; the owner frees the bytes after apply).
+type Remove struct {
+	TxnID  TxnID
+	Keys   []KeyGen
+	Reason string
+}
+
+// Outcome is the per-key result of a command. The values are wire format
+// (they are part of snapshots and of Hash): never renumber them.
+type Outcome uint8
+
+// The per-key outcomes.
+const (
+	OutcomeStored        Outcome = iota + 1 // committed by this txn
+	OutcomeAlreadyStored                    // key already live with the same Sum and Size
+	OutcomeConflict                         // key live with different Sum/Size
+	OutcomeStale                            // Gen <= the key's last generation (a remove or newer write came first)
+	OutcomeAborted                          // the txn was aborted
+	OutcomeRemoved                          // remove: the key was live and is now gone
+	OutcomeAbsent                           // remove: nothing live to remove (or Gen did not match)
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeStored:
+		return "stored"
+	case OutcomeAlreadyStored:
+		return "already-stored"
+	case OutcomeConflict:
+		return "conflict"
+	case OutcomeStale:
+		return "stale"
+	case OutcomeAborted:
+		return "aborted"
+	case OutcomeRemoved:
+		return "removed"
+	case OutcomeAbsent:
+		return "absent"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// KeyOutcome is the result for one key of a command. Entry is the live entry
+// (Stored, AlreadyStored, Conflict), the removed one (Removed), or zero.
+type KeyOutcome struct {
+	Key     string
+	Outcome Outcome
+	Entry   Entry
+}
+
+// Result is the recorded outcome of a transaction. Index is the raft log index
+// at which it was first applied; a de-duplicated command returns this Result
+// unchanged, so Index and Type may belong to an earlier command.
+type Result struct {
+	TxnID   TxnID
+	Type    CommandType
+	Index   uint64
+	Aborted bool
+	Keys    []KeyOutcome
+}
+
+// clone returns a deep copy, so callers can never modify a recorded Result.
+func (r *Result) clone() *Result {
+	c := *r
+	if r.Keys != nil {
+		c.Keys = append([]KeyOutcome(nil), r.Keys...)
+	}
+	return &c
+}
+
+// Stats summarizes the FSM's state.
+type Stats struct {
+	Keys         int    // live keys
+	Bytes        int64  // sum of Size over live keys
+	Generations  int    // keys with a generation (live or removed)
+	Txns         int    // recorded transaction results
+	AppliedIndex uint64 // highest raft index applied
+}
