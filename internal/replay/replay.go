@@ -1,0 +1,264 @@
+// Package replay drives a kvoffload target with a Mooncake-format trace: one batch offload
+// per request from concurrent writers, then a verified read of every key. The storenode
+// replay command and the workload tests share it.
+package replay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/trace"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// Target is what a replay drives: an embedded node or a cluster client.
+type Target interface {
+	BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error)
+	BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, error)
+}
+
+// Options shape the workload.
+type Options struct {
+	Writers   int       // concurrent writers (batches in flight)
+	BlockSize int       // payload bytes per block
+	Model     string    // model name in keys
+	Seed      uint64    // payload seed
+	ReadBatch int       // keys per BatchGet during verification
+	Progress  io.Writer // progress lines, about once a second; nil = none
+}
+
+// Summary is the replay's result. Field names are the --json contract.
+type Summary struct {
+	Requests      int     `json:"requests"`
+	Keys          int     `json:"keys"`
+	UniqueKeys    int     `json:"unique_keys"`
+	Stored        int     `json:"stored"`
+	AlreadyStored int     `json:"already_stored"`
+	Joined        int     `json:"joined"`
+	Conflict      int     `json:"conflict"`
+	Rejected      int     `json:"rejected"`
+	Failed        int     `json:"failed"`
+	BatchErrors   int     `json:"batch_errors"`
+	Bytes         int64   `json:"bytes"`
+	Seconds       float64 `json:"seconds"`
+	MBPerSec      float64 `json:"mb_per_s"`
+	P50MS         float64 `json:"p50_ms"`
+	P99MS         float64 `json:"p99_ms"`
+	ReadMBPerSec  float64 `json:"read_mb_per_s"`
+	Missing       int     `json:"missing"`
+	Corrupt       int     `json:"corrupt"`
+	DiskMBPerSec  float64 `json:"disk_mb_per_s,omitempty"`
+	RatioToDisk   float64 `json:"ratio_to_disk,omitempty"`
+	FirstProblem  string  `json:"first_problem,omitempty"`
+}
+
+// Run offloads every request and then reads back every distinct key.
+func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summary, error) {
+	if opt.Writers < 1 || opt.BlockSize < 1 {
+		return Summary{}, fmt.Errorf("replay: Writers and BlockSize must be positive")
+	}
+	if opt.ReadBatch < 1 {
+		opt.ReadBatch = 64
+	}
+	s := Summary{Requests: len(reqs)}
+	w := &writer{t: t, opt: opt, reqs: reqs}
+	start := time.Now()
+	stop := w.progress(start)
+	w.run(ctx)
+	stop()
+	s.Seconds = time.Since(start).Seconds()
+	w.fill(&s)
+	keys := uniqueKeys(opt.Model, reqs)
+	s.UniqueKeys = len(keys)
+	rstart := time.Now()
+	readBytes := verify(ctx, t, keys, opt, &s)
+	s.ReadMBPerSec = float64(readBytes) / 1e6 / time.Since(rstart).Seconds()
+	if s.Seconds > 0 {
+		s.MBPerSec = float64(s.Bytes) / 1e6 / s.Seconds
+	}
+	return s, nil
+}
+
+type writer struct {
+	t    Target
+	opt  Options
+	reqs []trace.Request
+
+	next      atomic.Int64
+	doneReqs  atomic.Int64
+	bytes     atomic.Int64
+	mu        sync.Mutex
+	latencies []time.Duration
+	counts    map[txn.Outcome]int
+	joined    int
+	keys      int
+	batchErrs int
+	problem   string
+}
+
+func (w *writer) run(ctx context.Context) {
+	w.counts = map[txn.Outcome]int{}
+	var wg sync.WaitGroup
+	for range w.opt.Writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(w.next.Add(1) - 1)
+				if i >= len(w.reqs) || ctx.Err() != nil {
+					return
+				}
+				w.one(ctx, w.reqs[i])
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *writer) one(ctx context.Context, req trace.Request) {
+	keys := trace.Keys(w.opt.Model, req)
+	objs := make([]txn.Object, len(keys))
+	for i, k := range keys {
+		objs[i] = txn.Object{Key: k, Value: trace.Payload(w.opt.Seed, k, w.opt.BlockSize)}
+	}
+	t0 := time.Now()
+	res, err := w.t.BatchOffload(ctx, txnID(), objs)
+	lat := time.Since(t0)
+	w.bytes.Add(int64(len(keys) * w.opt.BlockSize))
+	w.doneReqs.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.latencies = append(w.latencies, lat)
+	w.keys += len(keys)
+	if err != nil {
+		w.batchErrs++
+		w.note(fmt.Sprintf("batch error: %v", err))
+		return
+	}
+	for _, r := range res {
+		w.counts[r.Outcome]++
+		if r.Joined {
+			w.joined++
+		}
+		if !r.Outcome.OK() {
+			w.note(fmt.Sprintf("%s %s: %s", r.Key, r.Outcome, r.Reason))
+		}
+	}
+}
+
+func (w *writer) note(p string) {
+	if w.problem == "" {
+		w.problem = p
+	}
+}
+
+func (w *writer) progress(start time.Time) (stop func()) {
+	if w.opt.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				el := time.Since(start).Seconds()
+				fmt.Fprintf(w.opt.Progress, "offload: %d/%d requests, %.0f MB, %.0f MB/s\n",
+					w.doneReqs.Load(), len(w.reqs), float64(w.bytes.Load())/1e6, float64(w.bytes.Load())/1e6/el)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+func (w *writer) fill(s *Summary) {
+	s.Keys = w.keys
+	s.Stored = w.counts[txn.Stored]
+	s.AlreadyStored = w.counts[txn.AlreadyStored]
+	s.Conflict = w.counts[txn.Conflict]
+	s.Rejected = w.counts[txn.Rejected]
+	s.Failed = w.counts[txn.Failed]
+	s.Joined = w.joined
+	s.BatchErrors = w.batchErrs
+	s.Bytes = w.bytes.Load()
+	s.FirstProblem = w.problem
+	sort.Slice(w.latencies, func(a, b int) bool { return w.latencies[a] < w.latencies[b] })
+	s.P50MS = percentileMS(w.latencies, 0.50)
+	s.P99MS = percentileMS(w.latencies, 0.99)
+}
+
+func percentileMS(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+func uniqueKeys(model string, reqs []trace.Request) []string {
+	seen := map[string]bool{}
+	var keys []string
+	for _, r := range reqs {
+		for _, k := range trace.Keys(model, r) {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// verify reads every key back and compares it with the payload its key derives.
+func verify(ctx context.Context, t Target, keys []string, opt Options, s *Summary) int64 {
+	var read int64
+	want := make([]byte, opt.BlockSize)
+	for lo := 0; lo < len(keys); lo += opt.ReadBatch {
+		batch := keys[lo:min(lo+opt.ReadBatch, len(keys))]
+		res, err := t.BatchGet(ctx, batch)
+		if err != nil {
+			s.Missing += len(batch)
+			s.noteProblem(fmt.Sprintf("read error: %v", err))
+			continue
+		}
+		for _, r := range res {
+			switch r.Status {
+			case txn.Found:
+				read += int64(len(r.Value))
+				trace.FillPayload(want, opt.Seed, r.Key)
+				if !bytes.Equal(r.Value, want) {
+					s.Corrupt++
+					s.noteProblem(r.Key + ": bytes differ from what was offloaded")
+				}
+			case txn.Corrupt:
+				s.Corrupt++
+				s.noteProblem(r.Key + ": " + r.Reason)
+			default:
+				s.Missing++
+				s.noteProblem(fmt.Sprintf("%s: %s %s", r.Key, r.Status, r.Reason))
+			}
+		}
+	}
+	return read
+}
+
+func (s *Summary) noteProblem(p string) {
+	if s.FirstProblem == "" {
+		s.FirstProblem = p
+	}
+}
+
+func txnID() fsm.TxnID { return txn.NewTxnID() }

@@ -1,0 +1,63 @@
+package node
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// Config configures a node.
+type Config struct {
+	// ID names the node; it is recorded as the owner of the keys it stores.
+	ID string
+	// DataDir holds the node's WAL, buckets and Raft state.
+	DataDir string
+	// FS is the filesystem for bucket files; nil means the OS with O_DIRECT.
+	FS bucketstore.FS
+	// BucketSize is the size in bytes at which a bucket file is sealed and a new one opened.
+	BucketSize int64
+	// Capacity is the quota in bytes on live bucket data; 0 means unlimited.
+	Capacity int64
+	// Txn holds the coordinator's limits (key, object and batch sizes, in-flight slots).
+	Txn txn.Config
+	// SnapshotThreshold and TrailingLogs tune Raft log compaction (entries).
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the embedded single-node defaults for dir.
+func DefaultConfig(dir string) Config {
+	return Config{
+		ID:                "node1",
+		DataDir:           dir,
+		BucketSize:        1 << 30,
+		Txn:               txn.DefaultConfig("node1"),
+		SnapshotThreshold: 8192,
+		TrailingLogs:      10240,
+	}
+}
+
+// Validate reports every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("node: ID is empty"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("node: DataDir is empty"))
+	}
+	if c.BucketSize <= 0 {
+		errs = append(errs, errors.New("node: BucketSize must be positive"))
+	}
+	if c.Capacity < 0 {
+		errs = append(errs, errors.New("node: Capacity must not be negative"))
+	}
+	if c.Txn.NodeID != "" && c.Txn.NodeID != c.ID {
+		errs = append(errs, errors.New("node: Txn.NodeID differs from ID"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,184 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/raftmeta"
+	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/wal"
+)
+
+// ErrLocked is returned when another process holds the data directory.
+var ErrLocked = errors.New("node: data directory is in use by another process")
+
+// Node is one running kvoffload node.
+type Node struct {
+	cfg      Config
+	lock     *os.File
+	wal      *wal.Log
+	buckets  *bucketstore.Store
+	fsm      *fsm.FSM
+	raft     *raftmeta.Node
+	coord    *txn.Coordinator
+	repair   wal.RepairReport
+	recovery txn.RecoveryReport
+}
+
+// Open opens (or creates) the node in cfg.DataDir and runs recovery. On error everything
+// opened so far is closed again.
+func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	n := &Node{cfg: cfg}
+	defer func() {
+		if err != nil {
+			_ = n.Close()
+		}
+	}()
+	if n.lock, err = lockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	bcfg := bucketstore.DefaultConfig(filepath.Join(cfg.DataDir, "buckets"))
+	bcfg.FS, bcfg.BucketSize, bcfg.Capacity, bcfg.Logger = cfg.FS, cfg.BucketSize, cfg.Capacity, lg
+	if n.buckets, err = bucketstore.Open(bcfg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	wcfg := wal.DefaultConfig(filepath.Join(cfg.DataDir, "wal"))
+	wcfg.Logger = lg
+	if n.wal, n.repair, err = wal.Open(wcfg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.fsm = fsm.New()
+	rcfg := raftmeta.DefaultConfig(cfg.ID, filepath.Join(cfg.DataDir, "raft"))
+	rcfg.Bootstrap, rcfg.Logger = true, lg
+	rcfg.SnapshotThreshold, rcfg.TrailingLogs = cfg.SnapshotThreshold, cfg.TrailingLogs
+	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	if err = n.raft.WaitLeader(ctx); err != nil {
+		return nil, fmt.Errorf("node: waiting for a Raft leader: %w", err)
+	}
+	tcfg := cfg.Txn
+	tcfg.NodeID, tcfg.Logger = cfg.ID, lg
+	if n.coord, err = txn.New(tcfg, n.wal, n.buckets, meta{n.raft, n.fsm}); err != nil {
+		return nil, err
+	}
+	if n.recovery, err = n.coord.Recover(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("node: locking %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Close shuts the node down: background work stops, Raft shuts down, files are closed.
+// Transactions still running fail or are resolved by the next recovery.
+func (n *Node) Close() error {
+	var errs []error
+	if n.coord != nil {
+		errs = append(errs, n.coord.Close())
+	}
+	if n.raft != nil {
+		errs = append(errs, n.raft.Close())
+	}
+	if n.wal != nil {
+		errs = append(errs, n.wal.Close())
+	}
+	if n.buckets != nil {
+		errs = append(errs, n.buckets.Close())
+	}
+	if n.lock != nil {
+		errs = append(errs, n.lock.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// BatchOffload stores objs as one transaction; see txn.Coordinator.BatchOffload.
+func (n *Node) BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error) {
+	return n.coord.BatchOffload(ctx, id, objs)
+}
+
+// BatchGet reads keys with verification; see txn.Coordinator.BatchGet.
+func (n *Node) BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, error) {
+	return n.coord.BatchGet(ctx, keys)
+}
+
+// BatchExists reports which keys are present; see txn.Coordinator.BatchExists.
+func (n *Node) BatchExists(keys []string) txn.ExistsResult { return n.coord.BatchExists(keys) }
+
+// Remove deletes keys; see txn.Coordinator.Remove.
+func (n *Node) Remove(ctx context.Context, keys []string) ([]txn.RemoveResult, error) {
+	return n.coord.Remove(ctx, keys)
+}
+
+// Recovery returns what start-up repaired in the WAL and resolved in recovery.
+func (n *Node) Recovery() (wal.RepairReport, txn.RecoveryReport) { return n.repair, n.recovery }
+
+// FSM exposes the metadata state (read-only use: checks and tools).
+func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// Buckets exposes the bucket store (read-only use: checks and tools).
+func (n *Node) Buckets() *bucketstore.Store { return n.buckets }
+
+// Snapshot forces a Raft snapshot (and log compaction).
+func (n *Node) Snapshot() error { return n.raft.Snapshot() }
+
+// Stats is a point-in-time view of the node.
+type Stats struct {
+	Txn     txn.Stats
+	Meta    fsm.Stats
+	Buckets bucketstore.Stats
+	WAL     wal.Stats
+}
+
+// Stats returns the node's counters and space accounting.
+func (n *Node) Stats() (Stats, error) {
+	bs, err := n.buckets.Stats()
+	return Stats{Txn: n.coord.Stats(), Meta: n.fsm.Stats(), Buckets: bs, WAL: n.wal.Stats()}, err
+}
+
+// meta joins the Raft proposer and the local FSM into txn.Meta.
+type meta struct {
+	r *raftmeta.Node
+	f *fsm.FSM
+}
+
+func (m meta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	return m.r.Propose(ctx, cmd)
+}
+func (m meta) Barrier(ctx context.Context) error          { return m.r.Barrier(ctx) }
+func (m meta) Lookup(key string) (fsm.Entry, bool)        { return m.f.Lookup(key) }
+func (m meta) Generation(key string) uint64               { return m.f.Generation(key) }
+func (m meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
+func (m meta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEach(fn) }

@@ -1,0 +1,76 @@
+package txn
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config holds the coordinator's identity and limits.
+type Config struct {
+	// NodeID is written as the owner of every key this coordinator commits.
+	NodeID string
+	// MaxKeyBytes is the longest key accepted, in bytes.
+	MaxKeyBytes int
+	// MaxObjectBytes is the largest payload accepted, in bytes.
+	MaxObjectBytes int64
+	// MaxBatchKeys is the most objects in one batch.
+	MaxBatchKeys int
+	// MaxBatchBytes is the most payload bytes in one batch.
+	MaxBatchBytes int64
+	// MaxInFlight is the most transactions writing at once; further batches wait for a slot
+	// (back-pressure) until their context ends, and are then Rejected.
+	MaxInFlight int
+	// CommitTimeout bounds one Raft proposal.
+	CommitTimeout time.Duration
+	// TruncateEvery is how many WAL entries may accumulate before resolved history is
+	// dropped from the front of the log.
+	TruncateEvery uint64
+	// Logger receives the coordinator's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the default limits for node id.
+func DefaultConfig(id string) Config {
+	return Config{
+		NodeID:         id,
+		MaxKeyBytes:    1024,
+		MaxObjectBytes: 64 << 20,
+		MaxBatchKeys:   4096,
+		MaxBatchBytes:  1 << 30,
+		MaxInFlight:    64,
+		CommitTimeout:  10 * time.Second,
+		TruncateEvery:  4096,
+	}
+}
+
+// Validate reports every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NodeID == "" {
+		errs = append(errs, errors.New("txn: NodeID is empty"))
+	}
+	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > 65535 {
+		errs = append(errs, fmt.Errorf("txn: MaxKeyBytes %d out of range [1, 65535]", c.MaxKeyBytes))
+	}
+	if c.MaxObjectBytes < 1 || c.MaxObjectBytes > 1<<32-1 {
+		errs = append(errs, fmt.Errorf("txn: MaxObjectBytes %d out of range [1, 4 GiB)", c.MaxObjectBytes))
+	}
+	if c.MaxBatchKeys < 1 {
+		errs = append(errs, fmt.Errorf("txn: MaxBatchKeys %d < 1", c.MaxBatchKeys))
+	}
+	if c.MaxBatchBytes < c.MaxObjectBytes {
+		errs = append(errs, fmt.Errorf("txn: MaxBatchBytes %d < MaxObjectBytes %d", c.MaxBatchBytes, c.MaxObjectBytes))
+	}
+	if c.MaxInFlight < 1 {
+		errs = append(errs, fmt.Errorf("txn: MaxInFlight %d < 1", c.MaxInFlight))
+	}
+	if c.CommitTimeout <= 0 {
+		errs = append(errs, errors.New("txn: CommitTimeout must be positive"))
+	}
+	if c.TruncateEvery < 1 {
+		errs = append(errs, errors.New("txn: TruncateEvery must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,166 @@
+package txn
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+// Coordinator runs batch offloads as transactions over an IntentLog, Buckets and Meta.
+type Coordinator struct {
+	cfg  Config
+	log  IntentLog
+	data Buckets
+	meta Meta
+	lg   *slog.Logger
+	sem  chan struct{} // in-flight transaction slots
+
+	mu      sync.Mutex
+	flights map[string]*flight    // key -> the transaction writing it
+	running map[fsm.TxnID]*running // txn ID -> a call in progress (retries join it)
+
+	// truncMu orders WAL truncation after every intent append in progress: appenders hold
+	// it shared from Append until the intent is registered in unresolved.
+	truncMu    sync.RWMutex
+	unresMu    sync.Mutex
+	unresolved map[fsm.TxnID]uint64 // txn ID -> WAL index of its unresolved INTENT
+
+	pinMu  sync.Mutex
+	pins   map[bucketstore.Extent]int
+	doomed map[bucketstore.Extent]bool // freed when their last pin drops
+
+	failed   atomic.Pointer[error]
+	closed   atomic.Bool
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
+	stats counters
+}
+
+// flight is a key being written by one transaction; other transactions wait on done.
+type flight struct {
+	done    chan struct{}
+	sum     uint64
+	size    uint32
+	outcome Outcome
+	reason  string
+}
+
+// running is a call in progress for a txn ID.
+type running struct {
+	done    chan struct{}
+	results []KeyResult
+	err     error
+}
+
+// New returns a coordinator. Call Recover before serving.
+func New(cfg Config, log IntentLog, data Buckets, meta Meta) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Coordinator{
+		cfg:        cfg,
+		log:        log,
+		data:       data,
+		meta:       meta,
+		lg:         lg.With("pkg", "txn", "node", cfg.NodeID),
+		sem:        make(chan struct{}, cfg.MaxInFlight),
+		flights:    map[string]*flight{},
+		running:    map[fsm.TxnID]*running{},
+		unresolved: map[fsm.TxnID]uint64{},
+		pins:       map[bucketstore.Extent]int{},
+		doomed:     map[bucketstore.Extent]bool{},
+		bgCtx:      ctx,
+		bgCancel:   cancel,
+	}, nil
+}
+
+// NewTxnID returns a random 128-bit transaction ID.
+func NewTxnID() fsm.TxnID {
+	var id fsm.TxnID
+	if _, err := rand.Read(id[:]); err != nil {
+		panic(fmt.Sprintf("txn: crypto/rand failed: %v", err))
+	}
+	return id
+}
+
+// Close stops background resolution. It does not close the seams.
+func (c *Coordinator) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.bgCancel()
+	c.bg.Wait()
+	return nil
+}
+
+func (c *Coordinator) usable() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if p := c.failed.Load(); p != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, *p)
+	}
+	return nil
+}
+
+// failStop records a fatal error: nothing more is accepted (fsync errors are never retried).
+func (c *Coordinator) failStop(err error) {
+	if c.failed.CompareAndSwap(nil, &err) {
+		c.lg.Error("fail-stop: restart the process to recover", "err", err)
+	}
+}
+
+// pin keeps ext from being freed while a reader uses it.
+func (c *Coordinator) pin(ext bucketstore.Extent) {
+	c.pinMu.Lock()
+	c.pins[ext]++
+	c.pinMu.Unlock()
+}
+
+func (c *Coordinator) unpin(ext bucketstore.Extent) {
+	c.pinMu.Lock()
+	c.pins[ext]--
+	free := c.pins[ext] == 0 && c.doomed[ext]
+	if c.pins[ext] == 0 {
+		delete(c.pins, ext)
+		delete(c.doomed, ext)
+	}
+	c.pinMu.Unlock()
+	if free {
+		c.freeNow(ext)
+	}
+}
+
+// free releases ext once no reader pins it. Callers free only extents that no applied
+// metadata references.
+func (c *Coordinator) free(ext bucketstore.Extent) {
+	c.pinMu.Lock()
+	if c.pins[ext] > 0 {
+		c.doomed[ext] = true
+		c.pinMu.Unlock()
+		return
+	}
+	c.pinMu.Unlock()
+	c.freeNow(ext)
+}
+
+func (c *Coordinator) freeNow(ext bucketstore.Extent) {
+	if err := c.data.Free(ext); err != nil {
+		// The bytes stay allocated; start-up orphan collection reclaims them.
+		c.lg.Warn("free failed; left for orphan collection", "extent", ext, "err", err)
+	}
+}

@@ -1,0 +1,154 @@
+package txn
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+// plan is step S0 of one transaction: what each input object becomes.
+type plan struct {
+	id      fsm.TxnID
+	results []KeyResult // one per input object, in input order
+	writes  []*write    // keys this transaction writes
+	joins   []joinRef   // keys in flight in another transaction
+	dups    []dupRef    // repeats of a key earlier in the same batch
+}
+
+// write is one key this transaction writes.
+type write struct {
+	idx     int
+	key     string
+	value   []byte
+	sum     uint64
+	gen     uint64
+	ext     bucketstore.Extent
+	fl      *flight
+	outcome Outcome
+	reason  string
+}
+
+type joinRef struct {
+	idx  int
+	fl   *flight
+	sum  uint64
+	size uint32
+}
+
+type dupRef struct{ idx, first int }
+
+func (w *write) header(id fsm.TxnID) bucketstore.Header {
+	return bucketstore.Header{Key: w.key, TxnID: id, Generation: w.gen, PayloadLen: uint32(len(w.value)), PayloadSum: w.sum}
+}
+
+func (w *write) entry() intentEntry {
+	return intentEntry{Key: w.key, Bucket: w.ext.Bucket, Offset: w.ext.Offset, Length: w.ext.Length,
+		Size: uint32(len(w.value)), Sum: w.sum, Gen: w.gen}
+}
+
+// checkBatch enforces the per-request limits.
+func (c *Coordinator) checkBatch(objs []Object) error {
+	if len(objs) > c.cfg.MaxBatchKeys {
+		return fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(objs), c.cfg.MaxBatchKeys)
+	}
+	var total int64
+	for _, o := range objs {
+		total += int64(len(o.Value))
+	}
+	if total > c.cfg.MaxBatchBytes {
+		return fmt.Errorf("%w: %d bytes exceeds the limit of %d", ErrBatchTooLarge, total, c.cfg.MaxBatchBytes)
+	}
+	return nil
+}
+
+// invalid returns why o is refused, or "".
+func (c *Coordinator) invalid(o Object) string {
+	switch {
+	case o.Key == "":
+		return "invalid key: empty"
+	case len(o.Key) > c.cfg.MaxKeyBytes:
+		return fmt.Sprintf("invalid key: %d bytes exceeds the limit of %d", len(o.Key), c.cfg.MaxKeyBytes)
+	case !utf8.ValidString(o.Key):
+		return "invalid key: not valid UTF-8"
+	case len(o.Value) == 0:
+		return "invalid value: empty"
+	case int64(len(o.Value)) > c.cfg.MaxObjectBytes:
+		return fmt.Sprintf("too large: %d bytes exceeds the limit of %d", len(o.Value), c.cfg.MaxObjectBytes)
+	}
+	for i, r := range o.Key {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Sprintf("invalid key: control character at byte %d", i)
+		}
+	}
+	return ""
+}
+
+// plan classifies every object. Under c.mu the FSM and the in-flight table together decide
+// each key's state, so a key is never both unclaimed and being written.
+func (c *Coordinator) plan(id fsm.TxnID, objs []Object) *plan {
+	p := &plan{id: id, results: make([]KeyResult, len(objs))}
+	sums := make([]uint64, len(objs))
+	for i, o := range objs {
+		sums[i] = xxhash.Sum64(o.Value)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := make(map[string]int, len(objs))
+	for i, o := range objs {
+		r := &p.results[i]
+		r.Key = o.Key
+		if reason := c.invalid(o); reason != "" {
+			r.Outcome, r.Reason = Rejected, reason
+			continue
+		}
+		size := uint32(len(o.Value))
+		if j, ok := first[o.Key]; ok {
+			if sums[j] == sums[i] && len(objs[j].Value) == len(o.Value) {
+				p.dups = append(p.dups, dupRef{idx: i, first: j})
+			} else {
+				r.Outcome, r.Reason = Conflict, "the batch holds this key twice with different bytes"
+			}
+			continue
+		}
+		first[o.Key] = i
+		if e, ok := c.meta.Lookup(o.Key); ok {
+			r.Outcome, r.Reason = compare(e, sums[i], size)
+			continue
+		}
+		if fl, ok := c.flights[o.Key]; ok {
+			p.joins = append(p.joins, joinRef{idx: i, fl: fl, sum: sums[i], size: size})
+			continue
+		}
+		fl := &flight{done: make(chan struct{}), sum: sums[i], size: size}
+		c.flights[o.Key] = fl
+		p.writes = append(p.writes, &write{idx: i, key: o.Key, value: o.Value, sum: sums[i],
+			gen: c.meta.Generation(o.Key) + 1, fl: fl})
+	}
+	return p
+}
+
+// compare says what offloading bytes with (sum, size) means for a committed entry.
+func compare(e fsm.Entry, sum uint64, size uint32) (Outcome, string) {
+	if e.Sum == sum && e.Size == size {
+		return AlreadyStored, ""
+	}
+	return Conflict, "committed with different bytes"
+}
+
+// finish completes the flights of ws with their outcomes and records their results.
+func (c *Coordinator) finish(p *plan, ws []*write) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range ws {
+		if c.flights[w.key] == w.fl {
+			delete(c.flights, w.key)
+		}
+		w.fl.outcome, w.fl.reason = w.outcome, w.reason
+		close(w.fl.done)
+		p.results[w.idx].Outcome, p.results[w.idx].Reason = w.outcome, w.reason
+	}
+}

@@ -1,0 +1,159 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
+
+// BatchGet reads keys and returns one result per key, in input order. Every returned value
+// has been verified against its record header and the metadata (key, txn ID, generation,
+// length, xxhash64). A record that fails verification is reported Corrupt and its key is
+// removed from the metadata, so later reads see NotFound rather than wrong bytes. Reads are
+// issued in (bucket, offset) order.
+func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	out := make([]GetResult, len(keys))
+	order := make([]int, len(keys))
+	entries := make([]fsm.Entry, len(keys))
+	for i, k := range keys {
+		out[i].Key, order[i] = k, i
+		e, ok := c.meta.Lookup(k)
+		if !ok {
+			out[i].Status = NotFound
+			continue
+		}
+		entries[i] = e
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ea, eb := entries[order[a]].Extent, entries[order[b]].Extent
+		return ea.Bucket < eb.Bucket || (ea.Bucket == eb.Bucket && ea.Offset < eb.Offset)
+	})
+	for _, i := range order {
+		if out[i].Status != 0 {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			out[i].Status, out[i].Reason = Unavailable, err.Error()
+			continue
+		}
+		out[i] = c.get(ctx, keys[i], entries[i])
+	}
+	c.stats.gets.Add(uint64(len(keys)))
+	return out, nil
+}
+
+// get reads one committed entry. The extent is pinned, then the metadata is checked again:
+// bytes are freed only after their removal is applied, so an entry still present after the
+// pin cannot be freed under the reader.
+func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResult {
+	if e.Owner != c.cfg.NodeID {
+		return GetResult{Key: key, Status: Unavailable, Reason: "owned by node " + e.Owner}
+	}
+	ext := bucketExtent(e.Extent)
+	c.pin(ext)
+	defer c.unpin(ext)
+	if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {
+		return GetResult{Key: key, Status: NotFound, Reason: "removed while reading"}
+	}
+	want := bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
+	val, err := c.data.Read(ext, want)
+	if err == nil {
+		return GetResult{Key: key, Status: Found, Value: val}
+	}
+	if !errors.Is(err, bucketstore.ErrCorrupt) {
+		return GetResult{Key: key, Status: Unavailable, Reason: err.Error()}
+	}
+	c.stats.getCorrupt.Add(1)
+	c.lg.Error("corrupt record; removing the key from metadata", "key", key, "extent", ext, "err", err)
+	c.repair(ctx, key, e)
+	return GetResult{Key: key, Status: Corrupt, Reason: err.Error()}
+}
+
+// repair removes a corrupt key's metadata (only the generation that was read) and frees it.
+func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
+	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: key, Gen: e.Gen}}, Reason: "corrupt record"})
+	res, err := c.propose(context.WithoutCancel(ctx), cmd)
+	if err != nil {
+		c.lg.Warn("repair of a corrupt key failed; it stays Corrupt until retried", "key", key, "err", err)
+		return
+	}
+	c.freeRemoved(res)
+}
+
+// BatchExists reports, per key, whether it is committed (Present), being written (InFlight) or
+// neither (Absent), and the number of leading Present keys. It reads local metadata only.
+func (c *Coordinator) BatchExists(keys []string) ExistsResult {
+	res := ExistsResult{Keys: make([]Presence, len(keys))}
+	prefix := true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, k := range keys {
+		switch _, ok := c.meta.Lookup(k); {
+		case ok:
+			res.Keys[i] = Present
+		case c.flights[k] != nil:
+			res.Keys[i] = InFlight
+		default:
+			res.Keys[i] = Absent
+		}
+		if prefix && res.Keys[i] == Present {
+			res.PrefixPresent++
+		} else {
+			prefix = false
+		}
+	}
+	return res
+}
+
+// Remove deletes keys: the metadata removal is committed through Raft first, and the bytes
+// are freed only after it is applied and the readers holding them have finished. A removed
+// key's generation advances, so an offload that was in flight before the removal cannot
+// commit its older version afterwards.
+func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if len(keys) > c.cfg.MaxBatchKeys {
+		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
+	}
+	kg := make([]fsm.KeyGen, len(keys))
+	for i, k := range keys {
+		kg[i] = fsm.KeyGen{Key: k}
+	}
+	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: kg, Reason: "remove"}))
+	if err != nil {
+		return nil, fmt.Errorf("txn: remove: %w", err)
+	}
+	c.freeRemoved(res)
+	out := make([]RemoveResult, len(keys))
+	for i, k := range keys {
+		out[i].Key = k
+	}
+	for i, ko := range res.Keys {
+		if i < len(out) && ko.Outcome == fsm.OutcomeRemoved {
+			out[i].Removed = true
+		}
+	}
+	return out, nil
+}
+
+// freeRemoved frees the local bytes of every key a REMOVE result removed.
+func (c *Coordinator) freeRemoved(res *fsm.Result) {
+	for _, ko := range res.Keys {
+		if ko.Outcome == fsm.OutcomeRemoved && ko.Entry.Owner == c.cfg.NodeID {
+			c.stats.removed.Add(1)
+			c.free(bucketExtent(ko.Entry.Extent))
+		}
+	}
+}

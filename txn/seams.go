@@ -1,0 +1,56 @@
+package txn
+
+import (
+	"context"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/wal"
+)
+
+// IntentLog is the write-ahead log seam (implemented by *wal.Log).
+type IntentLog interface {
+	// Append makes recs durable (group commit) and returns the index of the first.
+	Append(recs ...wal.Record) (uint64, error)
+	// AppendAsync queues recs for the next group commit.
+	AppendAsync(recs ...wal.Record)
+	// Sync waits until everything queued before it is durable.
+	Sync() error
+	// Replay visits every entry in index order.
+	Replay(fn func(index uint64, rec wal.Record) error) error
+	FirstIndex() uint64
+	LastIndex() uint64
+	// TruncateFront drops the entries before index.
+	TruncateFront(index uint64) error
+}
+
+// Buckets is the data seam (implemented by *bucketstore.Store).
+type Buckets interface {
+	Reserve(size int64) (bucketstore.Extent, error)
+	WriteRecord(ext bucketstore.Extent, h bucketstore.Header, payload []byte) error
+	Sync(buckets ...uint32) error
+	Read(ext bucketstore.Extent, want bucketstore.Header) ([]byte, error)
+	Free(ext bucketstore.Extent) error
+	Adopt(ext bucketstore.Extent) error
+	Collect(bucket uint32, live []bucketstore.Extent) (int64, error)
+	Buckets() []uint32
+}
+
+// Meta is the replicated metadata seam: proposals go through Raft, reads come from the
+// local FSM.
+type Meta interface {
+	// Propose applies an encoded fsm command and returns its result. An error may be
+	// indeterminate: the command may still be applied later.
+	Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
+	// Barrier returns once the FSM has applied every entry committed before the call.
+	Barrier(ctx context.Context) error
+	Lookup(key string) (fsm.Entry, bool)
+	Generation(key string) uint64
+	TxnResult(id fsm.TxnID) (*fsm.Result, bool)
+	ForEach(fn func(fsm.Entry) bool)
+}
+
+var (
+	_ IntentLog = (*wal.Log)(nil)
+	_ Buckets   = (*bucketstore.Store)(nil)
+)
