@@ -1,0 +1,139 @@
+package bucketstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+const (
+	bucketPrefix = "bucket-"
+	bucketSuffix = ".kvb"
+	lockName     = "LOCK"
+)
+
+// bucket is one bucket file. Fields without a comment are guarded by Store.mu.
+type bucket struct {
+	id     uint32
+	path   string
+	f      File   // immutable after creation
+	fresh  bool   // created by this Store: the only kind that accepts writes
+	tail   int64  // next free offset (fresh buckets)
+	dirGen uint64 // Store.dirGen that covers its creation
+
+	live      map[int64]int64 // offset -> length of each live extent
+	liveBytes int64
+
+	removed atomic.Bool
+	failed  atomic.Bool   // a sync failed: never reserve in, sync, or trust it again
+	writes  atomic.Uint64 // completed WriteRecords
+
+	group  syncGroup
+	synced uint64 // writes covered by the last fdatasync; guarded by group
+}
+
+func bucketName(id uint32) string { return fmt.Sprintf("%s%010d%s", bucketPrefix, id, bucketSuffix) }
+
+// parseBucketName returns the ID of a bucket file name, or false.
+func parseBucketName(name string) (uint32, bool) {
+	digits, ok := strings.CutPrefix(name, bucketPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, ok = strings.CutSuffix(digits, bucketSuffix)
+	if !ok || len(digits) != 10 {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(digits, 10, 32)
+	return uint32(id), err == nil
+}
+
+// loadBuckets opens every existing bucket file; none of them accepts writes.
+func (s *Store) loadBuckets() error {
+	names, err := s.fs.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("bucketstore: list %s: %w", s.cfg.Dir, err)
+	}
+	for _, name := range names {
+		id, ok := parseBucketName(name)
+		if !ok {
+			continue
+		}
+		path := filepath.Join(s.cfg.Dir, name)
+		f, err := s.fs.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("bucketstore: open %s: %w", path, err)
+		}
+		s.buckets[id] = &bucket{id: id, path: path, f: f, live: map[int64]int64{}}
+		s.nextID = max(s.nextID, id+1)
+	}
+	return nil
+}
+
+// rollLocked creates a new bucket file and makes it the open one. The previous open bucket
+// is sealed and removed if nothing in it is live.
+func (s *Store) rollLocked() error {
+	if s.nextID == 0 {
+		return errors.New("bucketstore: bucket IDs exhausted")
+	}
+	id := s.nextID
+	s.nextID++
+	path := filepath.Join(s.cfg.Dir, bucketName(id))
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("bucketstore: create %s: %w", path, err)
+	}
+	s.dirGen++
+	b := &bucket{id: id, path: path, f: f, fresh: true, dirGen: s.dirGen, live: map[int64]int64{}}
+	old := s.open
+	s.buckets[id], s.open = b, b
+	s.log.Debug("rolled bucket", "bucket", id)
+	if old != nil && old.liveBytes == 0 {
+		return s.removeLocked(old)
+	}
+	return nil
+}
+
+// removeLocked forgets b and removes its file. The removal becomes durable at the next
+// directory sync; a removed bucket that reappears after a crash is orphan garbage for Collect.
+func (s *Store) removeLocked(b *bucket) error {
+	delete(s.buckets, b.id)
+	b.removed.Store(true)
+	s.dirGen++
+	s.log.Debug("removing bucket", "bucket", b.id)
+	return errors.Join(b.f.Close(), s.fs.Remove(b.path))
+}
+
+// addLiveLocked counts ext as live in b.
+func (s *Store) addLiveLocked(b *bucket, ext Extent) error {
+	if _, dup := b.live[ext.Offset]; dup {
+		return fmt.Errorf("bucketstore: extent %v already live", ext)
+	}
+	b.live[ext.Offset] = ext.Length
+	b.liveBytes += ext.Length
+	s.live += ext.Length
+	return nil
+}
+
+func checkExtent(ext Extent) error {
+	if ext.Offset < 0 || ext.Offset%Alignment != 0 || ext.Length <= 0 || ext.Length%Alignment != 0 {
+		return fmt.Errorf("bucketstore: extent %+v is not aligned to %d", ext, Alignment)
+	}
+	return nil
+}
+
+// bucketLocked returns the bucket of ext.
+func (s *Store) bucketLocked(id uint32) (*bucket, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	b := s.buckets[id]
+	if b == nil {
+		return nil, fmt.Errorf("bucketstore: no bucket %d", id)
+	}
+	return b, nil
+}

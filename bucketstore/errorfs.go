@@ -1,0 +1,162 @@
+package bucketstore
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+)
+
+// Op names the kind of filesystem operation an Injector is asked about.
+type Op int
+
+// Operation kinds seen by an Injector. MkdirAll, ReadDir, Lock, Size, AllocatedBytes and
+// Close are never injected.
+const (
+	OpOpen Op = iota
+	OpRead
+	OpWrite
+	OpSync
+	OpSyncDir
+	OpRemove
+	OpTruncate
+	OpPunch
+)
+
+var opNames = [...]string{"open", "read", "write", "sync", "syncdir", "remove", "truncate", "punch"}
+
+func (o Op) String() string {
+	if o >= 0 && int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+// Injector decides, before each operation, whether it fails: a non-nil error is returned
+// instead of doing the operation. It must be safe for concurrent use.
+type Injector func(op Op, name string) error
+
+// ErrorFS wraps an FS and asks its Injector before every operation. An injected OpWrite
+// error writes nothing (no short write). An injected error is returned as is, unwrapped.
+type ErrorFS struct {
+	inner  FS
+	inject Injector
+}
+
+// NewErrorFS returns an FS that injects errors into inner.
+func NewErrorFS(inner FS, inject Injector) *ErrorFS {
+	return &ErrorFS{inner: inner, inject: inject}
+}
+
+// FailNth fails the n-th (1-based) operation of kind op with err; all others pass.
+func FailNth(op Op, n int, err error) Injector {
+	var count atomic.Int64
+	return func(o Op, _ string) error {
+		if o == op && count.Add(1) == int64(n) {
+			return err
+		}
+		return nil
+	}
+}
+
+// OnName restricts inj to operations whose name satisfies match; the others pass and are
+// not seen (or counted) by inj.
+func OnName(match func(name string) bool, inj Injector) Injector {
+	return func(op Op, name string) error {
+		if !match(name) {
+			return nil
+		}
+		return inj(op, name)
+	}
+}
+
+// Any asks each injector in order and returns the first error. Every injector before the
+// failing one sees the operation.
+func Any(injs ...Injector) Injector {
+	return func(op Op, name string) error {
+		for _, inj := range injs {
+			if err := inj(op, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// OpenFile implements FS.
+func (e *ErrorFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	if err := e.inject(OpOpen, name); err != nil {
+		return nil, err
+	}
+	f, err := e.inner.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &errorFile{File: f, name: name, inject: e.inject}, nil
+}
+
+// Remove implements FS.
+func (e *ErrorFS) Remove(name string) error {
+	if err := e.inject(OpRemove, name); err != nil {
+		return err
+	}
+	return e.inner.Remove(name)
+}
+
+// MkdirAll implements FS.
+func (e *ErrorFS) MkdirAll(path string, perm os.FileMode) error { return e.inner.MkdirAll(path, perm) }
+
+// ReadDir implements FS.
+func (e *ErrorFS) ReadDir(dir string) ([]string, error) { return e.inner.ReadDir(dir) }
+
+// SyncDir implements FS.
+func (e *ErrorFS) SyncDir(dir string) error {
+	if err := e.inject(OpSyncDir, dir); err != nil {
+		return err
+	}
+	return e.inner.SyncDir(dir)
+}
+
+// Lock implements FS.
+func (e *ErrorFS) Lock(name string) (io.Closer, error) { return e.inner.Lock(name) }
+
+type errorFile struct {
+	File
+	name   string
+	inject Injector
+}
+
+func (f *errorFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.inject(OpRead, f.name); err != nil {
+		return 0, err
+	}
+	return f.File.ReadAt(p, off)
+}
+
+func (f *errorFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.inject(OpWrite, f.name); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f *errorFile) Sync() error {
+	if err := f.inject(OpSync, f.name); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f *errorFile) Truncate(size int64) error {
+	if err := f.inject(OpTruncate, f.name); err != nil {
+		return err
+	}
+	return f.File.Truncate(size)
+}
+
+func (f *errorFile) PunchHole(off, length int64) error {
+	if err := f.inject(OpPunch, f.name); err != nil {
+		return err
+	}
+	return f.File.PunchHole(off, length)
+}

@@ -1,0 +1,25 @@
+package bucketstore
+
+import "errors"
+
+var (
+	// ErrCorrupt reports a record that failed verification: bad magic, version, lengths,
+	// checksums, non-zero padding, or a field that differs from what the caller expected.
+	// Use IsCorrupt to classify; the wrapped message carries the detail.
+	ErrCorrupt = errors.New("bucketstore: corrupt record")
+	// ErrLocked reports that another Store (in this or another process) holds Dir/LOCK.
+	ErrLocked = errors.New("bucketstore: directory locked by another store")
+	// ErrNoSpace reports that a Reserve would push live+reserved bytes past Config.Capacity.
+	ErrNoSpace = errors.New("bucketstore: capacity exceeded")
+	// ErrTooLarge reports a Reserve larger than Config.BucketSize.
+	ErrTooLarge = errors.New("bucketstore: record larger than bucket size")
+	// ErrSyncFailed reports a failed fdatasync (or directory fsync). It is sticky: the bucket
+	// is never synced again and its records must be treated as lost.
+	ErrSyncFailed = errors.New("bucketstore: sync failed")
+	// ErrClosed reports use of a Store after Close.
+	ErrClosed = errors.New("bucketstore: store closed")
+)
+
+// IsCorrupt reports whether err says that on-disk bytes failed verification.
+// Recovery code should use it instead of matching strings.
+func IsCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }

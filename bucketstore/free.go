@@ -1,0 +1,162 @@
+package bucketstore
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Free releases a live extent: it stops counting it and punches a hole over it. When a bucket
+// other than the open one has nothing live left, its file is removed and the directory
+// fsync'd. The accounting changes even if the punch fails (Collect reclaims the bytes later).
+func (s *Store) Free(ext Extent) error {
+	s.mu.Lock()
+	b, err := s.bucketLocked(ext.Bucket)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("bucketstore: free %+v: %w", ext, err)
+	}
+	if b.live[ext.Offset] != ext.Length {
+		s.mu.Unlock()
+		return fmt.Errorf("bucketstore: free %+v: not a live extent", ext)
+	}
+	delete(b.live, ext.Offset)
+	b.liveBytes -= ext.Length
+	s.live -= ext.Length
+	if b != s.open && b.liveBytes == 0 {
+		err := s.removeLocked(b)
+		s.mu.Unlock()
+		return errors.Join(err, s.syncDir())
+	}
+	s.mu.Unlock()
+	if err := b.f.PunchHole(ext.Offset, ext.Length); err != nil && !b.removed.Load() {
+		return fmt.Errorf("bucketstore: free %+v: punch: %w", ext, err)
+	}
+	return nil
+}
+
+// Adopt counts an extent that recovery found live (metadata points at it) without I/O. The
+// bucket must be one that existed at Open.
+func (s *Store) Adopt(ext Extent) error {
+	if err := checkExtent(ext); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.bucketLocked(ext.Bucket)
+	if err != nil {
+		return fmt.Errorf("bucketstore: adopt %+v: %w", ext, err)
+	}
+	if b.fresh {
+		return fmt.Errorf("bucketstore: adopt %+v: bucket was created by this store", ext)
+	}
+	return s.addLiveLocked(b, ext)
+}
+
+// Collect is orphan garbage collection for a bucket that is not the open one. live is the
+// complete set of live extents of that bucket (any order); it replaces the bucket's
+// accounting (adopting what was not adopted, dropping what is not listed). Collect punches
+// every gap between live extents, truncates the file after the last one, or removes the file
+// if none is live. It is idempotent and returns the bytes it freed (allocated bytes before
+// minus after). It must not run concurrently with Free or Adopt on the same bucket.
+func (s *Store) Collect(id uint32, live []Extent) (int64, error) {
+	sorted, err := sortedLive(id, live)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	b, err := s.collectableLocked(id, len(sorted) == 0)
+	if b == nil || err != nil {
+		s.mu.Unlock()
+		return 0, err
+	}
+	s.replaceLiveLocked(b, sorted)
+	before, err := b.f.AllocatedBytes()
+	if err != nil {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("bucketstore: collect %d: %w", id, err)
+	}
+	if len(sorted) == 0 {
+		err := s.removeLocked(b)
+		s.mu.Unlock()
+		s.log.Info("collected bucket", "bucket", id, "freed", before, "removed", true)
+		return before, errors.Join(err, s.syncDir())
+	}
+	s.mu.Unlock()
+	after, err := reclaimGaps(b.f, sorted)
+	if err != nil {
+		return 0, fmt.Errorf("bucketstore: collect %d: %w", id, err)
+	}
+	s.log.Info("collected bucket", "bucket", id, "freed", before-after, "live", len(sorted))
+	return before - after, nil
+}
+
+// collectableLocked returns the bucket to collect, or nil and no error when the bucket is
+// already gone and nothing in it is live (a repeated Collect).
+func (s *Store) collectableLocked(id uint32, none bool) (*bucket, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	b := s.buckets[id]
+	switch {
+	case b == nil && none && id != 0 && id < s.nextID:
+		return nil, nil
+	case b == nil:
+		return nil, fmt.Errorf("bucketstore: collect: no bucket %d", id)
+	case b == s.open:
+		return nil, fmt.Errorf("bucketstore: collect: bucket %d is the open bucket", id)
+	}
+	return b, nil
+}
+
+func (s *Store) replaceLiveLocked(b *bucket, sorted []Extent) {
+	s.live -= b.liveBytes
+	b.live, b.liveBytes = make(map[int64]int64, len(sorted)), 0
+	for _, e := range sorted {
+		b.live[e.Offset] = e.Length
+		b.liveBytes += e.Length
+	}
+	s.live += b.liveBytes
+}
+
+// sortedLive validates the live extents of bucket id and returns them sorted by offset.
+func sortedLive(id uint32, live []Extent) ([]Extent, error) {
+	sorted := slices.SortedFunc(slices.Values(live), func(a, b Extent) int { return cmp.Compare(a.Offset, b.Offset) })
+	for i, e := range sorted {
+		if err := checkExtent(e); err != nil {
+			return nil, err
+		}
+		if e.Bucket != id {
+			return nil, fmt.Errorf("bucketstore: collect %d: extent %+v is in another bucket", id, e)
+		}
+		if i > 0 && sorted[i-1].End() > e.Offset {
+			return nil, fmt.Errorf("bucketstore: collect %d: extents %+v and %+v overlap", id, sorted[i-1], e)
+		}
+	}
+	return sorted, nil
+}
+
+// reclaimGaps punches the gaps between the sorted live extents, truncates after the last one
+// and returns the bytes still allocated.
+func reclaimGaps(f File, sorted []Extent) (int64, error) {
+	var pos int64
+	for _, e := range sorted {
+		if e.Offset > pos {
+			if err := f.PunchHole(pos, e.Offset-pos); err != nil {
+				return 0, fmt.Errorf("punch [%d,%d): %w", pos, e.Offset, err)
+			}
+		}
+		pos = e.End()
+	}
+	size, err := f.Size()
+	if err != nil {
+		return 0, err
+	}
+	if size > pos {
+		if err := f.Truncate(pos); err != nil {
+			return 0, fmt.Errorf("truncate to %d: %w", pos, err)
+		}
+	}
+	return f.AllocatedBytes()
+}

@@ -1,0 +1,212 @@
+package bucketstore
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+)
+
+// MemFS is an in-memory, crashable filesystem (Mem test double). Per file it keeps the
+// durable content and the pending (unsynced) writes, truncates and punches; per directory it
+// keeps the current and the durable entries. A created or removed name becomes durable only
+// at SyncDir of its directory. Directories themselves are durable as soon as MkdirAll
+// returns (a simplification: the store never creates directories after Open).
+// Crash builds the filesystem a power loss could leave. All methods are safe for concurrent
+// use; one mutex serialises them.
+type MemFS struct {
+	mu    sync.Mutex
+	dirs  map[string]*memDir
+	locks map[string]bool
+}
+
+type memDir struct {
+	names   map[string]*memInode // current entries
+	durable map[string]*memInode // entries as of the last SyncDir
+}
+
+type memInode struct {
+	durable memData
+	cur     memData
+	pending []memOp
+}
+
+// CrashMode selects which pending operations survive a Crash.
+type CrashMode int
+
+const (
+	// CrashDropAll keeps only durable state.
+	CrashDropAll CrashMode = iota
+	// CrashPrefix keeps, per file, a random prefix of the pending operations.
+	CrashPrefix
+	// CrashTorn keeps a random subset and tears the last surviving write at a 512-byte
+	// boundary.
+	CrashTorn
+)
+
+// NewMemFS returns an empty MemFS whose root "/" and "." exist.
+func NewMemFS() *MemFS {
+	m := &MemFS{dirs: map[string]*memDir{}, locks: map[string]bool{}}
+	m.mkdir("/")
+	m.mkdir(".")
+	return m
+}
+
+func (m *MemFS) mkdir(dir string) {
+	if m.dirs[dir] == nil {
+		m.dirs[dir] = &memDir{names: map[string]*memInode{}, durable: map[string]*memInode{}}
+	}
+}
+
+// OpenFile implements FS. Supported flags: O_RDONLY, O_WRONLY, O_RDWR, O_CREATE, O_EXCL,
+// O_TRUNC; others are ignored.
+func (m *MemFS) OpenFile(name string, flag int, _ os.FileMode) (File, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dir, base := splitPath(name)
+	d := m.dirs[dir]
+	if d == nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	ino := d.names[base]
+	switch {
+	case ino == nil && flag&os.O_CREATE == 0:
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	case ino != nil && flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL:
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrExist}
+	case ino == nil:
+		ino = &memInode{durable: newMemData(), cur: newMemData()}
+		d.names[base] = ino
+	}
+	f := &memFile{fs: m, name: filepath.Clean(name), ino: ino, writable: flag&(os.O_WRONLY|os.O_RDWR) != 0}
+	if flag&os.O_TRUNC != 0 && f.writable {
+		_ = f.record(memOp{kind: memTruncate, off: 0})
+	}
+	return f, nil
+}
+
+func splitPath(name string) (dir, base string) {
+	name = filepath.Clean(name)
+	return filepath.Dir(name), filepath.Base(name)
+}
+
+// Remove implements FS.
+func (m *MemFS) Remove(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dir, base := splitPath(name)
+	d := m.dirs[dir]
+	if d == nil || d.names[base] == nil {
+		return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
+	}
+	delete(d.names, base)
+	return nil
+}
+
+// MkdirAll implements FS.
+func (m *MemFS) MkdirAll(path string, _ os.FileMode) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		m.mkdir(p)
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
+}
+
+// ReadDir implements FS: files and subdirectories, sorted.
+func (m *MemFS) ReadDir(dir string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dir = filepath.Clean(dir)
+	d := m.dirs[dir]
+	if d == nil {
+		return nil, &fs.PathError{Op: "readdir", Path: dir, Err: fs.ErrNotExist}
+	}
+	var names []string
+	for n := range d.names {
+		names = append(names, n)
+	}
+	for p := range m.dirs {
+		if p != dir && filepath.Dir(p) == dir {
+			names = append(names, filepath.Base(p))
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// SyncDir implements FS.
+func (m *MemFS) SyncDir(dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.dirs[filepath.Clean(dir)]
+	if d == nil {
+		return &fs.PathError{Op: "syncdir", Path: dir, Err: fs.ErrNotExist}
+	}
+	d.durable = maps.Clone(d.names)
+	return nil
+}
+
+// Lock implements FS. Locks live only in this MemFS value (not in its files).
+func (m *MemFS) Lock(name string) (io.Closer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	name = filepath.Clean(name)
+	if m.locks[name] {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, name)
+	}
+	m.locks[name] = true
+	return &memLock{fs: m, name: name}, nil
+}
+
+type memLock struct {
+	fs   *MemFS
+	name string
+	once sync.Once
+}
+
+func (l *memLock) Close() error {
+	l.once.Do(func() {
+		l.fs.mu.Lock()
+		delete(l.fs.locks, l.name)
+		l.fs.mu.Unlock()
+	})
+	return nil
+}
+
+// Crash returns a new MemFS holding what a power loss at this instant could leave: the
+// durable entries of every directory, each file with its durable content plus the pending
+// operations mode lets survive. The receiver is unchanged; locks are not carried over.
+// For a given rng state the result is deterministic.
+func (m *MemFS) Crash(mode CrashMode, rng *rand.Rand) *MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := &MemFS{dirs: map[string]*memDir{}, locks: map[string]bool{}}
+	for _, p := range sortedKeys(m.dirs) {
+		c.mkdir(p)
+		nd, od := c.dirs[p], m.dirs[p]
+		for _, n := range sortedKeys(od.durable) {
+			ino := od.durable[n]
+			data := crashed(ino.durable, ino.pending, mode, rng)
+			ni := &memInode{durable: data, cur: data.clone()}
+			nd.names[n], nd.durable[n] = ni, ni
+		}
+	}
+	return c
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

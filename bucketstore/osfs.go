@@ -1,0 +1,192 @@
+package bucketstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// OSFS is the real (Linux) filesystem. With DirectIO, files are opened with O_DIRECT; when
+// the filesystem refuses O_DIRECT (e.g. EINVAL on an old tmpfs) it falls back to buffered I/O
+// and logs that once per process. On an O_DIRECT file, a ReadAt or WriteAt that is not
+// Alignment-aligned (offset, length and buffer address) goes through a second, buffered
+// descriptor of the same file, so callers need not know about the mode.
+// Sync uses fdatasync, PunchHole uses fallocate(PUNCH_HOLE|KEEP_SIZE), Lock uses
+// flock(LOCK_EX|LOCK_NB).
+type OSFS struct {
+	DirectIO bool
+	// Logger receives the one-time O_DIRECT fallback warning; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+var directFallbackLogged atomic.Bool
+
+// OpenFile implements FS.
+func (o OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	flag |= unix.O_CLOEXEC
+	if o.DirectIO {
+		f, err := os.OpenFile(name, flag|unix.O_DIRECT, perm)
+		if err == nil {
+			return newOSFile(f, flag, true), nil
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			return nil, err
+		}
+		if !directFallbackLogged.Swap(true) {
+			o.logger().Warn("bucketstore: O_DIRECT refused, using buffered I/O", "file", name, "err", err)
+		}
+	}
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return newOSFile(f, flag, false), nil
+}
+
+func (o OSFS) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}
+
+// Remove implements FS.
+func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// MkdirAll implements FS.
+func (OSFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
+
+// ReadDir implements FS.
+func (OSFS) ReadDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
+// SyncDir implements FS.
+func (OSFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}
+
+// Lock implements FS.
+func (OSFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, name)
+		}
+		return nil, fmt.Errorf("bucketstore: flock %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// osFile is an *os.File plus, for O_DIRECT files, a lazily opened buffered twin.
+type osFile struct {
+	f      *os.File
+	fd     int
+	flag   int
+	direct bool
+
+	once     sync.Once
+	buffered *os.File
+	bufErr   error
+}
+
+func newOSFile(f *os.File, flag int, direct bool) *osFile {
+	return &osFile{f: f, fd: int(f.Fd()), flag: flag, direct: direct}
+}
+
+func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
+	file, err := f.fileFor(p, off)
+	if err != nil {
+		return 0, err
+	}
+	return file.ReadAt(p, off)
+}
+
+func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
+	file, err := f.fileFor(p, off)
+	if err != nil {
+		return 0, err
+	}
+	return file.WriteAt(p, off)
+}
+
+// fileFor returns the descriptor for an I/O of p at off: the O_DIRECT one when the I/O is
+// aligned (or the file is buffered anyway), else a buffered twin opened on first use through
+// /proc/self/fd, which works even after the name was removed.
+func (f *osFile) fileFor(p []byte, off int64) (*os.File, error) {
+	if !f.direct || ioAligned(p, off) {
+		return f.f, nil
+	}
+	f.once.Do(func() {
+		flag := f.flag &^ (os.O_CREATE | os.O_EXCL | os.O_TRUNC)
+		f.buffered, f.bufErr = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.fd), flag, 0)
+	})
+	return f.buffered, f.bufErr
+}
+
+func ioAligned(p []byte, off int64) bool {
+	if off%Alignment != 0 || len(p)%Alignment != 0 {
+		return false
+	}
+	return len(p) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(p)))%Alignment == 0
+}
+
+func (f *osFile) Sync() error { return os.NewSyscallError("fdatasync", unix.Fdatasync(f.fd)) }
+
+func (f *osFile) Truncate(size int64) error { return f.f.Truncate(size) }
+
+func (f *osFile) Size() (int64, error) {
+	st, err := f.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func (f *osFile) PunchHole(off, length int64) error {
+	if length <= 0 {
+		return nil
+	}
+	mode := uint32(unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE)
+	return os.NewSyscallError("fallocate", unix.Fallocate(f.fd, mode, off, length))
+}
+
+func (f *osFile) AllocatedBytes() (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return 0, os.NewSyscallError("fstat", err)
+	}
+	return st.Blocks * 512, nil
+}
+
+func (f *osFile) Close() error {
+	var err error
+	if f.buffered != nil {
+		err = f.buffered.Close()
+	}
+	return errors.Join(f.f.Close(), err)
+}

@@ -1,0 +1,138 @@
+package bucketstore
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const ext4Magic = 0xEF53
+
+// requireDirect opens a file on OSFS{DirectIO: true} in dir and fails the test if O_DIRECT is
+// not really in effect on ext4 (other filesystems may legitimately refuse it).
+func requireDirect(tb testing.TB, dir string) *osFile {
+	tb.Helper()
+	f, err := OSFS{DirectIO: true}.OpenFile(filepath.Join(dir, "direct"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	of := f.(*osFile)
+	flags, err := unix.FcntlInt(uintptr(of.fd), unix.F_GETFL, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	direct := of.direct && flags&unix.O_DIRECT != 0
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		tb.Fatal(err)
+	}
+	switch {
+	case !direct && st.Type == ext4Magic:
+		tb.Fatal("O_DIRECT not in effect on ext4")
+	case !direct:
+		tb.Skipf("filesystem %#x refused O_DIRECT", st.Type)
+	}
+	return of
+}
+
+func TestOSFSDirectIO(t *testing.T) {
+	f := requireDirect(t, t.TempDir())
+	data := AlignedBuffer(3 * Alignment)
+	copy(data, testPayload(1, len(data)))
+	mustWriteAt(t, f, data, Alignment)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if f.buffered != nil {
+		t.Fatal("aligned I/O went through the buffered descriptor")
+	}
+	got := AlignedBuffer(3 * Alignment)
+	if _, err := f.ReadAt(got, Alignment); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("aligned read back: %v, equal %v", err, bytes.Equal(got, data))
+	}
+	// Unaligned I/O falls back to the buffered twin and stays coherent with direct I/O.
+	mustWriteAt(t, f, []byte("hello"), Alignment+10)
+	small := make([]byte, 5)
+	if _, err := f.ReadAt(small, Alignment+10); err != nil || string(small) != "hello" {
+		t.Fatalf("unaligned read: %q %v", small, err)
+	}
+	if _, err := f.ReadAt(got, Alignment); err != nil || string(got[10:15]) != "hello" {
+		t.Fatalf("direct read after buffered write: %q %v", got[10:15], err)
+	}
+	if f.buffered == nil {
+		t.Fatal("unaligned I/O did not use the buffered descriptor")
+	}
+}
+
+func TestOSFSPunchHoleAllocated(t *testing.T) {
+	f := requireDirect(t, t.TempDir())
+	data := AlignedBuffer(4 * Alignment)
+	copy(data, bytes.Repeat([]byte{7}, len(data)))
+	mustWriteAt(t, f, data, 0)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(wantAlloc, wantSize int64) {
+		t.Helper()
+		alloc, err := f.AllocatedBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		size, err := f.Size()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alloc != wantAlloc || size != wantSize {
+			t.Fatalf("allocated %d size %d, want %d %d", alloc, size, wantAlloc, wantSize)
+		}
+	}
+	check(4*Alignment, 4*Alignment)
+	if err := f.PunchHole(Alignment, 2*Alignment); err != nil {
+		t.Fatal(err)
+	}
+	check(2*Alignment, 4*Alignment)
+	got := AlignedBuffer(2 * Alignment)
+	if _, err := f.ReadAt(got, Alignment); err != nil || !allZero(got) {
+		t.Fatalf("punched range: err %v, zero %v", err, allZero(got))
+	}
+	if err := f.Truncate(Alignment); err != nil {
+		t.Fatal(err)
+	}
+	check(Alignment, Alignment)
+}
+
+func TestOSFSLockAndDir(t *testing.T) {
+	dir := t.TempDir()
+	o := OSFS{}
+	l, err := o.Lock(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Lock(filepath.Join(dir, "LOCK")); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Lock: %v, want ErrLocked", err)
+	}
+	l.Close()
+	l2, err := o.Lock(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		t.Fatalf("Lock after release: %v", err)
+	}
+	l2.Close()
+	if err := o.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SyncDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	names, err := o.ReadDir(dir)
+	if err != nil || len(names) != 2 || names[0] != "LOCK" || names[1] != "sub" {
+		t.Fatalf("ReadDir = %v, %v", names, err)
+	}
+	if err := o.Remove(filepath.Join(dir, "LOCK")); err != nil {
+		t.Fatal(err)
+	}
+}

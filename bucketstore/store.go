@@ -1,0 +1,238 @@
+package bucketstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Store appends records to bucket files. See the package documentation for the contract.
+type Store struct {
+	cfg  Config
+	fs   FS
+	log  *slog.Logger
+	lock io.Closer
+
+	mu        sync.Mutex
+	buckets   map[uint32]*bucket
+	open      *bucket // bucket receiving reserves; nil until the first Reserve
+	nextID    uint32
+	live      int64  // sum of live extents over all buckets
+	dirGen    uint64 // bumped by every bucket file creation and removal
+	dirSynced uint64 // dirGen covered by the last successful directory sync
+	closed    bool
+
+	dirGroup syncGroup
+	syncs    atomic.Uint64 // fdatasyncs issued
+}
+
+// Open opens (creating if needed) the store in cfg.Dir and locks it. Existing bucket files
+// are only read, freed, adopted and collected: new records always go to a fresh bucket file
+// whose ID is greater than every existing one.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bucketstore: mkdir %s: %w", cfg.Dir, err)
+	}
+	lock, err := cfg.FS.Lock(filepath.Join(cfg.Dir, lockName))
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, fs: cfg.FS, log: cfg.Logger, lock: lock, buckets: map[uint32]*bucket{}, nextID: 1}
+	if err := s.loadBuckets(); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	s.log.Info("opened", "dir", cfg.Dir, "buckets", len(s.buckets), "next", s.nextID)
+	return s, nil
+}
+
+// Reserve allocates size bytes (a RecordSize) in the open bucket, rolling to a new bucket
+// file when it is full or failed. The extent counts as live until freed.
+func (s *Store) Reserve(size int64) (Extent, error) {
+	if size <= 0 || size%Alignment != 0 {
+		return Extent{}, fmt.Errorf("bucketstore: reserve %d: not a positive multiple of %d", size, Alignment)
+	}
+	if size > s.cfg.BucketSize {
+		return Extent{}, fmt.Errorf("%w: %d > %d", ErrTooLarge, size, s.cfg.BucketSize)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Extent{}, ErrClosed
+	}
+	if c := s.cfg.Capacity; c > 0 && s.live+size > c {
+		return Extent{}, fmt.Errorf("%w: live %d + %d > capacity %d", ErrNoSpace, s.live, size, c)
+	}
+	if s.open == nil || s.open.failed.Load() || s.open.tail+size > s.cfg.BucketSize {
+		if err := s.rollLocked(); err != nil {
+			return Extent{}, err
+		}
+	}
+	b := s.open
+	ext := Extent{Bucket: b.id, Offset: b.tail, Length: size}
+	b.tail += size
+	return ext, s.addLiveLocked(b, ext)
+}
+
+// WriteRecord encodes the record into an aligned buffer and writes it at ext, which must
+// come from Reserve in this Store. Writers of different extents may run concurrently.
+// The record is durable only after Sync of its bucket returns nil.
+func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
+	b, err := s.writableBucket(ext)
+	if err != nil {
+		return err
+	}
+	if n := RecordSize(len(h.Key), len(payload)); n != ext.Length {
+		return fmt.Errorf("bucketstore: record needs %d bytes, extent %+v has %d", n, ext, ext.Length)
+	}
+	buf := AlignedBuffer(int(ext.Length))
+	if err := EncodeRecord(buf, h, payload); err != nil {
+		return err
+	}
+	if _, err := b.f.WriteAt(buf, ext.Offset); err != nil {
+		return fmt.Errorf("bucketstore: write %+v: %w", ext, err)
+	}
+	b.writes.Add(1)
+	return nil
+}
+
+func (s *Store) writableBucket(ext Extent) (*bucket, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.bucketLocked(ext.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	if !b.fresh || b.live[ext.Offset] != ext.Length {
+		return nil, fmt.Errorf("bucketstore: write %+v: not a live extent reserved by this store", ext)
+	}
+	return b, nil
+}
+
+// Read reads the record at ext and verifies it against want: key, TxnID, Generation,
+// PayloadLen and PayloadSum, besides the record's own checksums. Any mismatch, a short file
+// or a missing bucket yields an error wrapping ErrCorrupt. I/O errors are returned wrapped
+// as they are. The payload is a fresh slice owned by the caller.
+func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
+	if err := checkExtent(ext); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	b, err := s.bucketLocked(ext.Bucket)
+	s.mu.Unlock()
+	if errors.Is(err, ErrClosed) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, corruptf("read %+v: bucket missing", ext)
+	}
+	h, payload, err := readRecord(b.f, ext, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := matchHeader(h, want); err != nil {
+		return nil, fmt.Errorf("read %+v: %w", ext, err)
+	}
+	return payload, nil
+}
+
+// readRecord reads and decodes the record at ext, reusing buf if it is large enough.
+func readRecord(f File, ext Extent, buf []byte) (Header, []byte, error) {
+	if int64(cap(buf)) < ext.Length {
+		buf = AlignedBuffer(int(ext.Length))
+	}
+	buf = buf[:ext.Length]
+	n, err := f.ReadAt(buf, ext.Offset)
+	if n < len(buf) {
+		if err == nil || errors.Is(err, io.EOF) {
+			return Header{}, nil, corruptf("read %+v: short file, got %d bytes", ext, n)
+		}
+		return Header{}, nil, fmt.Errorf("bucketstore: read %+v: %w", ext, err)
+	}
+	h, payload, err := DecodeRecord(buf)
+	if err != nil {
+		return Header{}, nil, fmt.Errorf("read %+v: %w", ext, err)
+	}
+	return h, payload, nil
+}
+
+func matchHeader(got, want Header) error {
+	switch {
+	case got.Key != want.Key:
+		return corruptf("key %q, want %q", got.Key, want.Key)
+	case got.TxnID != want.TxnID:
+		return corruptf("txn %x, want %x", got.TxnID, want.TxnID)
+	case got.Generation != want.Generation:
+		return corruptf("generation %d, want %d", got.Generation, want.Generation)
+	case got.PayloadLen != want.PayloadLen:
+		return corruptf("payload length %d, want %d", got.PayloadLen, want.PayloadLen)
+	case got.PayloadSum != want.PayloadSum:
+		return corruptf("payload checksum %#x, want %#x", got.PayloadSum, want.PayloadSum)
+	}
+	return nil
+}
+
+// Buckets returns the IDs of the bucket files, ascending.
+func (s *Store) Buckets() []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.buckets))
+}
+
+// Stats describes the store. LiveBytes comes from accounting; FileBytes and AllocatedBytes
+// are measured from the files.
+type Stats struct {
+	Buckets        int
+	LiveBytes      int64
+	FileBytes      int64
+	AllocatedBytes int64
+	Capacity       int64
+	Syncs          uint64 // fdatasyncs issued since Open
+}
+
+// Stats measures the store.
+func (s *Store) Stats() (Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Stats{}, ErrClosed
+	}
+	st := Stats{Buckets: len(s.buckets), LiveBytes: s.live, Capacity: s.cfg.Capacity, Syncs: s.syncs.Load()}
+	for _, b := range s.buckets {
+		size, err := b.f.Size()
+		if err != nil {
+			return Stats{}, fmt.Errorf("bucketstore: stat %s: %w", b.path, err)
+		}
+		alloc, err := b.f.AllocatedBytes()
+		if err != nil {
+			return Stats{}, fmt.Errorf("bucketstore: stat %s: %w", b.path, err)
+		}
+		st.FileBytes += size
+		st.AllocatedBytes += alloc
+	}
+	return st, nil
+}
+
+// Close closes every bucket file and releases the lock. It does not sync.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	var errs []error
+	for _, b := range s.buckets {
+		errs = append(errs, b.f.Close())
+	}
+	return errors.Join(append(errs, s.lock.Close())...)
+}
