@@ -1,0 +1,59 @@
+package raftmeta
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+// raftFSM adapts *fsm.FSM to raft.FSM. raft calls Apply, Snapshot and Restore
+// from one goroutine; Persist runs concurrently with Apply (fsm.Snapshot is a
+// copy, so that is safe).
+type raftFSM struct{ f *fsm.FSM }
+
+var (
+	_ raft.FSM         = raftFSM{}
+	_ raft.FSMSnapshot = fsmSnapshot{}
+)
+
+// Apply returns the *fsm.Result, which raft hands to the proposer's future.
+// fsm.ApplyCommand panics on an undecodable command: raft must not go on
+// with a replica that skipped an entry.
+func (a raftFSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	return a.f.ApplyCommand(l.Index, l.Data)
+}
+
+func (a raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	return fsmSnapshot{s: a.f.Snapshot()}, nil
+}
+
+func (a raftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := a.f.Restore(rc); err != nil {
+		return fmt.Errorf("raftmeta: restore: %w", err)
+	}
+	return nil
+}
+
+type fsmSnapshot struct{ s *fsm.Snapshot }
+
+// Persist writes the snapshot and closes the sink (FileSnapshotStore fsyncs
+// and renames it into place on Close); on error it cancels the sink.
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.s.WriteTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("raftmeta: persist snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("raftmeta: close snapshot: %w", err)
+	}
+	return nil
+}
+
+func (fsmSnapshot) Release() {}

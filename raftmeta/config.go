@@ -1,0 +1,157 @@
+package raftmeta
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Config configures one raft member. A zero tunable (counts, durations) means
+// its default, as DefaultConfig sets it.
+type Config struct {
+	// NodeID is this member's raft server ID; required, stable across restarts.
+	NodeID string
+	// Dir holds raft.db (raft-boltdb/v2: log store and stable store in one
+	// bolt file, fsynced per write) and snapshots/ (FileSnapshotStore,
+	// retaining SnapshotRetain snapshots). Created if missing.
+	Dir string
+	// BindAddr is the TCP host:port of the raft transport (it must be
+	// advertisable, not 0.0.0.0). "" means an in-memory transport: an embedded
+	// single node, or tests that connect in-memory transports themselves.
+	BindAddr string
+	// Bootstrap bootstraps a one-voter cluster (this node) if Dir holds no
+	// raft state yet; ignored when state exists.
+	Bootstrap bool
+
+	// SnapshotThreshold: raft snapshots once this many entries follow the
+	// last snapshot (checked every SnapshotInterval). Default 8192.
+	SnapshotThreshold uint64
+	// SnapshotInterval: how often raft checks SnapshotThreshold (randomized
+	// up to 2x by raft). Default 30s.
+	SnapshotInterval time.Duration
+	// TrailingLogs: entries kept in the log after a snapshot, so slow
+	// followers catch up without a snapshot install. Default 10240.
+	TrailingLogs uint64
+	// SnapshotRetain: snapshots kept on disk. Default 2.
+	SnapshotRetain int
+
+	// HeartbeatTimeout: a follower without leader contact this long starts an
+	// election. Default 500ms.
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout: candidate election timeout; >= HeartbeatTimeout.
+	// Default 500ms.
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout: a leader without quorum contact this long steps
+	// down; <= HeartbeatTimeout. Default 250ms.
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout: the longest a follower waits to learn a new commit
+	// index without new entries. Default 50ms.
+	CommitTimeout time.Duration
+	// ApplyTimeout bounds Propose and Barrier when the context has no
+	// earlier deadline. Default 10s.
+	ApplyTimeout time.Duration
+
+	// Logger receives raft's own logs (through an hclog adapter) and ours;
+	// nil discards them.
+	Logger *slog.Logger
+}
+
+// Defaults. Timeouts are a little below raft's own (1s heartbeat) so a single
+// node elects itself within about a second, yet leave room for GC and a
+// loaded 2-core machine before followers start elections.
+const (
+	DefaultSnapshotThreshold  = 8192
+	DefaultSnapshotInterval   = 30 * time.Second
+	DefaultTrailingLogs       = 10240
+	DefaultSnapshotRetain     = 2
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	DefaultCommitTimeout      = 50 * time.Millisecond
+	DefaultApplyTimeout       = 10 * time.Second
+)
+
+// DefaultConfig returns a fresh Config for nodeID storing its state in dir,
+// with every tunable set to its default and Bootstrap off.
+func DefaultConfig(nodeID, dir string) Config {
+	return Config{NodeID: nodeID, Dir: dir}.withDefaults()
+}
+
+// withDefaults returns c with each zero tunable replaced by its default.
+func (c Config) withDefaults() Config {
+	setDefault(&c.SnapshotThreshold, DefaultSnapshotThreshold)
+	setDefault(&c.SnapshotInterval, DefaultSnapshotInterval)
+	setDefault(&c.TrailingLogs, DefaultTrailingLogs)
+	setDefault(&c.SnapshotRetain, DefaultSnapshotRetain)
+	setDefault(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	setDefault(&c.ElectionTimeout, DefaultElectionTimeout)
+	setDefault(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	setDefault(&c.CommitTimeout, DefaultCommitTimeout)
+	setDefault(&c.ApplyTimeout, DefaultApplyTimeout)
+	return c
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// Validate reports every problem with c (after zero tunables take their
+// defaults), each wrapped in ErrInvalidConfig, including raft's own checks.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.NodeID == "" {
+		bad("NodeID is empty")
+	}
+	if c.Dir == "" {
+		bad("Dir is empty")
+	}
+	if c.SnapshotRetain < 1 {
+		bad("SnapshotRetain %d < 1", c.SnapshotRetain)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"SnapshotInterval", c.SnapshotInterval}, {"HeartbeatTimeout", c.HeartbeatTimeout},
+		{"ElectionTimeout", c.ElectionTimeout}, {"LeaderLeaseTimeout", c.LeaderLeaseTimeout},
+		{"CommitTimeout", c.CommitTimeout}, {"ApplyTimeout", c.ApplyTimeout},
+	} {
+		if d.d < 0 {
+			bad("%s %s is negative", d.name, d.d)
+		}
+	}
+	if c.NodeID != "" {
+		if err := raft.ValidateConfig(c.raftConfig(nil)); err != nil {
+			bad("raft: %w", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// raftConfig maps c (defaults applied) onto raft's Config. Every option we
+// rely on is set here explicitly.
+func (c Config) raftConfig(logger *slog.Logger) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.TrailingLogs = c.TrailingLogs
+	// The FSM is in memory: it must be restored from the snapshot on start.
+	rc.NoSnapshotRestoreOnStart = false
+	rc.Logger = newHCLogger(logger, "raft")
+	return rc
+}

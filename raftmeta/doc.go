@@ -1,0 +1,40 @@
+// Package raftmeta runs hashicorp/raft around an fsm.FSM: the stores
+// (raft-boltdb/v2 as log and stable store, one fsynced bolt file), the file
+// snapshot store, the transport (TCP, or in-memory for an embedded node and
+// tests), bootstrap, and Propose/Barrier with raft's errors translated into
+// our sentinels.
+//
+// # Layout of Config.Dir
+//
+//	raft.db      raft log, current term and vote (bbolt; every write fsynced)
+//	snapshots/   FileSnapshotStore: <term>-<index>-<ms>/{meta.json,state.bin},
+//	             CRC-checked, written to .tmp, fsynced and renamed
+//
+// # Invariants and delivery
+//
+//   - A Result from Propose means the command is committed and applied on
+//     this node. ErrNotLeader and ErrInvalidCommand mean it was not appended.
+//     ErrIndeterminate means it may still commit: the caller retries with the
+//     same TxnID (the FSM de-duplicates by TxnID) or reads fsm.TxnResult
+//     after a Barrier.
+//   - After Open the FSM holds the newest snapshot; committed entries after
+//     it are re-applied only once this node learns the commit index (as
+//     leader, after its first entry of the term commits). Callers that read
+//     the FSM at start-up (recovery) must WaitLeader and then Barrier first.
+//   - Propose checks the command with fsm.Decode before proposing it, because
+//     fsm.ApplyCommand panics on an undecodable command on every replica.
+//
+// Leader forwarding, joining and removing members are not here yet: Propose
+// on a follower fails with ErrNotLeader naming the leader.
+//
+// # Concurrency
+//
+// All Node methods are safe for concurrent use. Close may run concurrently
+// with Propose; proposals then fail with ErrClosed (not sent) or
+// ErrIndeterminate (sent).
+//
+// # Logging
+//
+// raft logs through hclog; an adapter routes it into Config.Logger (slog) at
+// the matching level with component=raft. nil discards everything.
+package raftmeta

@@ -1,0 +1,122 @@
+package raftmeta
+
+import (
+	"context"
+	"io"
+	"log"
+	"log/slog"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// hcLogger adapts an *slog.Logger to hclog.Logger, which raft requires.
+// Levels map one to one (hclog Trace -> slog Debug-4). hclog's "implied args"
+// become slog attributes; SetLevel is ignored (the slog handler decides).
+type hcLogger struct {
+	l    *slog.Logger
+	name string
+	args []any
+}
+
+var _ hclog.Logger = (*hcLogger)(nil)
+
+const levelTrace = slog.LevelDebug - 4
+
+// newHCLogger returns an hclog.Logger writing to l (nil: discard) named name.
+func newHCLogger(l *slog.Logger, name string) hclog.Logger {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return &hcLogger{l: l.With("component", name), name: name}
+}
+
+func slogLevel(level hclog.Level) slog.Level {
+	switch level {
+	case hclog.Trace:
+		return levelTrace
+	case hclog.Debug:
+		return slog.LevelDebug
+	case hclog.Warn:
+		return slog.LevelWarn
+	case hclog.Error:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+func (h *hcLogger) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Off {
+		return
+	}
+	h.l.Log(context.Background(), slogLevel(level), msg, args...)
+}
+
+func (h *hcLogger) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
+func (h *hcLogger) Debug(msg string, args ...any) { h.Log(hclog.Debug, msg, args...) }
+func (h *hcLogger) Info(msg string, args ...any)  { h.Log(hclog.Info, msg, args...) }
+func (h *hcLogger) Warn(msg string, args ...any)  { h.Log(hclog.Warn, msg, args...) }
+func (h *hcLogger) Error(msg string, args ...any) { h.Log(hclog.Error, msg, args...) }
+
+func (h *hcLogger) enabled(level slog.Level) bool {
+	return h.l.Enabled(context.Background(), level)
+}
+
+func (h *hcLogger) IsTrace() bool { return h.enabled(levelTrace) }
+func (h *hcLogger) IsDebug() bool { return h.enabled(slog.LevelDebug) }
+func (h *hcLogger) IsInfo() bool  { return h.enabled(slog.LevelInfo) }
+func (h *hcLogger) IsWarn() bool  { return h.enabled(slog.LevelWarn) }
+func (h *hcLogger) IsError() bool { return h.enabled(slog.LevelError) }
+
+func (h *hcLogger) ImpliedArgs() []any { return h.args }
+
+func (h *hcLogger) With(args ...any) hclog.Logger {
+	return &hcLogger{l: h.l.With(args...), name: h.name, args: append(append([]any(nil), h.args...), args...)}
+}
+
+func (h *hcLogger) Name() string { return h.name }
+
+func (h *hcLogger) Named(name string) hclog.Logger {
+	if h.name != "" {
+		name = h.name + "." + name
+	}
+	return h.ResetNamed(name)
+}
+
+func (h *hcLogger) ResetNamed(name string) hclog.Logger {
+	return &hcLogger{l: h.l.With("component", name), name: name, args: h.args}
+}
+
+func (h *hcLogger) SetLevel(hclog.Level) {}
+
+func (h *hcLogger) GetLevel() hclog.Level {
+	for _, lv := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error} {
+		if h.enabled(slogLevel(lv)) {
+			return lv
+		}
+	}
+	return hclog.Off
+}
+
+func (h *hcLogger) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(h.StandardWriter(opts), "", 0)
+}
+
+func (h *hcLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
+	level := hclog.Info
+	if opts != nil && opts.ForceLevel != hclog.NoLevel {
+		level = opts.ForceLevel
+	}
+	return stdWriter{h: h, level: level}
+}
+
+// stdWriter turns standard-library log lines into records at one level.
+type stdWriter struct {
+	h     *hcLogger
+	level hclog.Level
+}
+
+func (w stdWriter) Write(p []byte) (int, error) {
+	w.h.Log(w.level, strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,300 @@
+package raftmeta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+const (
+	logCacheSize     = 512
+	tcpMaxPool       = 3
+	tcpTimeout       = 10 * time.Second
+	boltOpenTimeout  = 2 * time.Second // a second process on the same Dir fails instead of hanging
+	leaderPollPeriod = 10 * time.Millisecond
+)
+
+// Node is one running raft member holding an fsm.FSM.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	fsm   *fsm.FSM
+	raft  *raft.Raft
+	store *raftboltdb.BoltStore
+	trans raft.Transport
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	closeErr  error
+}
+
+// Open starts raft on cfg.Dir around f. f must be fresh (fsm.New()): raft
+// restores it from the newest snapshot and re-applies the committed log after
+// it once the commit index is known (after the leader's first entry of its
+// term), so until WaitLeader+Barrier the FSM may be stale.
+func Open(cfg Config, f *fsm.FSM) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{cfg: cfg, fsm: f, closed: make(chan struct{}), log: cfg.Logger}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.log = n.log.With("component", "raftmeta", "node", cfg.NodeID)
+	if err := n.open(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) open() error {
+	cfg := n.cfg
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return fmt.Errorf("raftmeta: %w", err)
+	}
+	var err error
+	n.store, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.Dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
+		NoSync:      false, // term, vote and log entries are fsynced before raft acts on them
+	})
+	if err != nil {
+		return fmt.Errorf("raftmeta: open raft.db: %w", err)
+	}
+	logs, err := raft.NewLogCache(logCacheSize, n.store)
+	if err != nil {
+		return fmt.Errorf("raftmeta: log cache: %w", err)
+	}
+	hl := newHCLogger(cfg.Logger, "raft")
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotRetain, hl.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("raftmeta: snapshot store: %w", err)
+	}
+	if n.trans, err = newTransport(cfg, hl); err != nil {
+		return err
+	}
+	rc := cfg.raftConfig(cfg.Logger)
+	if cfg.Bootstrap {
+		if err := bootstrap(rc, logs, n.store, snaps, n.trans); err != nil {
+			return err
+		}
+	}
+	n.raft, err = raft.NewRaft(rc, raftFSM{n.fsm}, logs, n.store, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("raftmeta: start raft: %w", err)
+	}
+	n.log.Info("raft started", "dir", cfg.Dir, "addr", n.trans.LocalAddr(), "bootstrap", cfg.Bootstrap,
+		"fsm_applied", n.fsm.AppliedIndex())
+	return nil
+}
+
+// newTransport returns an in-memory transport (BindAddr "") addressed by the
+// node ID, or a TCP transport on BindAddr.
+func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
+	if cfg.BindAddr == "" {
+		_, t := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+		return t, nil
+	}
+	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, nil, tcpMaxPool, tcpTimeout, hl.Named("transport"))
+	if err != nil {
+		return nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)
+	}
+	return t, nil
+}
+
+// bootstrap writes a one-voter configuration if there is no raft state yet.
+func bootstrap(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) error {
+	has, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		return fmt.Errorf("raftmeta: checking for raft state: %w", err)
+	}
+	if has {
+		return nil
+	}
+	conf := raft.Configuration{Servers: []raft.Server{{
+		Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr(),
+	}}}
+	if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
+		return fmt.Errorf("raftmeta: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// WaitLeader blocks until this node is the leader or knows a leader, or ctx
+// ends (its error is returned, wrapped).
+func (n *Node) WaitLeader(ctx context.Context) error {
+	t := time.NewTicker(leaderPollPeriod)
+	defer t.Stop()
+	for {
+		if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("raftmeta: waiting for a leader: %w", ctx.Err())
+		case <-n.closed:
+			return ErrClosed
+		case <-t.C:
+		}
+	}
+}
+
+// Propose appends cmd (an fsm-encoded command) through raft on the leader,
+// waits until it is applied, and returns the FSM's Result. Errors:
+//   - ErrInvalidCommand, ErrClosed, ErrNotLeader, a ctx error before sending:
+//     the command was not appended;
+//   - ErrIndeterminate (leadership lost, timeout, shutdown, ctx ended while
+//     waiting): it may still commit. Retrying with the same TxnID is safe.
+func (n *Node) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	if _, _, err := fsm.Decode(cmd); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidCommand, err)
+	}
+	if err := n.ready(ctx); err != nil {
+		return nil, err
+	}
+	fut := n.raft.Apply(cmd, n.timeout(ctx))
+	if err := n.wait(ctx, fut); err != nil {
+		return nil, fmt.Errorf("raftmeta: propose: %w", err)
+	}
+	res, ok := fut.Response().(*fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("raftmeta: propose: FSM returned %T, want *fsm.Result", fut.Response())
+	}
+	return res, nil
+}
+
+// Barrier waits until the FSM has applied every entry committed before it
+// (leader only; ErrNotLeader otherwise).
+func (n *Node) Barrier(ctx context.Context) error {
+	if err := n.ready(ctx); err != nil {
+		return err
+	}
+	if err := n.wait(ctx, n.raft.Barrier(n.timeout(ctx))); err != nil {
+		return fmt.Errorf("raftmeta: barrier: %w", err)
+	}
+	return nil
+}
+
+// ready reports why a request must not be sent at all.
+func (n *Node) ready(ctx context.Context) error {
+	select {
+	case <-n.closed:
+		return ErrClosed
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("raftmeta: %w", err)
+	}
+	return nil
+}
+
+// timeout is ApplyTimeout or the time left before ctx's deadline, if sooner.
+func (n *Node) timeout(ctx context.Context) time.Duration {
+	d := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(min(d, time.Until(dl)), time.Millisecond)
+	}
+	return d
+}
+
+// wait waits for fut or ctx and classifies the outcome. raft resolves every
+// future eventually (applied, failed, or ErrRaftShutdown), so the goroutine
+// left behind when ctx ends first does finish.
+func (n *Node) wait(ctx context.Context, fut raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- fut.Error() }()
+	select {
+	case err := <-done:
+		return n.classify(err)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrIndeterminate, ctx.Err())
+	}
+}
+
+// classify maps raft's errors onto our sentinels. Unknown errors count as
+// indeterminate: claiming a definite failure we cannot prove would be worse.
+func (n *Node) classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader):
+		addr, id := n.raft.LeaderWithID()
+		return fmt.Errorf("%w (leader %q at %q)", ErrNotLeader, id, addr)
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrAbortedByRestore):
+		return err // definite: the entry was truncated away by a snapshot install
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w: %w", ErrIndeterminate, ErrClosed, err)
+	default: // ErrLeadershipLost, ErrEnqueueTimeout, transport errors
+		return fmt.Errorf("%w: %w", ErrIndeterminate, err)
+	}
+}
+
+// Snapshot asks raft for a snapshot now (it also truncates the log to
+// TrailingLogs). raft.ErrNothingNewToSnapshot is returned wrapped.
+func (n *Node) Snapshot() error {
+	if err := n.ready(context.Background()); err != nil {
+		return err
+	}
+	if err := n.raft.Snapshot().Error(); err != nil {
+		return fmt.Errorf("raftmeta: snapshot: %w", err)
+	}
+	return nil
+}
+
+// AppliedIndex is raft's last applied index (it counts configuration and
+// no-op entries too, so it may exceed the FSM's AppliedIndex).
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// IsLeader reports whether this node is the leader right now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Raft exposes the underlying raft for membership changes and observers.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// Close shuts raft down (pending proposals fail with ErrIndeterminate), then
+// closes the transport and raft.db. Safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.closed)
+		var errs []error
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raftmeta: shutdown: %w", err))
+		}
+		errs = append(errs, n.closeStores())
+		n.closeErr = errors.Join(errs...)
+		n.log.Info("raft closed")
+	})
+	return n.closeErr
+}
+
+// closeStores closes whatever open() managed to open.
+func (n *Node) closeStores() error {
+	var errs []error
+	if c, ok := n.trans.(interface{ Close() error }); ok {
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftmeta: close transport: %w", err))
+		}
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftmeta: close raft.db: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
