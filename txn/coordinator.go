@@ -23,7 +23,7 @@ type Coordinator struct {
 	sem  chan struct{} // in-flight transaction slots
 
 	mu      sync.Mutex
-	flights map[string]*flight    // key -> the transaction writing it
+	flights map[string]*flight     // key -> the transaction writing it
 	running map[fsm.TxnID]*running // txn ID -> a call in progress (retries join it)
 
 	// truncMu orders WAL truncation after every intent append in progress: appenders hold

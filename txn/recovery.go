@@ -127,12 +127,24 @@ func (c *Coordinator) resolveIntent(ctx context.Context, id fsm.TxnID, p pending
 	return nil
 }
 
-// verifyIntent reads back every record of an intent; "" means all verify.
+// verifyIntent reads back every record of an intent and makes them durable; "" means all
+// verify. The fdatasync matters: after a process crash the records may be readable only from
+// the page cache, and a roll-forward must not commit metadata for bytes a power loss could
+// still take away (G1).
 func (c *Coordinator) verifyIntent(id fsm.TxnID, in intent) string {
+	var buckets []uint32
+	seen := map[uint32]bool{}
 	for _, e := range in.Entries {
 		if _, err := c.data.Read(e.extent(), e.header(id)); err != nil {
 			return fmt.Sprintf("record of %q: %v", e.Key, err)
 		}
+		if !seen[e.Bucket] {
+			seen[e.Bucket] = true
+			buckets = append(buckets, e.Bucket)
+		}
+	}
+	if err := c.data.Sync(buckets...); err != nil {
+		return fmt.Sprintf("fdatasync before roll-forward: %v", err)
 	}
 	return ""
 }

@@ -1,0 +1,166 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/node"
+)
+
+// harness runs child processes against one data directory and checks it after each.
+type harness struct {
+	t    *testing.T
+	dir  string
+	ack  string
+	seed uint64
+	runs int
+}
+
+func newHarness(t *testing.T, seed uint64) *harness {
+	dir := t.TempDir()
+	return &harness{t: t, dir: filepath.Join(dir, "data"), ack: filepath.Join(dir, "acked"), seed: seed}
+}
+
+// start launches a child; failpoints is the KVOFFLOAD_FAILPOINTS value ("" = none).
+func (h *harness) start(failpoints string, batches int) *exec.Cmd {
+	h.t.Helper()
+	h.runs++
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		childEnv+"="+h.dir, childAckEnv+"="+h.ack,
+		fmt.Sprintf("%s=%d", childSeedEnv, h.seed),
+		fmt.Sprintf("%s=%d", childRunEnv, h.runs),
+		fmt.Sprintf("%s=%d", childBatches, batches),
+		"KVOFFLOAD_FAILPOINTS="+failpoints)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	return cmd
+}
+
+// wait waits for the child and reports whether SIGKILL ended it.
+func (h *harness) wait(cmd *exec.Cmd) (killed bool) {
+	h.t.Helper()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			totals.crashes++
+			return true
+		}
+		h.t.Fatalf("child failed: %v", err)
+	}
+	if err != nil {
+		h.t.Fatalf("child: %v", err)
+	}
+	return false
+}
+
+// verify recovers the data directory in process and checks every invariant.
+func (h *harness) verify() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := node.Open(ctx, childConfig(h.dir))
+	if err != nil {
+		h.t.Fatalf("recovery failed: %v", err)
+	}
+	totals.recoveries++
+	_, rec := n.Recovery()
+	acked := h.acked()
+	rep, cerr := CheckNode(ctx, n, Workload{Seed: h.seed, BlockSize: childBlock}, acked)
+	if err := n.Close(); err != nil {
+		h.t.Fatalf("close: %v", err)
+	}
+	if cerr != nil {
+		h.t.Fatalf("invariant violated after recovery: %v", cerr)
+	}
+	open, err := UnresolvedIntents(filepath.Join(h.dir, "wal"))
+	if err != nil || open != 0 {
+		h.t.Fatalf("I5: %d unresolved intents after recovery (err %v)", open, err)
+	}
+	totals.checks += rep.Checks + 1
+	h.t.Logf("recovered: %d unresolved intents (%d rolled forward, %d aborted), %d orphan bytes; %d keys verified, %d acked",
+		rec.Unresolved, rec.RolledFwd, rec.Aborted, rec.OrphanBytes, rep.MetaKeys, rep.AckedKeys)
+}
+
+func (h *harness) acked() []string {
+	f, err := os.Open(h.ack)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer f.Close()
+	var keys []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k := strings.TrimSpace(sc.Text()); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// TestKillAtEveryStep is CASES.md C4 (Mooncake #3089) with SIGKILL: the child dies at each
+// write-path step S0..S6 (on the 3rd hit, so earlier transactions committed), then a
+// recovery must leave every acknowledged key readable byte-identical, nothing uncommitted
+// visible, and no unresolved intent. A second, clean run on the same directory follows.
+func TestKillAtEveryStep(t *testing.T) {
+	for _, fp := range failpoint.WritePath {
+		t.Run(fp, func(t *testing.T) {
+			h := newHarness(t, testSeed(t))
+			if !h.wait(h.start(fp+"=crash@3", 4)) {
+				t.Fatalf("the child was not killed at %s", fp)
+			}
+			h.verify()
+			if h.wait(h.start("", 2)) {
+				t.Fatal("clean run was killed")
+			}
+			h.verify()
+		})
+	}
+}
+
+// TestKillAtRandomMoments SIGKILLs the child at a random moment, five times on one
+// directory, checking after each recovery.
+func TestKillAtRandomMoments(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 4))
+	h := newHarness(t, seed)
+	for range 5 {
+		cmd := h.start("", 20)
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		h.wait(cmd)
+		h.verify()
+	}
+}
+
+// TestKillDuringRecovery: the child dies with unresolved intents, the next child dies in the
+// middle of recovering them, and a third recovery converges.
+func TestKillDuringRecovery(t *testing.T) {
+	h := newHarness(t, testSeed(t))
+	if !h.wait(h.start(failpoint.DataSynced+"=crash@4", 4)) {
+		t.Fatal("first child not killed")
+	}
+	if !h.wait(h.start(failpoint.RecoveryResolved+"=crash@1", 1)) {
+		t.Fatal("second child not killed during recovery")
+	}
+	h.verify()
+}
