@@ -17,7 +17,8 @@ import (
 const Enabled = true
 
 type action struct {
-	kind  string // crash, sleep, error
+	kind  string // crash, sleep, error, func
+	fn    func() error
 	sleep time.Duration
 	nth   int64 // 0 = every hit
 }
@@ -117,8 +118,28 @@ func Hit(name string) error {
 		time.Sleep(a.sleep)
 	case "error":
 		return ErrInjected
+	case "func":
+		return a.fn()
 	}
 	return nil
+}
+
+// EnableFunc arms name to call fn on its nth hit (0 = every hit); fn's error is returned by
+// Hit. In-process crash tests use it to capture the durable state at an exact step.
+func EnableFunc(name string, nth int64, fn func() error) {
+	loadOnce.Do(load)
+	mu.Lock()
+	defer mu.Unlock()
+	armed[name] = action{kind: "func", fn: fn, nth: nth}
+}
+
+// Reset disarms every failpoint and zeroes the hit counters.
+func Reset() {
+	loadOnce.Do(load)
+	mu.Lock()
+	defer mu.Unlock()
+	armed = map[string]action{}
+	hits = map[string]int64{}
 }
 
 // Hits returns a copy of the hit counters, for coverage tables.
