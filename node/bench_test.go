@@ -1,0 +1,70 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/diskbench"
+	"github.com/kvoffload/kvoffload/internal/trace"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// BenchmarkBatchOffload measures end-to-end offload throughput (32 concurrent clients, batches
+// of 16 blocks) and reports it as a ratio to the disk's own O_DIRECT sequential write +
+// fdatasync limit measured in the same run and directory (x_disk), as performance.md asks.
+func BenchmarkBatchOffload(b *testing.B) {
+	for _, block := range []int{256 << 10, 2 << 20} {
+		b.Run(fmt.Sprintf("block=%dKiB", block>>10), func(b *testing.B) { benchOffload(b, block) })
+	}
+}
+
+func benchOffload(b *testing.B, block int) {
+	const clients, batch = 32, 16
+	dir := b.TempDir()
+	cfg := DefaultConfig(dir)
+	n, err := Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	// Payloads are made before the clock starts: the benchmark measures the store.
+	payloads := make([][]byte, 64)
+	for i := range payloads {
+		payloads[i] = trace.Payload(uint64(i), "bench", block)
+	}
+	var seq atomic.Int64
+	b.SetBytes(int64(block * batch))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				objs := make([]txn.Object, batch)
+				for i := range objs {
+					s := seq.Add(1)
+					objs[i] = txn.Object{Key: fmt.Sprintf("bench@%d", s), Value: payloads[s%int64(len(payloads))]}
+				}
+				if _, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objs); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	mbps := float64(int64(b.N)*int64(block*batch)) / 1e6 / b.Elapsed().Seconds()
+	disk, err := diskbench.SeqWrite(dir, 512<<20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(mbps, "MB/s")
+	b.ReportMetric(disk.MBPerSec, "disk_MB/s")
+	b.ReportMetric(mbps/disk.MBPerSec, "x_disk")
+}
