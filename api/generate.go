@@ -5,7 +5,7 @@
 //
 // which needs protoc (Debian: apt-get install protobuf-compiler) and the plugins
 // (go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
-// google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0). The generated files are committed,
+// google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2). The generated files are committed,
 // so building and testing need none of these.
 package api
 
