@@ -1,5 +1,6 @@
-// Command storenode runs kvoffload: `storenode replay` replays a Mooncake-format trace
-// against an embedded single node (or, later, a cluster) and verifies every key.
+// Command storenode runs kvoffload: `storenode serve` runs a cluster node, `storenode
+// replay` replays a Mooncake-format trace against an embedded single node or a running
+// cluster and verifies every key, and `storenode status` describes a running cluster.
 package main
 
 import (
@@ -16,7 +17,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(replayCmd())
+	root.AddCommand(replayCmd(), serveCmd(), statusCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "storenode:", err)
 		os.Exit(1)
