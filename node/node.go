@@ -78,6 +78,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.coord, err = txn.New(tcfg, n.wal, n.buckets, meta{n.raft, n.fsm}); err != nil {
 		return nil, err
 	}
+	n.fsm.Watch(n.coord.OnApplied)
 	if n.recovery, err = n.coord.Recover(ctx); err != nil {
 		return nil, err
 	}

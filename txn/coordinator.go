@@ -36,11 +36,14 @@ type Coordinator struct {
 	pins   map[bucketstore.Extent]int
 	doomed map[bucketstore.Extent]bool // freed when their last pin drops
 
-	failed   atomic.Pointer[error]
-	closed   atomic.Bool
-	bg       sync.WaitGroup
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
+	remote Remote // reads of keys other nodes own; nil on a single node
+
+	failed    atomic.Pointer[error]
+	closed    atomic.Bool
+	recovered atomic.Bool
+	bg        sync.WaitGroup
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
 
 	stats counters
 }
@@ -87,6 +90,9 @@ func New(cfg Config, log IntentLog, data Buckets, meta Meta) (*Coordinator, erro
 		bgCancel:   cancel,
 	}, nil
 }
+
+// SetRemote installs the reader of keys whose bytes other nodes own. Call before serving.
+func (c *Coordinator) SetRemote(r Remote) { c.remote = r }
 
 // NewTxnID returns a random 128-bit transaction ID.
 func NewTxnID() fsm.TxnID {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -39,8 +40,13 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 		ea, eb := entries[order[a]].Extent, entries[order[b]].Extent
 		return ea.Bucket < eb.Bucket || (ea.Bucket == eb.Bucket && ea.Offset < eb.Offset)
 	})
+	remote := map[string][]int{} // owner -> indexes of keys it holds
 	for _, i := range order {
 		if out[i].Status != 0 {
+			continue
+		}
+		if owner := entries[i].Owner; owner != c.cfg.NodeID {
+			remote[owner] = append(remote[owner], i)
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -48,6 +54,62 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 			continue
 		}
 		out[i] = c.get(ctx, keys[i], entries[i])
+	}
+	c.readRemote(ctx, keys, entries, remote, out)
+	c.stats.gets.Add(uint64(len(keys)))
+	return out, nil
+}
+
+// readRemote fills in the keys whose bytes live on other nodes, one call per owner, in
+// parallel. Without a Remote (single node) they are Unavailable.
+func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []fsm.Entry, byOwner map[string][]int, out []GetResult) {
+	var wg sync.WaitGroup
+	for owner, idx := range byOwner {
+		if c.remote == nil {
+			for _, i := range idx {
+				out[i] = GetResult{Key: keys[i], Status: Unavailable, Reason: "owned by node " + owner}
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ks := make([]string, len(idx))
+			var size int64
+			for j, i := range idx {
+				ks[j] = keys[i]
+				size += int64(entries[i].Size)
+			}
+			res := c.remote.ReadRemote(ctx, owner, ks, size)
+			for j, i := range idx {
+				if j < len(res) {
+					out[i] = res[j]
+				} else {
+					out[i] = GetResult{Key: keys[i], Status: Unavailable, Reason: "owner " + owner + " returned too few results"}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BatchGetLocal reads only keys whose bytes this node owns (the owner side of a forwarded
+// read); keys the local metadata assigns to another node are Unavailable.
+func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]GetResult, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	out := make([]GetResult, len(keys))
+	for i, k := range keys {
+		e, ok := c.meta.Lookup(k)
+		switch {
+		case !ok:
+			out[i] = GetResult{Key: k, Status: NotFound}
+		case e.Owner != c.cfg.NodeID:
+			out[i] = GetResult{Key: k, Status: Unavailable, Reason: "not owned by node " + c.cfg.NodeID}
+		default:
+			out[i] = c.get(ctx, k, e)
+		}
 	}
 	c.stats.gets.Add(uint64(len(keys)))
 	return out, nil
@@ -57,9 +119,6 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 // bytes are freed only after their removal is applied, so an entry still present after the
 // pin cannot be freed under the reader.
 func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResult {
-	if e.Owner != c.cfg.NodeID {
-		return GetResult{Key: key, Status: Unavailable, Reason: "owned by node " + e.Owner}
-	}
 	ext := bucketExtent(e.Extent)
 	c.pin(ext)
 	defer c.unpin(ext)
@@ -83,12 +142,9 @@ func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResul
 // repair removes a corrupt key's metadata (only the generation that was read) and frees it.
 func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
 	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: key, Gen: e.Gen}}, Reason: "corrupt record"})
-	res, err := c.propose(context.WithoutCancel(ctx), cmd)
-	if err != nil {
+	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
 		c.lg.Warn("repair of a corrupt key failed; it stays Corrupt until retried", "key", key, "err", err)
-		return
 	}
-	c.freeRemoved(res)
 }
 
 // BatchExists reports, per key, whether it is committed (Present), being written (InFlight) or
@@ -135,7 +191,6 @@ func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)
 	}
-	c.freeRemoved(res)
 	out := make([]RemoveResult, len(keys))
 	for i, k := range keys {
 		out[i].Key = k
@@ -148,8 +203,15 @@ func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult
 	return out, nil
 }
 
-// freeRemoved frees the local bytes of every key a REMOVE result removed.
-func (c *Coordinator) freeRemoved(res *fsm.Result) {
+// OnApplied is called by the metadata layer after each command is applied on this node (in
+// Raft log order). It frees the local bytes of every key a REMOVE removed: the bytes go only
+// after the removal is applied here, and only once no reader pins them. Before recovery has
+// finished it does nothing: recovery's orphan collection frees whatever the metadata no
+// longer references.
+func (c *Coordinator) OnApplied(res *fsm.Result) {
+	if !c.recovered.Load() || res.Type != fsm.CmdRemove {
+		return
+	}
 	for _, ko := range res.Keys {
 		if ko.Outcome == fsm.OutcomeRemoved && ko.Entry.Owner == c.cfg.NodeID {
 			c.stats.removed.Add(1)

@@ -59,6 +59,7 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 			return rep, fmt.Errorf("txn: recovery: truncating the WAL: %w", err)
 		}
 	}
+	c.recovered.Store(true)
 	c.stats.recovered.Add(uint64(rep.RolledFwd))
 	c.stats.recoveryAbort.Add(uint64(rep.Aborted))
 	c.stats.orphanBytes.Add(uint64(rep.OrphanBytes))

@@ -50,6 +50,13 @@ type Meta interface {
 	ForEach(fn func(fsm.Entry) bool)
 }
 
+// Remote reads keys whose bytes another node owns (cluster mode). It returns one result per
+// key, in order; an unreachable owner yields Unavailable results quickly, not a time-out.
+// size is the keys' total payload size in bytes, to size the deadline.
+type Remote interface {
+	ReadRemote(ctx context.Context, owner string, keys []string, size int64) []GetResult
+}
+
 var (
 	_ IntentLog = (*wal.Log)(nil)
 	_ Buckets   = (*bucketstore.Store)(nil)
