@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
 )
 
 // Config holds the coordinator's identity and limits.
@@ -51,8 +53,8 @@ func (c Config) Validate() error {
 	if c.NodeID == "" {
 		errs = append(errs, errors.New("txn: NodeID is empty"))
 	}
-	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > 65535 {
-		errs = append(errs, fmt.Errorf("txn: MaxKeyBytes %d out of range [1, 65535]", c.MaxKeyBytes))
+	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > bucketstore.MaxKeyLen {
+		errs = append(errs, fmt.Errorf("txn: MaxKeyBytes %d out of range [1, %d] (the bucket record's limit)", c.MaxKeyBytes, bucketstore.MaxKeyLen))
 	}
 	if c.MaxObjectBytes < 1 || c.MaxObjectBytes > 1<<32-1 {
 		errs = append(errs, fmt.Errorf("txn: MaxObjectBytes %d out of range [1, 4 GiB)", c.MaxObjectBytes))

@@ -30,7 +30,7 @@ type Coordinator struct {
 	// it shared from Append until the intent is registered in unresolved.
 	truncMu    sync.RWMutex
 	unresMu    sync.Mutex
-	unresolved map[fsm.TxnID]uint64 // txn ID -> WAL index of its unresolved INTENT
+	unresolved map[uint64]fsm.TxnID // WAL index of an unresolved INTENT -> its txn ID
 
 	pinMu  sync.Mutex
 	pins   map[bucketstore.Extent]int
@@ -59,6 +59,7 @@ type flight struct {
 
 // running is a call in progress for a txn ID.
 type running struct {
+	sig     uint64 // signature of the call's objects: a retry must send the same batch
 	done    chan struct{}
 	results []KeyResult
 	err     error
@@ -83,7 +84,7 @@ func New(cfg Config, log IntentLog, data Buckets, meta Meta) (*Coordinator, erro
 		sem:        make(chan struct{}, cfg.MaxInFlight),
 		flights:    map[string]*flight{},
 		running:    map[fsm.TxnID]*running{},
-		unresolved: map[fsm.TxnID]uint64{},
+		unresolved: map[uint64]fsm.TxnID{},
 		pins:       map[bucketstore.Extent]int{},
 		doomed:     map[bucketstore.Extent]bool{},
 		bgCtx:      ctx,

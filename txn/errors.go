@@ -8,6 +8,9 @@ var (
 	// ErrFailed is returned after a fail-stop error (the WAL could not be written or synced):
 	// the coordinator accepts nothing more; restart the process to recover.
 	ErrFailed = errors.New("txn: coordinator failed")
+	// ErrTxnIDInUse is returned when a call reuses the txn ID of a running call for a
+	// different batch (a retry must send the same objects).
+	ErrTxnIDInUse = errors.New("txn: txn ID in use by a running call with a different batch")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("txn: coordinator closed")
 )

@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
 
@@ -28,6 +29,7 @@ type write struct {
 	gen     uint64
 	ext     bucketstore.Extent
 	fl      *flight
+	err     error // the record could not be written: this key fails, its siblings go on
 	outcome Outcome
 	reason  string
 }
@@ -48,6 +50,19 @@ func (w *write) header(id fsm.TxnID) bucketstore.Header {
 func (w *write) entry() intentEntry {
 	return intentEntry{Key: w.key, Bucket: w.ext.Bucket, Offset: w.ext.Offset, Length: w.ext.Length,
 		Size: uint32(len(w.value)), Sum: w.sum, Gen: w.gen}
+}
+
+// signature identifies a batch by its keys and value lengths, so a call that reuses a running
+// call's txn ID for a different batch is refused instead of being handed its results.
+func signature(objs []Object) uint64 {
+	d := xxhash.New()
+	var n [8]byte
+	for _, o := range objs {
+		_, _ = d.WriteString(o.Key)
+		binary.LittleEndian.PutUint64(n[:], uint64(len(o.Value)))
+		_, _ = d.Write(n[:])
+	}
+	return d.Sum64()
 }
 
 // checkBatch enforces the per-request limits.

@@ -82,10 +82,16 @@ func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []f
 			}
 			res := c.remote.ReadRemote(ctx, owner, ks, size)
 			for j, i := range idx {
-				if j < len(res) {
-					out[i] = res[j]
-				} else {
+				if j >= len(res) {
 					out[i] = GetResult{Key: keys[i], Status: Unavailable, Reason: "owner " + owner + " returned too few results"}
+					continue
+				}
+				out[i] = res[j]
+				// The owner verified the record; check the bytes against this node's metadata too,
+				// so a stale owner or a damaged transfer never reaches the caller (G3).
+				e := entries[i]
+				if r := &out[i]; r.Status == Found && (uint32(len(r.Value)) != e.Size || xxhashOf(r.Value) != e.Sum) {
+					*r = GetResult{Key: r.Key, Status: Unavailable, Reason: "owner " + owner + " returned bytes that do not match the metadata"}
 				}
 			}
 		}()

@@ -1,0 +1,129 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// TestC6EveryKeyOneState is CASES.md C6 (Mooncake #3006, #2632, #2997): with four in-flight
+// slots, 35 keys in uneven concurrent batches and two injected write errors, 33 keys commit,
+// the 2 failed ones say why, none is in neither state, and the wait for a slot is counted.
+func TestC6EveryKeyOneState(t *testing.T) {
+	slow := func(op bucketstore.Op, _ string) error {
+		if op == bucketstore.OpWrite {
+			time.Sleep(5 * time.Millisecond) // keep batches in flight long enough to queue
+		}
+		return nil
+	}
+	eio := bucketstore.Any(slow,
+		bucketstore.FailNth(bucketstore.OpWrite, 7, syscall.EIO),
+		bucketstore.FailNth(bucketstore.OpWrite, 20, syscall.EIO))
+	cfg := testConfig(t.TempDir())
+	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), eio)
+	cfg.Txn.MaxInFlight = 4
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	sizes := []int{1, 7, 3, 9, 2, 5, 8}
+	results := make([][]txn.KeyResult, len(sizes))
+	var wg sync.WaitGroup
+	next := 0
+	for b, size := range sizes {
+		var keys []string
+		for range size {
+			keys = append(keys, keyOf("c6", next))
+			next++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objects(6, 4096, keys...))
+			if err != nil {
+				t.Errorf("batch %d: %v", b, err)
+			}
+			results[b] = res
+		}()
+	}
+	wg.Wait()
+	ok, failed, other := 0, 0, 0
+	for _, res := range results {
+		for _, r := range res {
+			switch {
+			case r.Outcome.OK():
+				ok++
+			case r.Outcome == txn.Failed && r.Reason != "":
+				failed++
+				t.Logf("failed as injected: %s: %s", r.Key, r.Reason)
+			default:
+				other++
+				t.Errorf("%s: %s %q", r.Key, r.Outcome, r.Reason)
+			}
+		}
+	}
+	if ok != 33 || failed != 2 || other != 0 || ok+failed != 35 {
+		t.Fatalf("committed %d, failed %d, other %d; want 33, 2, 0", ok, failed, other)
+	}
+	if got := n.FSM().Stats().Keys; got != 33 {
+		t.Fatalf("metadata holds %d keys, want 33", got)
+	}
+	if st, _ := n.Stats(); st.Txn.Waits == 0 {
+		t.Fatal("no batch waited for an in-flight slot: back-pressure was not exercised or not counted")
+	}
+	checkConsistent(t, n)
+}
+
+// TestTxnIDReusedForAnotherBatch: a call that reuses a running call's txn ID with different
+// objects is refused, not handed the other call's results.
+func TestTxnIDReusedForAnotherBatch(t *testing.T) {
+	slow := func(op bucketstore.Op, _ string) error {
+		if op == bucketstore.OpWrite {
+			time.Sleep(200 * time.Millisecond)
+		}
+		return nil
+	}
+	cfg := testConfig(t.TempDir())
+	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), slow)
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	id := txn.NewTxnID()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.BatchOffload(context.Background(), id, objects(1, 4096, keyOf("a", 0)))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_, err := n.BatchOffload(context.Background(), id, objects(1, 4096, keyOf("b", 0), keyOf("b", 1)))
+	if !errors.Is(err, txn.ErrTxnIDInUse) {
+		t.Fatalf("reuse of a running txn ID for another batch: err = %v, want ErrTxnIDInUse", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOverlongKeyRejectedAlone: a key over the limit is Rejected on its own; the limit cannot
+// be configured above what a bucket record holds.
+func TestOverlongKeyRejectedAlone(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Txn.MaxKeyBytes = 4096
+	if err := cfg.Txn.Validate(); err == nil {
+		t.Fatal("MaxKeyBytes above the bucket record's key limit was accepted")
+	}
+	n := mustOpen(t, testConfig(t.TempDir()))
+	defer mustClose(t, n)
+	long := keyOf("long", 0) + strings.Repeat("x", 2000)
+	res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objects(1, 4096, keyOf("short", 0), long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Outcome != txn.Stored || res[1].Outcome != txn.Rejected {
+		t.Fatalf("short %s (%s), long %s (%s); want Stored, Rejected", res[0].Outcome, res[0].Reason, res[1].Outcome, res[1].Reason)
+	}
+}

@@ -1,0 +1,130 @@
+package txn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/wal"
+)
+
+// abort resolves a transaction whose data could not be made durable.
+func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*write, cause error) {
+	reason := "data: " + cause.Error()
+	res, err := c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: p.id, Node: c.cfg.NodeID, Reason: reason}))
+	if err != nil {
+		c.fail(p, ws, reason)
+		c.resolveLater(p.id, idx, ws)
+		return
+	}
+	c.settle(p.id, idx, ws, res, reason)
+	c.finish(p, ws)
+}
+
+// fail finishes ws as Failed without settling them (settlement happens later).
+func (c *Coordinator) fail(p *plan, ws []*write, reason string) {
+	for _, w := range ws {
+		w.outcome, w.reason = Failed, reason
+	}
+	c.finish(p, ws)
+}
+
+// settle applies a transaction's final FSM result to its writes: outcomes are set, the
+// extents the metadata does not reference are freed, and DONE is queued in the WAL.
+func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Result, abortReason string) {
+	byKey := make(map[string]fsm.KeyOutcome, len(res.Keys))
+	for _, ko := range res.Keys {
+		byKey[ko.Key] = ko
+	}
+	for _, w := range ws {
+		ko, ok := byKey[w.key]
+		switch {
+		case res.Aborted:
+			w.outcome, w.reason = Failed, "aborted: "+abortReason
+		case w.err != nil:
+			w.outcome, w.reason = Failed, w.err.Error()
+		case !ok:
+			w.outcome, w.reason = Failed, "key missing from the commit result"
+		case ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == id && ko.Entry.Extent == fsmExtent(w.ext):
+			w.outcome, w.reason = Stored, ""
+			continue
+		default:
+			w.outcome, w.reason = fromFSM(ko.Outcome)
+		}
+		c.free(w.ext)
+	}
+	if res.Aborted {
+		c.stats.aborts.Add(1)
+	}
+	c.done(id, idx)
+}
+
+// done queues the DONE record and drops the intent at WAL index idx from the unresolved set.
+func (c *Coordinator) done(id fsm.TxnID, idx uint64) {
+	c.log.AppendAsync(wal.Record{Type: wal.RecordDone, TxnID: id})
+	_ = failpoint.Hit(failpoint.DoneLogged)
+	c.unresMu.Lock()
+	delete(c.unresolved, idx)
+	c.unresMu.Unlock()
+	c.maybeTruncate()
+}
+
+// resolveLater settles a transaction whose COMMIT or ABORT had an indeterminate outcome:
+// after a Barrier the FSM either knows the transaction, or an ABORT is proposed; the FSM keeps
+// whichever of COMMIT and ABORT came first.
+func (c *Coordinator) resolveLater(id fsm.TxnID, idx uint64, ws []*write) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+			if res, err := c.resolve(c.bgCtx, id); err == nil {
+				c.settle(id, idx, ws, res, "indeterminate commit")
+				return
+			}
+			select {
+			case <-c.bgCtx.Done():
+				return // recovery at the next start-up resolves the intent
+			case <-time.After(delay):
+			}
+		}
+	}()
+}
+
+// resolve returns the final result of a transaction, proposing ABORT if the FSM has none.
+func (c *Coordinator) resolve(ctx context.Context, id fsm.TxnID) (*fsm.Result, error) {
+	bctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
+	defer cancel()
+	if err := c.meta.Barrier(bctx); err != nil {
+		return nil, err
+	}
+	if res, ok := c.meta.TxnResult(id); ok {
+		return res, nil
+	}
+	return c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: id, Node: c.cfg.NodeID, Reason: "indeterminate commit"}))
+}
+
+// maybeTruncate drops resolved history from the front of the WAL.
+func (c *Coordinator) maybeTruncate() {
+	if c.log.LastIndex()-c.log.FirstIndex() < c.cfg.TruncateEvery {
+		return
+	}
+	c.truncMu.Lock()
+	defer c.truncMu.Unlock()
+	first, target := c.log.FirstIndex(), c.log.LastIndex()
+	if target-first < c.cfg.TruncateEvery {
+		return
+	}
+	c.unresMu.Lock()
+	for idx := range c.unresolved {
+		target = min(target, idx)
+	}
+	c.unresMu.Unlock()
+	if target <= first {
+		return
+	}
+	if err := c.log.TruncateFront(target); err != nil {
+		c.failStop(fmt.Errorf("wal truncate: %w", err))
+	}
+}
