@@ -17,9 +17,11 @@ import (
 //	Commit: txn [16]byte | node str | n uvarint | n x cmdEntry
 //	Abort:  txn [16]byte | node str | reason str
 //	Remove: txn [16]byte | n uvarint | n x (key str | gen uvarint) | reason str
+//	Member: txn [16]byte | remove byte (0/1) | member
 //
 //	cmdEntry: key str | bucket uvarint | offset varint | length varint |
 //	          size uvarint | sum uint64 little-endian | gen uvarint
+//	member:   node str | raft addr str | api addr str   (node non-empty)
 //	str:      uvarint length | bytes
 //
 // Entry.Owner and Entry.TxnID are not encoded: they come from the command.
@@ -68,6 +70,13 @@ func (e *encoder) fullEntry(x Entry) {
 	e.txn(x.TxnID)
 }
 
+// member writes a member record (commands, snapshots and Hash).
+func (e *encoder) member(m Member) {
+	e.str(m.NodeID)
+	e.str(m.RaftAddr)
+	e.str(m.APIAddr)
+}
+
 // EncodeCommit encodes c for raft. Deterministic.
 func EncodeCommit(c Commit) []byte {
 	e := encoder{buf: make([]byte, 0, 32+len(c.Node)+len(c.Entries)*64)}
@@ -102,6 +111,17 @@ func EncodeRemove(r Remove) []byte {
 		e.uvarint(k.Gen)
 	}
 	e.str(r.Reason)
+	return e.buf
+}
+
+// EncodeSetMember encodes m for raft. Deterministic. Decode (and so Propose)
+// rejects an empty Member.NodeID.
+func EncodeSetMember(m SetMember) []byte {
+	e := encoder{buf: make([]byte, 0, 24+len(m.Member.NodeID)+len(m.Member.RaftAddr)+len(m.Member.APIAddr))}
+	e.header(CmdMember)
+	e.txn(m.TxnID)
+	e.bool1(m.Remove)
+	e.member(m.Member)
 	return e.buf
 }
 
@@ -260,6 +280,15 @@ func (d *decoder) cmdEntry() Entry {
 	return x
 }
 
+// member reads a member record; an empty NodeID is malformed.
+func (d *decoder) member() Member {
+	m := Member{NodeID: d.str("member node"), RaftAddr: d.str("member raft addr"), APIAddr: d.str("member api addr")}
+	if d.err == nil && m.NodeID == "" {
+		d.fail(fmt.Errorf("%w: member node ID is empty", ErrBadCommand))
+	}
+	return m
+}
+
 func (d *decoder) fullEntry() Entry {
 	x := d.cmdEntry()
 	x.Owner = d.str("entry owner")
@@ -273,8 +302,9 @@ const (
 	minKeyGen   = 1 + 1
 )
 
-// Decode parses a command produced by EncodeCommit, EncodeAbort or
-// EncodeRemove. The value is a Commit, Abort or Remove (not a pointer); a
+// Decode parses a command produced by EncodeCommit, EncodeAbort,
+// EncodeRemove or EncodeSetMember. The value is a Commit, Abort, Remove or
+// SetMember (not a pointer); a
 // Commit's entries have Owner and TxnID filled from the command. Decode never
 // panics: any malformed input is an error wrapping ErrShortCommand,
 // ErrUnknownCommand or ErrBadCommand.
@@ -283,7 +313,7 @@ func Decode(data []byte) (CommandType, any, error) {
 		return 0, nil, fmt.Errorf("%w: %d bytes, need type and version", ErrShortCommand, len(data))
 	}
 	t := CommandType(data[0])
-	if t != CmdCommit && t != CmdAbort && t != CmdRemove {
+	if t < CmdCommit || t > CmdMember {
 		return t, nil, fmt.Errorf("%w: %d", ErrUnknownCommand, data[0])
 	}
 	if data[1] != commandVersion {
@@ -299,6 +329,8 @@ func Decode(data []byte) (CommandType, any, error) {
 		v = Abort{TxnID: d.txn("txn"), Node: d.str("node"), Reason: d.str("reason")}
 	case CmdRemove:
 		v = d.remove()
+	case CmdMember:
+		v = SetMember{TxnID: d.txn("txn"), Remove: d.bool1("remove"), Member: d.member()}
 	}
 	if d.err == nil && r.Len() != 0 {
 		d.fail(fmt.Errorf("%w: %s has %d trailing bytes", ErrBadCommand, t, r.Len()))

@@ -1,13 +1,14 @@
 // Package fsm is kvoffload's replicated metadata: for every key, where its
 // bytes are (owner node, bucket, extent), how to verify them (size,
-// xxhash64), and which generation and transaction produced them.
+// xxhash64), and which generation and transaction produced them; and the
+// member directory (every node's raft and API address).
 //
 // The package is pure: no I/O, no goroutines, no clock, no randomness and no
 // raft import. raftmeta adapts it to raft.FSM; tests drive it directly.
 //
 // # Commands
 //
-// Three commands travel through the raft log, each encoded as a type byte, a
+// Four commands travel through the raft log, each encoded as a type byte, a
 // version byte and a binary body (codec.go documents the layout; it is wire
 // format). Every command carries a TxnID:
 //
@@ -19,6 +20,10 @@
 //   - Remove deletes live keys (Gen 0 = any version, else only that
 //     generation) and burns a generation for keys that are not live, so an
 //     in-flight commit that read the old generation becomes Stale.
+//   - SetMember records a Member under its NodeID (replacing the old record)
+//     or, with Remove, deletes it. Its Result has Type CmdMember and no Keys.
+//     The member directory is metadata only: raft's own configuration (who
+//     votes) is managed by raftmeta, not here.
 //
 // # Invariants
 //
@@ -33,6 +38,9 @@
 //   - Generations only grow: gens[key] never decreases, and a live entry's Gen
 //     equals gens[key]. A removed key therefore never comes back from an older
 //     write.
+//   - Derived counters (Stats.Bytes and the per-owner Owners counters) equal
+//     a recount of the live entries; they are maintained on apply and rebuilt
+//     on Restore, never encoded.
 //   - AppliedIndex is the maximum raft index seen; a re-applied index is
 //     handled by the TxnID de-duplication.
 //   - An undecodable or unknown command panics in ApplyCommand: applying it

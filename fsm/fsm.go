@@ -15,15 +15,46 @@ type state struct {
 	live    map[string]Entry  // key -> live entry
 	gens    map[string]uint64 // key -> last generation used (live or removed)
 	txns    map[TxnID]*Result // txn -> recorded result; recorded Results are never mutated
+	members map[string]Member // node ID -> member record
 	applied uint64            // highest raft index applied
-	bytes   int64             // sum of Size over live
+
+	// Derived from live (not encoded, rebuilt on restore), kept up to date
+	// by addLive and delLive so readers need not scan.
+	bytes  int64                 // sum of Size over live
+	owners map[string]OwnerStats // Entry.Owner -> its live keys and bytes; no zero entries
 }
 
 func newState() *state {
 	return &state{
-		live: make(map[string]Entry),
-		gens: make(map[string]uint64),
-		txns: make(map[TxnID]*Result),
+		live:    make(map[string]Entry),
+		gens:    make(map[string]uint64),
+		txns:    make(map[TxnID]*Result),
+		members: make(map[string]Member),
+		owners:  make(map[string]OwnerStats),
+	}
+}
+
+// addLive makes e live and counts it. The key must not be live.
+func (s *state) addLive(e Entry) {
+	s.live[e.Key] = e
+	s.bytes += int64(e.Size)
+	o := s.owners[e.Owner]
+	o.Keys++
+	o.Bytes += int64(e.Size)
+	s.owners[e.Owner] = o
+}
+
+// delLive removes the live entry e and uncounts it.
+func (s *state) delLive(e Entry) {
+	delete(s.live, e.Key)
+	s.bytes -= int64(e.Size)
+	o := s.owners[e.Owner]
+	o.Keys--
+	o.Bytes -= int64(e.Size)
+	if o.Keys == 0 {
+		delete(s.owners, e.Owner)
+	} else {
+		s.owners[e.Owner] = o
 	}
 }
 
@@ -92,6 +123,8 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 		res = &Result{TxnID: c.TxnID, Type: CmdAbort, Index: index, Aborted: true}
 	case Remove:
 		res = s.applyRemove(index, c)
+	case SetMember:
+		res = s.applyMember(index, c)
 	}
 	s.txns[id] = res
 	return res, true
@@ -105,6 +138,8 @@ func commandTxn(cmd any) (TxnID, bool) {
 	case Abort:
 		return c.TxnID, true
 	case Remove:
+		return c.TxnID, true
+	case SetMember:
 		return c.TxnID, true
 	}
 	return TxnID{}, false
@@ -125,9 +160,8 @@ func (s *state) applyCommit(index uint64, c Commit) *Result {
 		} else if e.Gen <= s.gens[e.Key] {
 			ko.Outcome = OutcomeStale
 		} else {
-			s.live[e.Key] = e
+			s.addLive(e)
 			s.gens[e.Key] = e.Gen
-			s.bytes += int64(e.Size)
 			ko.Outcome, ko.Entry = OutcomeStored, e
 		}
 		res.Keys = append(res.Keys, ko)
@@ -147,14 +181,23 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 			// older write.
 			s.gens[kg.Key]++
 		case kg.Gen == 0 || kg.Gen == cur.Gen:
-			delete(s.live, kg.Key)
+			s.delLive(cur)
 			s.gens[kg.Key] = max(s.gens[kg.Key], cur.Gen) + 1
-			s.bytes -= int64(cur.Size)
 			ko.Outcome, ko.Entry = OutcomeRemoved, cur
 		}
 		res.Keys = append(res.Keys, ko)
 	}
 	return res
+}
+
+// applyMember records or deletes a member. Its Result has no Keys.
+func (s *state) applyMember(index uint64, m SetMember) *Result {
+	if m.Remove {
+		delete(s.members, m.Member.NodeID)
+	} else {
+		s.members[m.Member.NodeID] = m.Member
+	}
+	return &Result{TxnID: m.TxnID, Type: CmdMember, Index: index}
 }
 
 // Lookup returns the live entry of key.
@@ -204,6 +247,32 @@ func (f *FSM) ForEach(fn func(Entry) bool) {
 	}
 }
 
+// Members returns every member record, sorted by NodeID.
+func (f *FSM) Members() []Member {
+	f.mu.RLock()
+	ms := slices.Collect(maps.Values(f.st.members))
+	f.mu.RUnlock()
+	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return ms
+}
+
+// Member returns the member record of node id.
+func (f *FSM) Member(id string) (Member, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	m, ok := f.st.members[id]
+	return m, ok
+}
+
+// Owners returns, per Entry.Owner, the number of live keys and the sum of
+// their Size. Owners without live keys are absent. The map is a copy; the
+// counters are maintained on apply, so this costs O(owners), not O(keys).
+func (f *FSM) Owners() map[string]OwnerStats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return maps.Clone(f.st.owners)
+}
+
 // Stats returns counters describing the state.
 func (f *FSM) Stats() Stats {
 	f.mu.RLock()
@@ -213,6 +282,7 @@ func (f *FSM) Stats() Stats {
 		Bytes:        f.st.bytes,
 		Generations:  len(f.st.gens),
 		Txns:         len(f.st.txns),
+		Members:      len(f.st.members),
 		AppliedIndex: f.st.applied,
 	}
 }

@@ -259,7 +259,8 @@ func TestWatch(t *testing.T) {
 	f.ApplyCommand(2, commit(1, ent("a", 1, 1)))
 	f.ApplyCommand(3, abort(2))
 	f.ApplyCommand(4, remove(3, KeyGen{Key: "a"}))
-	if want := []CommandType{CmdCommit, CmdAbort, CmdRemove}; !slices.Equal(got, want) {
+	f.ApplyCommand(5, setMember(4, "n1", "r", "a"))
+	if want := []CommandType{CmdCommit, CmdAbort, CmdRemove, CmdMember}; !slices.Equal(got, want) {
 		t.Fatalf("watched %v, want %v", got, want)
 	}
 }
@@ -269,7 +270,8 @@ func TestStatsForEach(t *testing.T) {
 	f.ApplyCommand(1, commit(1, ent("c", 1, 1), ent("a", 1, 2), ent("b", 1, 3)))
 	f.ApplyCommand(2, remove(2, KeyGen{Key: "b"}, KeyGen{Key: "z"}))
 	f.ApplyCommand(3, abort(3))
-	want := Stats{Keys: 2, Bytes: 20, Generations: 4, Txns: 3, AppliedIndex: 3}
+	f.ApplyCommand(4, setMember(4, "n1", "r", "a"))
+	want := Stats{Keys: 2, Bytes: 20, Generations: 4, Txns: 4, Members: 1, AppliedIndex: 4}
 	if got := f.Stats(); got != want {
 		t.Fatalf("Stats = %+v, want %+v", got, want)
 	}
@@ -291,6 +293,7 @@ func TestSnapshotRestore(t *testing.T) {
 	f.ApplyCommand(2, remove(2, KeyGen{Key: "a"}, KeyGen{Key: "x"}))
 	f.ApplyCommand(3, abort(3))
 	f.ApplyCommand(4, commit(4))
+	f.ApplyCommand(5, setMember(5, "n1", "r1", "a1"))
 	var buf bytes.Buffer
 	n, err := f.Snapshot().WriteTo(&buf)
 	if err != nil || n != int64(buf.Len()) {
@@ -303,7 +306,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if g.Hash() != f.Hash() || g.Stats() != f.Stats() {
 		t.Fatalf("restored hash/stats differ: %+v vs %+v", g.Stats(), f.Stats())
 	}
-	for _, txn := range []byte{1, 2, 3, 4} {
+	for _, txn := range []byte{1, 2, 3, 4, 5} {
 		a, _ := f.TxnResult(id(txn))
 		b, _ := g.TxnResult(id(txn))
 		if !equalResult(a, b) {

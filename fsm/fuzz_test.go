@@ -14,6 +14,8 @@ func encodeAny(t CommandType, v any) []byte {
 		return EncodeAbort(v.(Abort))
 	case CmdRemove:
 		return EncodeRemove(v.(Remove))
+	case CmdMember:
+		return EncodeSetMember(v.(SetMember))
 	}
 	panic("unreachable")
 }
@@ -24,6 +26,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(commit(1, ent("a", 1, 1), ent("b", 2, 3)))
 	f.Add(abort(2))
 	f.Add(remove(3, KeyGen{Key: "a", Gen: 1}, KeyGen{Key: "b"}))
+	f.Add(setMember(4, "n1", "10.0.0.1:7000", "10.0.0.1:8000"))
+	f.Add(delMember(5, "n2"))
+	f.Add([]byte{byte(CmdMember), 1})
 	f.Add([]byte{})
 	f.Add([]byte{byte(CmdCommit), 1, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -52,12 +57,15 @@ func FuzzRestore(f *testing.F) {
 	src.ApplyCommand(1, commit(1, ent("a", 1, 1)))
 	src.ApplyCommand(2, remove(2, KeyGen{Key: "b"}))
 	src.ApplyCommand(3, abort(3))
+	src.ApplyCommand(4, setMember(4, "n1", "r1", "a1"))
+	src.ApplyCommand(5, setMember(5, "n2", "r2", "a2"))
 	var buf bytes.Buffer
 	if _, err := src.Snapshot().WriteTo(&buf); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(buf.Bytes())
 	f.Add([]byte("KVFS\x01"))
+	f.Add([]byte("KVFS\x02"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := New()
 		if err := g.Restore(bytes.NewReader(data)); err != nil {

@@ -20,6 +20,14 @@ func remove(txn byte, keys ...KeyGen) []byte {
 	return EncodeRemove(Remove{TxnID: id(txn), Keys: keys, Reason: "test"})
 }
 
+func setMember(txn byte, node, raftAddr, apiAddr string) []byte {
+	return EncodeSetMember(SetMember{TxnID: id(txn), Member: Member{NodeID: node, RaftAddr: raftAddr, APIAddr: apiAddr}})
+}
+
+func delMember(txn byte, node string) []byte {
+	return EncodeSetMember(SetMember{TxnID: id(txn), Member: Member{NodeID: node}, Remove: true})
+}
+
 // mustCheck fails the test if f's invariants do not hold.
 func mustCheck(t interface {
 	Helper()

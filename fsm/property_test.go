@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,15 +20,21 @@ var seedFlag = flag.Uint64("fsm.seed", 0, "seed for TestRandomLog (0 = time-base
 // Small key, txn and generation spaces, so duplicates, conflicts, stale
 // writes and removes of live keys are all common.
 var (
-	propKeys = []string{"a", "b", "c", "d"}
-	propTxns = 12
+	propKeys  = []string{"a", "b", "c", "d"}
+	propTxns  = 12
+	propNodes = []string{"n1", "n2", "n3"}
 )
 
 func genCommand(t *rapid.T) []byte {
 	txn := byte(rapid.IntRange(0, propTxns-1).Draw(t, "txn"))
-	switch rapid.IntRange(0, 5).Draw(t, "kind") {
+	switch rapid.IntRange(0, 7).Draw(t, "kind") {
 	case 0:
 		return abort(txn)
+	case 6:
+		return setMember(txn, rapid.SampledFrom(propNodes).Draw(t, "member"),
+			rapid.SampledFrom([]string{"r1", "r2"}).Draw(t, "raftAddr"), rapid.SampledFrom([]string{"", "a1"}).Draw(t, "apiAddr"))
+	case 7:
+		return delMember(txn, rapid.SampledFrom(propNodes).Draw(t, "member"))
 	case 1, 2:
 		n := rapid.IntRange(0, 3).Draw(t, "nremove")
 		var keys []KeyGen
@@ -45,12 +53,14 @@ func genCommand(t *rapid.T) []byte {
 				rapid.Uint64Range(0, 6).Draw(t, "gen"), rapid.Uint64Range(1, 2).Draw(t, "sum"))
 			es = append(es, e)
 		}
-		return EncodeCommit(Commit{TxnID: id(txn), Node: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "node"), Entries: es})
+		return EncodeCommit(Commit{TxnID: id(txn), Node: rapid.SampledFrom(propNodes[:2]).Draw(t, "node"), Entries: es})
 	}
 }
 
 // TestPropertyLog checks, for random logs with duplicate txns and
-// re-applies: every step keeps the invariants and matches the model; applying
+// re-applies: every step keeps the invariants and matches the model (live
+// keys, generations, members, and the per-owner counters against a recount
+// of the model's live keys); applying
 // any prefix twice gives the same Hash; Snapshot -> Restore gives the same
 // Hash; replaying the rest of the log (plus any overlap) onto the restored
 // FSM gives the live Hash.
@@ -67,6 +77,12 @@ func TestPropertyLog(t *testing.T) {
 				t.Fatalf("index %d: result %+v, model %+v", i+1, got, want)
 			}
 			mustCheck(t, f)
+			if got, want := f.Owners(), m.owners(); !maps.Equal(got, want) {
+				t.Fatalf("index %d: Owners %v, recount %v", i+1, got, want)
+			}
+			if got, want := f.Members(), m.sortedMembers(); !slices.Equal(got, want) {
+				t.Fatalf("index %d: Members %+v, model %+v", i+1, got, want)
+			}
 			hashes = append(hashes, f.Hash())
 			if j := rapid.IntRange(0, i).Draw(t, "reapply"); j < i {
 				f.ApplyCommand(uint64(j+1), log[j]) // a re-apply changes nothing
@@ -105,11 +121,14 @@ func TestPropertyLog(t *testing.T) {
 		if restored.Hash() != hashes[k] {
 			t.Fatalf("restore of prefix %d: hash %x, want %x", k, restored.Hash(), hashes[k])
 		}
+		if got, want := restored.Owners(), twice.Owners(); !maps.Equal(got, want) {
+			t.Fatalf("restore of prefix %d: Owners %v, want %v", k, got, want)
+		}
 		from := rapid.IntRange(0, k).Draw(t, "replayFrom") // raft replays after the snapshot; overlap is harmless
 		for i := from; i < len(log); i++ {
 			restored.ApplyCommand(uint64(i+1), log[i])
 		}
-		if restored.Hash() != f.Hash() {
+		if restored.Hash() != f.Hash() || !maps.Equal(restored.Owners(), f.Owners()) {
 			t.Fatalf("snapshot at %d + replay from %d: hash %x, live %x", k, from+1, restored.Hash(), f.Hash())
 		}
 	})
@@ -130,13 +149,21 @@ func TestRandomLog(t *testing.T) {
 	for i := range log {
 		txn := byte(rng.IntN(200))
 		key := func() string { return fmt.Sprintf("k%d", rng.IntN(50)) }
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0:
 			log[i] = abort(txn)
+		case 6:
+			node := fmt.Sprintf("n%d", rng.IntN(4))
+			if rng.IntN(3) == 0 {
+				log[i] = delMember(txn, node)
+			} else {
+				log[i] = setMember(txn, node, fmt.Sprintf("r%d", rng.IntN(3)), "a")
+			}
 		case 1:
 			log[i] = remove(txn, KeyGen{Key: key(), Gen: uint64(rng.IntN(3))}, KeyGen{Key: key()})
 		default:
-			log[i] = commit(txn, ent(key(), uint64(rng.IntN(40)), uint64(rng.IntN(2))), ent(key(), uint64(rng.IntN(40)), 1))
+			log[i] = EncodeCommit(Commit{TxnID: id(txn), Node: fmt.Sprintf("n%d", rng.IntN(4)), Entries: []Entry{
+				ent(key(), uint64(rng.IntN(40)), uint64(rng.IntN(2))), ent(key(), uint64(rng.IntN(40)), 1)}})
 		}
 	}
 	live, replica := New(), New()
@@ -161,7 +188,7 @@ func TestRandomLog(t *testing.T) {
 		replica.ApplyCommand(uint64(i+1), log[i])
 	}
 	mustCheck(t, live)
-	if replica.Hash() != live.Hash() {
+	if replica.Hash() != live.Hash() || !maps.Equal(replica.Owners(), live.Owners()) {
 		t.Fatalf("replica from snapshot at %d: hash %x, live %x", snapAt, replica.Hash(), live.Hash())
 	}
 	t.Logf("stats %+v, snapshot at %d", live.Stats(), snapAt)
@@ -169,13 +196,34 @@ func TestRandomLog(t *testing.T) {
 
 // model is a straightforward restatement of the apply rules, to compare against.
 type model struct {
-	live map[string]Entry
-	gens map[string]uint64
-	txns map[TxnID]*Result
+	live    map[string]Entry
+	gens    map[string]uint64
+	txns    map[TxnID]*Result
+	members map[string]Member
 }
 
 func newModel() *model {
-	return &model{live: map[string]Entry{}, gens: map[string]uint64{}, txns: map[TxnID]*Result{}}
+	return &model{live: map[string]Entry{}, gens: map[string]uint64{}, txns: map[TxnID]*Result{}, members: map[string]Member{}}
+}
+
+// owners recounts the model's live entries per owner.
+func (m *model) owners() map[string]OwnerStats {
+	out := map[string]OwnerStats{}
+	for _, e := range m.live {
+		o := out[e.Owner]
+		o.Keys++
+		o.Bytes += int64(e.Size)
+		out[e.Owner] = o
+	}
+	return out
+}
+
+func (m *model) sortedMembers() []Member {
+	var out []Member
+	for _, k := range slices.Sorted(maps.Keys(m.members)) {
+		out = append(out, m.members[k])
+	}
+	return out
 }
 
 func (m *model) apply(index uint64, data []byte) *Result {
@@ -221,6 +269,13 @@ func (m *model) apply(index uint64, data []byte) *Result {
 				m.gens[kg.Key]++
 			}
 			r.Keys = append(r.Keys, KeyOutcome{Key: kg.Key, Outcome: OutcomeAbsent})
+		}
+	case SetMember:
+		r = &Result{TxnID: c.TxnID, Type: CmdMember, Index: index}
+		if c.Remove {
+			delete(m.members, c.Member.NodeID)
+		} else {
+			m.members[c.Member.NodeID] = c.Member
 		}
 	}
 	m.txns[r.TxnID] = r

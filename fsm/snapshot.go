@@ -14,24 +14,30 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Snapshot wire format (version 1). The constants are wire format.
+// Snapshot wire format (version 2; version 1 had no members section and is
+// refused). The constants are wire format.
 //
 //	magic   "KVFS" (4 bytes) | version byte (snapshotVersion)
 //	applied uvarint
 //	n uvarint | n x fullEntry                       live entries, strictly increasing key
 //	n uvarint | n x (key str | gen uvarint)         generations, strictly increasing key
 //	n uvarint | n x result                          txn results, strictly increasing TxnID
+//	n uvarint | n x member                          member records, strictly increasing node
 //	sum     uint64 little-endian: xxhash64 of every byte before it
 //
 //	fullEntry: cmdEntry (see codec.go) | owner str | txn [16]byte
 //	result:    txn [16]byte | type byte | index uvarint | aborted byte (0/1) |
 //	           n uvarint | n x (key str | outcome byte | fullEntry)
+//	member:    node str | raft addr str | api addr str   (see codec.go)
+//
+// Derived counters (Stats.Bytes, Owners) are not encoded: Restore recomputes
+// them from the live entries.
 //
 // Hash() is the xxhash64 of the same bytes (everything before sum), so equal
 // Hash means byte-identical snapshots.
 const (
 	snapshotMagic   = "KVFS"
-	snapshotVersion = 1
+	snapshotVersion = 2
 	flushAt         = 64 << 10
 )
 
@@ -39,8 +45,8 @@ const (
 // memory with the FSM, so WriteTo may run concurrently with ApplyCommand.
 type Snapshot struct{ st *state }
 
-// Snapshot captures the state under the read lock. The copy is O(keys + txns)
-// map copies; encoding happens later in WriteTo.
+// Snapshot captures the state under the read lock. The copy is O(keys + txns
+// + members) map copies; encoding happens later in WriteTo.
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -48,8 +54,10 @@ func (f *FSM) Snapshot() *Snapshot {
 		live:    maps.Clone(f.st.live),
 		gens:    maps.Clone(f.st.gens),
 		txns:    maps.Clone(f.st.txns), // recorded Results are immutable: sharing them is safe
+		members: maps.Clone(f.st.members),
 		applied: f.st.applied,
 		bytes:   f.st.bytes,
+		owners:  maps.Clone(f.st.owners),
 	}}
 }
 
@@ -67,7 +75,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 }
 
 // Hash returns the xxhash64 of the canonical encoding of the state: live
-// entries, generations, txn results and the applied index. Two FSMs with equal
+// entries, generations, txn results, members and the applied index. Two FSMs with equal
 // Hash hold identical state.
 func (f *FSM) Hash() uint64 {
 	f.mu.RLock()
@@ -131,6 +139,12 @@ func (s *state) encode(w io.Writer) error {
 			e.byte1(byte(ko.Outcome))
 			e.fullEntry(ko.Entry)
 		}
+		flush(false)
+	}
+	keys = slices.Sorted(maps.Keys(s.members))
+	e.uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		e.member(s.members[k])
 		flush(false)
 	}
 	flush(true)
@@ -203,7 +217,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	return st, nil
 }
 
-// decodeBody reads the three sections, checking strict ordering as it goes.
+// decodeBody reads the four sections, checking strict ordering as it goes.
 func (st *state) decodeBody(d *decoder) {
 	n, _ := d.count("live count", 1)
 	prev := ""
@@ -212,9 +226,10 @@ func (st *state) decodeBody(d *decoder) {
 		if i > 0 && strings.Compare(e.Key, prev) <= 0 {
 			d.fail(fmt.Errorf("live key %q not after %q", e.Key, prev))
 		}
+		if _, dup := st.live[e.Key]; !dup { // a duplicate already failed the order check
+			st.addLive(e)
+		}
 		prev = e.Key
-		st.live[e.Key] = e
-		st.bytes += int64(e.Size)
 	}
 	n, _ = d.count("generation count", 1)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -235,6 +250,15 @@ func (st *state) decodeBody(d *decoder) {
 		prevID = r.TxnID
 		st.txns[r.TxnID] = r
 	}
+	n, _ = d.count("member count", 1)
+	for i := 0; i < n && d.err == nil; i++ {
+		m := d.member()
+		if i > 0 && strings.Compare(m.NodeID, prev) <= 0 {
+			d.fail(fmt.Errorf("member %q not after %q", m.NodeID, prev))
+		}
+		prev = m.NodeID
+		st.members[m.NodeID] = m
+	}
 }
 
 func (d *decoder) result() *Result {
@@ -245,7 +269,7 @@ func (d *decoder) result() *Result {
 	n, hint := d.count("result key count", 1)
 	if n > 0 {
 		r.Keys = make([]KeyOutcome, 0, hint)
-	} else if r.Type != CmdAbort {
+	} else if r.Type == CmdCommit || r.Type == CmdRemove {
 		r.Keys = []KeyOutcome{} // apply records an empty, non-nil slice
 	}
 	for i := 0; i < n && d.err == nil; i++ {
@@ -261,6 +285,7 @@ func (d *decoder) result() *Result {
 func (st *state) check() error {
 	var errs []error
 	var sum int64
+	owners := make(map[string]OwnerStats)
 	for k, e := range st.live {
 		if e.Key != k {
 			errs = append(errs, fmt.Errorf("live[%q] holds key %q", k, e.Key))
@@ -269,16 +294,31 @@ func (st *state) check() error {
 			errs = append(errs, fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))
 		}
 		sum += int64(e.Size)
+		o := owners[e.Owner]
+		o.Keys++
+		o.Bytes += int64(e.Size)
+		owners[e.Owner] = o
 	}
 	if sum != st.bytes {
 		errs = append(errs, fmt.Errorf("bytes %d, live entries sum to %d", st.bytes, sum))
+	}
+	if !maps.Equal(owners, st.owners) {
+		errs = append(errs, fmt.Errorf("owner counters %v, live entries count %v", st.owners, owners))
+	}
+	for k, m := range st.members {
+		if m.NodeID != k || k == "" {
+			errs = append(errs, fmt.Errorf("members[%q] holds node %q", k, m.NodeID))
+		}
 	}
 	for id, r := range st.txns {
 		if r.TxnID != id {
 			errs = append(errs, fmt.Errorf("txns[%s] holds %s", id, r.TxnID))
 		}
-		if r.Type < CmdCommit || r.Type > CmdRemove || r.Aborted != (r.Type == CmdAbort) {
+		if r.Type < CmdCommit || r.Type > CmdMember || r.Aborted != (r.Type == CmdAbort) {
 			errs = append(errs, fmt.Errorf("txn %s: type %s aborted %v", id, r.Type, r.Aborted))
+		}
+		if r.Type == CmdMember && len(r.Keys) != 0 {
+			errs = append(errs, fmt.Errorf("txn %s: member result has %d keys", id, len(r.Keys)))
 		}
 		for _, ko := range r.Keys {
 			if ko.Outcome < OutcomeStored || ko.Outcome > OutcomeAbsent {

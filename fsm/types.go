@@ -39,6 +39,7 @@ const (
 	CmdCommit CommandType = 1
 	CmdAbort  CommandType = 2
 	CmdRemove CommandType = 3
+	CmdMember CommandType = 4
 )
 
 // String returns the command's name.
@@ -50,6 +51,8 @@ func (c CommandType) String() string {
 		return "abort"
 	case CmdRemove:
 		return "remove"
+	case CmdMember:
+		return "member"
 	}
 	return fmt.Sprintf("CommandType(%d)", uint8(c))
 }
@@ -80,6 +83,30 @@ type Remove struct {
 	TxnID  TxnID
 	Keys   []KeyGen
 	Reason string
+}
+
+// Member is one node of the cluster as every replica knows it: its raft
+// server ID, the address raft dials, and the address clients and peers use
+// for the node's API.
+type Member struct {
+	NodeID   string
+	RaftAddr string
+	APIAddr  string
+}
+
+// SetMember records Member under Member.NodeID (replacing any earlier record),
+// or, with Remove, deletes the record of Member.NodeID (the other fields are
+// ignored; removing an unknown member is a no-op). NodeID must not be empty.
+type SetMember struct {
+	TxnID  TxnID
+	Member Member
+	Remove bool
+}
+
+// OwnerStats counts one owner's live entries.
+type OwnerStats struct {
+	Keys  int
+	Bytes int64 // sum of Entry.Size (payload bytes)
 }
 
 // Outcome is the per-key result of a command. The values are wire format
@@ -126,7 +153,8 @@ type KeyOutcome struct {
 	Entry   Entry
 }
 
-// Result is the recorded outcome of a transaction. Index is the raft log index
+// Result is the recorded outcome of a transaction (a member command's Result
+// has Type CmdMember and no Keys). Index is the raft log index
 // at which it was first applied; a de-duplicated command returns this Result
 // unchanged, so Index and Type may belong to an earlier command.
 type Result struct {
@@ -152,5 +180,6 @@ type Stats struct {
 	Bytes        int64  // sum of Size over live keys
 	Generations  int    // keys with a generation (live or removed)
 	Txns         int    // recorded transaction results
+	Members      int    // member records
 	AppliedIndex uint64 // highest raft index applied
 }

@@ -21,7 +21,7 @@ func TestInmemCluster(t *testing.T) {
 	var nodes []*Node
 	var fsms []*fsm.FSM
 	for i := range 3 {
-		cfg := testConfig(t, fmt.Sprintf("n%d", i+1), t.TempDir())
+		cfg := clusterConfig(t, fmt.Sprintf("n%d", i+1))
 		cfg.Bootstrap = i == 0
 		n, f := mustOpen(t, cfg)
 		nodes, fsms = append(nodes, n), append(fsms, f)
@@ -33,28 +33,27 @@ func TestInmemCluster(t *testing.T) {
 			}
 		}
 	}
-	leader := nodes[0]
-	mustLead(t, leader)
+	mustLead(t, nodes[0])
 	for _, n := range nodes[1:] {
-		if err := leader.raft.AddVoter(raft.ServerID(n.cfg.NodeID), n.trans.LocalAddr(), 0, 10*time.Second).Error(); err != nil {
-			t.Fatalf("AddVoter %s: %v", n.cfg.NodeID, err)
-		}
+		addAny(t, nodes, n.cfg.NodeID, n.Addr(), true)
 	}
 	for i := range 30 {
-		mustPropose(t, leader, commitCmd(i, fmt.Sprint("k", i), 1))
+		proposeAny(t, nodes, commitCmd(i, fmt.Sprint("k", i), 1))
 	}
 	poll(t, 10*time.Second, func() bool {
 		return fsms[1].Hash() == fsms[0].Hash() && fsms[2].Hash() == fsms[0].Hash()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := nodes[1].WaitLeader(ctx); err != nil {
+	leader := leaderOf(t, nodes)
+	followers := without(nodes, leader)
+	if err := followers[0].WaitLeader(ctx); err != nil {
 		t.Fatalf("follower WaitLeader: %v", err)
 	}
-	if _, err := nodes[1].Propose(ctx, commitCmd(100, "x", 1)); !errors.Is(err, ErrNotLeader) {
+	if _, err := followers[0].Propose(ctx, commitCmd(100, "x", 1)); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Propose on follower: %v, want ErrNotLeader", err)
 	}
-	if err := nodes[2].Barrier(ctx); !errors.Is(err, ErrNotLeader) {
+	if err := followers[1].Barrier(ctx); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Barrier on follower: %v, want ErrNotLeader", err)
 	}
 	t.Logf("replicated %+v", fsms[2].Stats())
@@ -68,16 +67,7 @@ func TestInmemCluster(t *testing.T) {
 		t.Fatalf("Propose on isolated leader: %v, want ErrIndeterminate or ErrNotLeader", err)
 	}
 	t.Logf("isolated leader: %v", err)
-	var newLeader *Node
-	poll(t, 10*time.Second, func() bool {
-		for _, n := range nodes[1:] {
-			if n.IsLeader() {
-				newLeader = n
-				return true
-			}
-		}
-		return false
-	})
+	newLeader := leaderOf(t, followers)
 	isolate(nodes, leader, true)
 	r := mustPropose(t, newLeader, commitCmd(200, "p", 1))
 	if r.Keys[0].Outcome != fsm.OutcomeStored {

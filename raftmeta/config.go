@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -18,12 +19,21 @@ type Config struct {
 	// bolt file, fsynced per write) and snapshots/ (FileSnapshotStore,
 	// retaining SnapshotRetain snapshots). Created if missing.
 	Dir string
-	// BindAddr is the TCP host:port of the raft transport (it must be
-	// advertisable, not 0.0.0.0). "" means an in-memory transport: an embedded
-	// single node, or tests that connect in-memory transports themselves.
+	// BindAddr is the TCP host:port the raft transport listens on; it may be
+	// a wildcard (0.0.0.0:7000, [::]:7000) when AdvertiseAddr is set. "" means
+	// an in-memory transport: an embedded single node, or tests that connect
+	// in-memory transports themselves.
 	BindAddr string
-	// Bootstrap bootstraps a one-voter cluster (this node) if Dir holds no
-	// raft state yet; ignored when state exists.
+	// AdvertiseAddr is the host:port other members dial to reach this one
+	// (and the address in the bootstrap configuration). The host must be an
+	// IP address or resolve to one at Open; the IP is what gets advertised.
+	// Default: BindAddr (then BindAddr must not be a wildcard; port 0 is
+	// fine, the bound port is advertised). Only with a BindAddr.
+	AdvertiseAddr string
+	// Bootstrap bootstraps a one-voter cluster (this node, at its advertised
+	// address) if Dir holds no raft state yet; ignored when state exists.
+	// Exactly one member of a new cluster bootstraps; the others are added
+	// by the leader (Node.AddMember).
 	Bootstrap bool
 
 	// SnapshotThreshold: raft snapshots once this many entries follow the
@@ -115,6 +125,7 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		bad("Dir is empty")
 	}
+	c.validateAddrs(bad)
 	if c.SnapshotRetain < 1 {
 		bad("SnapshotRetain %d < 1", c.SnapshotRetain)
 	}
@@ -136,6 +147,36 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateAddrs checks BindAddr and AdvertiseAddr without resolving names.
+func (c Config) validateAddrs(bad func(format string, args ...any)) {
+	if c.BindAddr == "" {
+		if c.AdvertiseAddr != "" {
+			bad("AdvertiseAddr %q needs a BindAddr (the in-memory transport is not dialable)", c.AdvertiseAddr)
+		}
+		return
+	}
+	host, _, err := net.SplitHostPort(c.BindAddr)
+	if err != nil {
+		bad("BindAddr %q: %v", c.BindAddr, err)
+		return
+	}
+	if c.AdvertiseAddr == "" {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			bad("BindAddr %q is a wildcard address other members cannot dial: set AdvertiseAddr", c.BindAddr)
+		}
+		return
+	}
+	host, port, err := net.SplitHostPort(c.AdvertiseAddr)
+	switch {
+	case err != nil:
+		bad("AdvertiseAddr %q: %v", c.AdvertiseAddr, err)
+	case host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified():
+		bad("AdvertiseAddr %q is not dialable", c.AdvertiseAddr)
+	case port == "" || port == "0":
+		bad("AdvertiseAddr %q needs a port", c.AdvertiseAddr)
+	}
 }
 
 // raftConfig maps c (defaults applied) onto raft's Config. Every option we

@@ -24,8 +24,19 @@
 //   - Propose checks the command with fsm.Decode before proposing it, because
 //     fsm.ApplyCommand panics on an undecodable command on every replica.
 //
-// Leader forwarding, joining and removing members are not here yet: Propose
-// on a follower fails with ErrNotLeader naming the leader.
+// # Membership
+//
+// One node bootstraps a new cluster (Config.Bootstrap); the leader adds the
+// others with AddMember (voters up to MaxVoters, non-voters beyond) and
+// removes them with RemoveMember (promoting a non-voter when a voter goes).
+// Both are leader-only, idempotent and serialized per node, and carry the
+// configuration index they read, so concurrent changes cannot overshoot
+// MaxVoters. OnLeader hooks run on every gain of leadership (the node
+// proposes its own fsm member record there); TransferLeadership hands
+// leadership away before a leader shuts down.
+//
+// Leader forwarding is not here: Propose on a follower fails with
+// ErrNotLeader naming the leader (Leader reports it too).
 //
 // # Concurrency
 //

@@ -19,4 +19,6 @@ var (
 	ErrInvalidCommand = errors.New("raftmeta: invalid command")
 	// ErrInvalidConfig: Config.Validate found a problem.
 	ErrInvalidConfig = errors.New("raftmeta: invalid config")
+	// ErrInvalidMember: AddMember or RemoveMember got an empty ID or address.
+	ErrInvalidMember = errors.New("raftmeta: invalid member")
 )

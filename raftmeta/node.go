@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,6 +25,7 @@ const (
 	tcpTimeout       = 10 * time.Second
 	boltOpenTimeout  = 2 * time.Second // a second process on the same Dir fails instead of hanging
 	leaderPollPeriod = 10 * time.Millisecond
+	notifyBuffer     = 16 // raft blocks on NotifyCh; watchLeadership drains it promptly
 )
 
 // Node is one running raft member holding an fsm.FSM.
@@ -34,6 +36,13 @@ type Node struct {
 	raft  *raft.Raft
 	store *raftboltdb.BoltStore
 	trans raft.Transport
+
+	notify   chan bool      // raft's NotifyCh: leadership gained (true) or lost (false)
+	watching sync.WaitGroup // watchLeadership
+	leaderMu sync.Mutex     // guards leading and onLeader
+	leading  bool           // the last leadership value watchLeadership saw
+	onLeader []func()       // OnLeader hooks, only appended to
+	memberMu sync.Mutex     // serializes AddMember and RemoveMember on this node
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -49,7 +58,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, fsm: f, closed: make(chan struct{}), log: cfg.Logger}
+	n := &Node{cfg: cfg, fsm: f, closed: make(chan struct{}), log: cfg.Logger, notify: make(chan bool, notifyBuffer)}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -88,6 +97,7 @@ func (n *Node) open() error {
 		return err
 	}
 	rc := cfg.raftConfig(cfg.Logger)
+	rc.NotifyCh = n.notify
 	if cfg.Bootstrap {
 		if err := bootstrap(rc, logs, n.store, snaps, n.trans); err != nil {
 			return err
@@ -97,19 +107,30 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raftmeta: start raft: %w", err)
 	}
+	n.watching.Add(1)
+	go n.watchLeadership()
 	n.log.Info("raft started", "dir", cfg.Dir, "addr", n.trans.LocalAddr(), "bootstrap", cfg.Bootstrap,
 		"fsm_applied", n.fsm.AppliedIndex())
 	return nil
 }
 
 // newTransport returns an in-memory transport (BindAddr "") addressed by the
-// node ID, or a TCP transport on BindAddr.
+// node ID, or a TCP transport listening on BindAddr and advertising
+// AdvertiseAddr (resolved here) or, without one, the bound address.
 func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 	if cfg.BindAddr == "" {
 		_, t := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		return t, nil
 	}
-	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, nil, tcpMaxPool, tcpTimeout, hl.Named("transport"))
+	var advertise net.Addr
+	if cfg.AdvertiseAddr != "" {
+		a, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
+		if err != nil {
+			return nil, fmt.Errorf("raftmeta: AdvertiseAddr: %w", err)
+		}
+		advertise = a
+	}
+	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, advertise, tcpMaxPool, tcpTimeout, hl.Named("transport"))
 	if err != nil {
 		return nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)
 	}
@@ -117,6 +138,7 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 }
 
 // bootstrap writes a one-voter configuration if there is no raft state yet.
+// The voter's address is trans.LocalAddr(): the advertised address for TCP.
 func bootstrap(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) error {
 	has, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
@@ -264,7 +286,8 @@ func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
 // IsLeader reports whether this node is the leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
-// Raft exposes the underlying raft for membership changes and observers.
+// Raft exposes the underlying raft for observers and tests. Membership
+// changes go through AddMember and RemoveMember (they keep MaxVoters).
 func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // Close shuts raft down (pending proposals fail with ErrIndeterminate), then
@@ -276,6 +299,7 @@ func (n *Node) Close() error {
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raftmeta: shutdown: %w", err))
 		}
+		n.watching.Wait()
 		errs = append(errs, n.closeStores())
 		n.closeErr = errors.Join(errs...)
 		n.log.Info("raft closed")
