@@ -4,6 +4,8 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/txn"
 )
@@ -25,6 +27,16 @@ type Config struct {
 	// SnapshotThreshold and TrailingLogs tune Raft log compaction (entries).
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
+	// RaftAddr is the host:port of the Raft TCP transport. Empty means an embedded single
+	// node with an in-memory transport (no cluster).
+	RaftAddr string
+	// APIAddr is the host:port the gRPC API listens on; empty means no API server.
+	APIAddr string
+	// Join lists API addresses of existing members. When set and the node has no Raft state
+	// yet, it joins through one of them instead of bootstrapping a new cluster.
+	Join []string
+	// Registry receives the node's Prometheus metrics; nil means they are not registered.
+	Registry prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -58,6 +70,12 @@ func (c Config) Validate() error {
 	}
 	if c.Txn.NodeID != "" && c.Txn.NodeID != c.ID {
 		errs = append(errs, errors.New("node: Txn.NodeID differs from ID"))
+	}
+	if c.RaftAddr == "" && len(c.Join) > 0 {
+		errs = append(errs, errors.New("node: Join needs RaftAddr (cluster mode)"))
+	}
+	if c.RaftAddr != "" && c.APIAddr == "" {
+		errs = append(errs, errors.New("node: a cluster member (RaftAddr set) needs APIAddr"))
 	}
 	return errors.Join(errs...)
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
@@ -24,18 +26,26 @@ var ErrLocked = errors.New("node: data directory is in use by another process")
 // Node is one running kvoffload node.
 type Node struct {
 	cfg      Config
+	log      *slog.Logger
 	lock     *os.File
 	wal      *wal.Log
 	buckets  *bucketstore.Store
 	fsm      *fsm.FSM
 	raft     *raftmeta.Node
 	coord    *txn.Coordinator
+	peers    *peers
+	metrics  *metrics
+	server   *grpc.Server
+	listener net.Listener
+	ready    chan struct{} // closed when recovery has finished
+	closing  chan struct{}
 	repair   wal.RepairReport
 	recovery txn.RecoveryReport
 }
 
-// Open opens (or creates) the node in cfg.DataDir and runs recovery. On error everything
-// opened so far is closed again.
+// Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs
+// recovery. In cluster mode the gRPC API is served from the start (requests wait until
+// recovery has finished). On error everything opened so far is closed again.
 func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -44,46 +54,99 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	n := &Node{cfg: cfg}
+	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), peers: newPeers(),
+		ready: make(chan struct{}), closing: make(chan struct{})}
+	n.metrics = newMetrics(cfg.Registry, n)
 	defer func() {
 		if err != nil {
 			_ = n.Close()
 		}
 	}()
-	if n.lock, err = lockDir(cfg.DataDir); err != nil {
+	fresh, err := n.openStores()
+	if err != nil {
 		return nil, err
 	}
-	bcfg := bucketstore.DefaultConfig(filepath.Join(cfg.DataDir, "buckets"))
-	bcfg.FS, bcfg.BucketSize, bcfg.Capacity, bcfg.Logger = cfg.FS, cfg.BucketSize, cfg.Capacity, lg
-	if n.buckets, err = bucketstore.Open(bcfg); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+	if err := n.openRaft(cfg.RaftAddr == "" || len(cfg.Join) == 0); err != nil {
+		return nil, err
 	}
-	wcfg := wal.DefaultConfig(filepath.Join(cfg.DataDir, "wal"))
-	wcfg.Logger = lg
-	if n.wal, n.repair, err = wal.Open(wcfg); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+	if err := n.openCoordinator(); err != nil {
+		return nil, err
 	}
-	n.fsm = fsm.New()
-	rcfg := raftmeta.DefaultConfig(cfg.ID, filepath.Join(cfg.DataDir, "raft"))
-	rcfg.Bootstrap, rcfg.Logger = true, lg
-	rcfg.SnapshotThreshold, rcfg.TrailingLogs = cfg.SnapshotThreshold, cfg.TrailingLogs
-	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+	if cfg.APIAddr != "" {
+		if err := n.serve(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.RaftAddr != "" && fresh && len(cfg.Join) > 0 {
+		if err := n.join(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err = n.raft.WaitLeader(ctx); err != nil {
 		return nil, fmt.Errorf("node: waiting for a Raft leader: %w", err)
 	}
-	tcfg := cfg.Txn
-	tcfg.NodeID, tcfg.Logger = cfg.ID, lg
-	if n.coord, err = txn.New(tcfg, n.wal, n.buckets, meta{n.raft, n.fsm}); err != nil {
-		return nil, err
-	}
-	n.fsm.Watch(n.coord.OnApplied)
 	if n.recovery, err = n.coord.Recover(ctx); err != nil {
 		return nil, err
 	}
+	close(n.ready)
+	n.log.Info("node ready", "api", n.APIAddr(), "raft", cfg.RaftAddr)
 	return n, nil
 }
+
+// openStores locks the data directory and opens the bucket store and the WAL. fresh reports
+// that the node had no Raft state yet.
+func (n *Node) openStores() (fresh bool, err error) {
+	cfg := n.cfg
+	if n.lock, err = lockDir(cfg.DataDir); err != nil {
+		return false, err
+	}
+	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "raft", "raft.db"))
+	fresh = errors.Is(statErr, os.ErrNotExist)
+	bcfg := bucketstore.DefaultConfig(filepath.Join(cfg.DataDir, "buckets"))
+	bcfg.FS, bcfg.BucketSize, bcfg.Capacity, bcfg.Logger = cfg.FS, cfg.BucketSize, cfg.Capacity, n.log
+	if n.buckets, err = bucketstore.Open(bcfg); err != nil {
+		return false, fmt.Errorf("node: %w", err)
+	}
+	wcfg := wal.DefaultConfig(filepath.Join(cfg.DataDir, "wal"))
+	wcfg.Logger = n.log
+	if n.wal, n.repair, err = wal.Open(wcfg); err != nil {
+		return false, fmt.Errorf("node: %w", err)
+	}
+	return fresh, nil
+}
+
+func (n *Node) openRaft(bootstrap bool) error {
+	n.fsm = fsm.New()
+	rcfg := raftmeta.DefaultConfig(n.cfg.ID, filepath.Join(n.cfg.DataDir, "raft"))
+	rcfg.Bootstrap, rcfg.Logger, rcfg.BindAddr = bootstrap, n.log, n.cfg.RaftAddr
+	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
+	var err error
+	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) openCoordinator() error {
+	tcfg := n.cfg.Txn
+	tcfg.NodeID, tcfg.Logger = n.cfg.ID, n.log
+	var m txn.Meta = meta{n.raft, n.fsm}
+	if n.cfg.RaftAddr != "" {
+		m = n.cmeta()
+	}
+	var err error
+	if n.coord, err = txn.New(tcfg, n.wal, n.buckets, m); err != nil {
+		return err
+	}
+	n.fsm.Watch(n.coord.OnApplied)
+	if n.cfg.RaftAddr != "" {
+		n.coord.SetRemote(remoteReader{f: n.fsm, peers: n.peers})
+		n.raft.OnLeader(n.announce)
+	}
+	return nil
+}
+
+func (n *Node) cmeta() clusterMeta { return clusterMeta{meta: meta{n.raft, n.fsm}, peers: n.peers} }
 
 func lockDir(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -103,9 +166,19 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// Close shuts the node down: background work stops, Raft shuts down, files are closed.
-// Transactions still running fail or are resolved by the next recovery.
+// Close shuts the node down at once: the API stops, background work stops, Raft shuts down,
+// files are closed. Transactions still running fail or are resolved by the next recovery.
+// Use Shutdown for a graceful stop.
 func (n *Node) Close() error {
+	select {
+	case <-n.closing:
+		return nil
+	default:
+		close(n.closing)
+	}
+	if n.server != nil {
+		n.server.Stop()
+	}
 	var errs []error
 	if n.coord != nil {
 		errs = append(errs, n.coord.Close())
@@ -113,6 +186,7 @@ func (n *Node) Close() error {
 	if n.raft != nil {
 		errs = append(errs, n.raft.Close())
 	}
+	n.peers.close()
 	if n.wal != nil {
 		errs = append(errs, n.wal.Close())
 	}
@@ -151,6 +225,9 @@ func (n *Node) FSM() *fsm.FSM { return n.fsm }
 
 // Buckets exposes the bucket store (read-only use: checks and tools).
 func (n *Node) Buckets() *bucketstore.Store { return n.buckets }
+
+// Raft exposes the Raft node (status, tests).
+func (n *Node) Raft() *raftmeta.Node { return n.raft }
 
 // Snapshot forces a Raft snapshot (and log compaction).
 func (n *Node) Snapshot() error { return n.raft.Snapshot() }

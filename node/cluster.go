@@ -1,0 +1,129 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// serve starts the gRPC API (KVOffload, Cluster, server reflection) on cfg.APIAddr.
+func (n *Node) serve() error {
+	lis, err := net.Listen("tcp", n.cfg.APIAddr)
+	if err != nil {
+		return fmt.Errorf("node: API listener: %w", err)
+	}
+	n.listener = lis
+	n.server = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes))
+	pb.RegisterKVOffloadServer(n.server, kvService{n: n})
+	pb.RegisterClusterServer(n.server, clusterService{n: n})
+	reflection.Register(n.server)
+	go func() {
+		if err := n.server.Serve(lis); err != nil {
+			n.log.Error("API server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// APIAddr is the address the gRPC API listens on ("" without one).
+func (n *Node) APIAddr() string {
+	if n.listener == nil {
+		return ""
+	}
+	return n.listener.Addr().String()
+}
+
+// waitReady holds a request until recovery has finished.
+func (n *Node) waitReady(ctx context.Context) error {
+	select {
+	case <-n.ready:
+		return nil
+	case <-n.closing:
+		return status.Error(codes.Unavailable, "node is shutting down")
+	case <-ctx.Done():
+		return status.Error(codes.Unavailable, "node is still recovering: "+ctx.Err().Error())
+	}
+}
+
+// Ready reports nil once recovery has finished and the node serves requests.
+func (n *Node) Ready() error {
+	select {
+	case <-n.ready:
+		return nil
+	default:
+		return fmt.Errorf("node %s: recovering", n.cfg.ID)
+	}
+}
+
+// join asks the members in cfg.Join, in turn, to add this node, until one accepts.
+func (n *Node) join(ctx context.Context) error {
+	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.APIAddr()}
+	var last error
+	for attempt := 0; ; attempt++ {
+		for _, addr := range n.cfg.Join {
+			conn, err := n.peers.conn(addr)
+			if err != nil {
+				last = err
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			resp, err := pb.NewClusterClient(conn).Join(cctx, req)
+			cancel()
+			if err == nil {
+				n.log.Info("joined the cluster", "via", addr, "voter", resp.Voter)
+				return nil
+			}
+			last = fmt.Errorf("join via %s: %w", addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: joining: %w (last error: %w)", ctx.Err(), last)
+		case <-time.After(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// announce records this node's addresses in the member directory when it becomes leader
+// (the bootstrap node has no one else to do it; a restarted leader may have moved).
+func (n *Node) announce() {
+	me := fsm.Member{NodeID: n.cfg.ID, RaftAddr: n.cfg.RaftAddr, APIAddr: n.APIAddr()}
+	if cur, ok := n.fsm.Member(n.cfg.ID); ok && cur == me {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: me})
+	if _, err := n.raft.Propose(ctx, cmd); err != nil {
+		n.log.Warn("could not record this node in the member directory", "err", err)
+	}
+}
+
+// Shutdown stops the node gracefully: no new requests are accepted, requests in flight
+// finish (or ctx ends), leadership moves to another voter, then the node closes.
+func (n *Node) Shutdown(ctx context.Context) error {
+	if n.server != nil {
+		done := make(chan struct{})
+		go func() { n.server.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			n.server.Stop()
+		}
+	}
+	if n.raft != nil && n.raft.IsLeader() {
+		if err := n.raft.TransferLeadership(ctx); err != nil {
+			n.log.Warn("leadership transfer failed", "err", err)
+		}
+	}
+	return n.Close()
+}

@@ -1,0 +1,138 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/raftmeta"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// clusterService implements the node-to-node Cluster gRPC service.
+type clusterService struct {
+	pb.UnimplementedClusterServer
+	n *Node
+}
+
+// Join adds a node; a member that is not the leader forwards the request to the leader.
+func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	if req.NodeId == "" || req.RaftAddr == "" || req.ApiAddr == "" {
+		return nil, status.Error(codes.InvalidArgument, "join needs node_id, raft_addr and api_addr")
+	}
+	if !s.n.raft.IsLeader() {
+		cl, err := s.n.cmeta().leaderClient(ctx)
+		if err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return cl.Join(ctx, req)
+	}
+	voter, err := s.n.raft.AddMember(ctx, req.NodeId, req.RaftAddr)
+	if err != nil {
+		return nil, raftError(err)
+	}
+	mem := fsm.Member{NodeID: req.NodeId, RaftAddr: req.RaftAddr, APIAddr: req.ApiAddr}
+	if _, err := s.n.raft.Propose(ctx, fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: mem})); err != nil {
+		return nil, raftError(err)
+	}
+	s.n.log.Info("member joined", "id", req.NodeId, "raft", req.RaftAddr, "api", req.ApiAddr, "voter", voter)
+	return &pb.JoinResponse{Voter: voter}, nil
+}
+
+// Leave removes a node from the Raft configuration and the member directory.
+func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
+	if !s.n.raft.IsLeader() {
+		cl, err := s.n.cmeta().leaderClient(ctx)
+		if err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return cl.Leave(ctx, req)
+	}
+	if err := s.n.raft.RemoveMember(ctx, req.NodeId); err != nil {
+		return nil, raftError(err)
+	}
+	cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: fsm.Member{NodeID: req.NodeId}, Remove: true})
+	if _, err := s.n.raft.Propose(ctx, cmd); err != nil {
+		return nil, raftError(err)
+	}
+	return &pb.LeaveResponse{}, nil
+}
+
+// Status describes the cluster as this node sees it.
+func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	leader, _ := s.n.raft.Leader()
+	servers, err := s.n.raft.Servers()
+	if err != nil {
+		return nil, raftError(err)
+	}
+	owners := s.n.fsm.Owners()
+	st := s.n.fsm.Stats()
+	out := &pb.StatusResponse{LeaderId: leader, AppliedIndex: s.n.raft.AppliedIndex(), Keys: uint64(st.Keys), Bytes: uint64(st.Bytes)}
+	dir := map[string]fsm.Member{}
+	for _, m := range s.n.fsm.Members() {
+		dir[m.NodeID] = m
+	}
+	for _, sv := range servers {
+		m := dir[sv.ID]
+		o := owners[sv.ID]
+		out.Members = append(out.Members, &pb.Member{
+			NodeId: sv.ID, RaftAddr: sv.Address, ApiAddr: m.APIAddr, Voter: sv.Voter,
+			Leader: sv.ID == leader, Keys: uint64(o.Keys), Bytes: uint64(o.Bytes),
+		})
+	}
+	return out, nil
+}
+
+// Propose applies a forwarded command on the leader.
+func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
+	res, err := s.n.raft.Propose(ctx, req.Command)
+	if err != nil {
+		return nil, raftError(err)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &pb.ProposeResponse{Result: b}, nil
+}
+
+// Barrier runs a Raft barrier on the leader and returns its applied index.
+func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.BarrierResponse, error) {
+	if err := s.n.raft.Barrier(ctx); err != nil {
+		return nil, raftError(err)
+	}
+	return &pb.BarrierResponse{AppliedIndex: s.n.raft.AppliedIndex()}, nil
+}
+
+// ReadLocal serves a read forwarded by another node, for keys this node owns.
+func (s clusterService) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
+	if err := s.n.waitReady(stream.Context()); err != nil {
+		return err
+	}
+	res, err := s.n.coord.BatchGetLocal(stream.Context(), req.Keys)
+	if err != nil {
+		return grpcError(err)
+	}
+	return sendGets(stream.Send, res)
+}
+
+// raftError maps raftmeta errors: FailedPrecondition means "not the leader, look again",
+// Unavailable means the outcome is unknown or the node is going away.
+func raftError(err error) error {
+	switch {
+	case errors.Is(err, raftmeta.ErrNotLeader):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, raftmeta.ErrInvalidCommand):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, raftmeta.ErrIndeterminate), errors.Is(err, raftmeta.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, fmt.Sprintf("raft: %v", err))
+}

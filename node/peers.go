@@ -1,0 +1,229 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/raftmeta"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// Timeouts of node-to-node calls.
+const (
+	// ownerReadBase is the part of a forwarded read's deadline that does not depend on its
+	// size: a dead owner must be a fast, clean miss (CASES.md C9: under 100 ms).
+	ownerReadBase = 100 * time.Millisecond
+	// ownerReadRate is the transfer rate (bytes/s) the rest of the deadline assumes.
+	ownerReadRate = 100 << 20
+	// leaderWait bounds how long a forwarded proposal waits for a leader to be known.
+	leaderWait = 10 * time.Second
+)
+
+// peers holds one gRPC connection per other node, by API address.
+type peers struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeers() *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
+
+func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
+	if err != nil {
+		return nil, fmt.Errorf("node: dialing %s: %w", addr, err)
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}
+
+// clusterMeta is txn.Meta for a cluster member: local FSM reads, proposals and barriers
+// forwarded to the leader when this node is not it.
+type clusterMeta struct {
+	meta
+	peers *peers
+}
+
+func (m clusterMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	for {
+		res, err := m.r.Propose(ctx, cmd)
+		if !errors.Is(err, raftmeta.ErrNotLeader) {
+			return res, err
+		}
+		cl, err := m.leaderClient(ctx)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := cl.Propose(ctx, &pb.ProposeRequest{Command: cmd})
+		if status.Code(err) == codes.FailedPrecondition {
+			continue // the leader moved between lookup and call: look again
+		}
+		if err != nil {
+			// The leader may have applied it before the reply was lost.
+			return nil, fmt.Errorf("%w: forwarded proposal: %w", raftmeta.ErrIndeterminate, err)
+		}
+		var r fsm.Result
+		if err := json.Unmarshal(resp.Result, &r); err != nil {
+			return nil, fmt.Errorf("%w: decoding forwarded result: %w", raftmeta.ErrIndeterminate, err)
+		}
+		return &r, nil
+	}
+}
+
+// Barrier on a follower asks the leader for a barrier and waits until this node has applied
+// at least as far as the leader had (reliability.md §8: resolve intents only after catch-up).
+func (m clusterMeta) Barrier(ctx context.Context) error {
+	for {
+		err := m.r.Barrier(ctx)
+		if !errors.Is(err, raftmeta.ErrNotLeader) {
+			return err
+		}
+		cl, err := m.leaderClient(ctx)
+		if err != nil {
+			return err
+		}
+		resp, err := cl.Barrier(ctx, &pb.BarrierRequest{})
+		if status.Code(err) == codes.FailedPrecondition {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("node: forwarded barrier: %w", err)
+		}
+		return m.waitApplied(ctx, resp.AppliedIndex)
+	}
+}
+
+func (m clusterMeta) waitApplied(ctx context.Context, index uint64) error {
+	for m.r.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: waiting to apply index %d: %w", index, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// leaderClient waits until a leader with a known API address exists and returns a client
+// for it.
+func (m clusterMeta) leaderClient(ctx context.Context) (pb.ClusterClient, error) {
+	deadline := time.Now().Add(leaderWait)
+	for {
+		if id, _ := m.r.Leader(); id != "" {
+			if mem, ok := m.f.Member(id); ok && mem.APIAddr != "" {
+				c, err := m.peers.conn(mem.APIAddr)
+				if err != nil {
+					return nil, err
+				}
+				return pb.NewClusterClient(c), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: no leader with a known API address", raftmeta.ErrNotLeader)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("node: waiting for a leader: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// remoteReader reads keys from the node that owns their bytes (txn.Remote).
+type remoteReader struct {
+	f     *fsm.FSM
+	peers *peers
+}
+
+func (r remoteReader) ReadRemote(ctx context.Context, owner string, keys []string, size int64) []txn.GetResult {
+	fail := func(reason string) []txn.GetResult {
+		out := make([]txn.GetResult, len(keys))
+		for i, k := range keys {
+			out[i] = txn.GetResult{Key: k, Status: txn.Unavailable, Reason: reason}
+		}
+		return out
+	}
+	mem, ok := r.f.Member(owner)
+	if !ok || mem.APIAddr == "" {
+		return fail("owner " + owner + " is not a known member")
+	}
+	conn, err := r.peers.conn(mem.APIAddr)
+	if err != nil {
+		return fail(err.Error())
+	}
+	ctx, cancel := context.WithTimeout(ctx, ownerReadBase+time.Duration(size)*time.Second/ownerReadRate)
+	defer cancel()
+	stream, err := pb.NewClusterClient(conn).ReadLocal(ctx, &pb.GetRequest{Keys: keys})
+	if err != nil {
+		return fail(fmt.Sprintf("owner %s unavailable: %v", owner, err))
+	}
+	out, err := recvGets(stream, keys)
+	if err != nil {
+		return fail(fmt.Sprintf("owner %s unavailable: %v", owner, err))
+	}
+	return out
+}
+
+// recvGets reassembles a stream of GetChunk messages into one result per key.
+func recvGets(stream grpc.ServerStreamingClient[pb.GetChunk], keys []string) ([]txn.GetResult, error) {
+	out := make([]txn.GetResult, len(keys))
+	for i, k := range keys {
+		out[i] = txn.GetResult{Key: k, Status: txn.Unavailable, Reason: "missing from the owner's reply"}
+	}
+	sizes := make([]uint64, len(keys))
+	for {
+		ch, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		i := int(ch.Index)
+		if i >= len(keys) {
+			return nil, fmt.Errorf("chunk for key %d of %d", i, len(keys))
+		}
+		if ch.Status != pb.GetStatus_GET_STATUS_UNSPECIFIED {
+			out[i] = txn.GetResult{Key: keys[i], Status: fromPBStatus(ch.Status), Reason: ch.Reason}
+			sizes[i] = ch.Size
+			if ch.Size > 0 {
+				out[i].Value = make([]byte, 0, ch.Size)
+			}
+		}
+		out[i].Value = append(out[i].Value, ch.Data...)
+	}
+	for i := range out {
+		if out[i].Status == txn.Found && uint64(len(out[i].Value)) != sizes[i] {
+			out[i] = txn.GetResult{Key: keys[i], Status: txn.Unavailable,
+				Reason: fmt.Sprintf("owner sent %d of %d bytes", len(out[i].Value), sizes[i])}
+		}
+	}
+	return out, nil
+}
