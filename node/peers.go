@@ -93,6 +93,12 @@ func (m clusterMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, erro
 		if err := json.Unmarshal(resp.Result, &r); err != nil {
 			return nil, fmt.Errorf("%w: decoding forwarded result: %w", raftmeta.ErrIndeterminate, err)
 		}
+		// Return only once this node has applied the command too: the coordinator releases
+		// its in-flight keys on return, and they must then be visible here (single-flight,
+		// read-your-writes on the node that offloaded).
+		if err := m.waitApplied(ctx, r.Index); err != nil {
+			return nil, fmt.Errorf("%w: %w", raftmeta.ErrIndeterminate, err)
+		}
 		return &r, nil
 	}
 }

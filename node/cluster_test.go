@@ -1,0 +1,112 @@
+package node
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// openCluster starts n nodes in this process over real TCP: the first bootstraps, the others
+// join through it.
+func openCluster(t *testing.T, n int) []*Node {
+	t.Helper()
+	base := t.TempDir()
+	var nodes []*Node
+	for i := range n {
+		cfg := testConfig(filepath.Join(base, string(rune('a'+i))))
+		cfg.ID = string(rune('a' + i))
+		cfg.Txn.NodeID = cfg.ID
+		cfg.RaftAddr, cfg.APIAddr = freeAddr(t), freeAddr(t)
+		if i > 0 {
+			cfg.Join = []string{nodes[0].APIAddr()}
+		}
+		nodes = append(nodes, mustOpen(t, cfg))
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			_ = nd.Close()
+		}
+	})
+	return nodes
+}
+
+// TestClusterInProcess: offload through a follower, read through every node (bytes are
+// forwarded from the owner), remove through another; followers forward their proposals.
+func TestClusterInProcess(t *testing.T) {
+	nodes := openCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var follower *Node
+	for _, nd := range nodes {
+		if !nd.Raft().IsLeader() {
+			follower = nd
+			break
+		}
+	}
+	keys := []string{keyOf("cl", 0), keyOf("cl", 1), keyOf("cl", 2)}
+	mustOffload(t, follower, objects(5, 64<<10, keys...))
+	for _, nd := range nodes {
+		waitApplied(t, nd, follower)
+		checkReadable(t, nd, 5, 64<<10, keys...)
+	}
+	if own := nodes[0].FSM().Owners()[follower.cfg.ID]; own.Keys != 3 {
+		t.Fatalf("owner %s holds %d keys in metadata, want 3", follower.cfg.ID, own.Keys)
+	}
+	// Concurrent duplicate offloads of one key through two nodes: both succeed, one record.
+	var wg sync.WaitGroup
+	dup := keyOf("cl", 9)
+	for _, nd := range nodes[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := nd.BatchOffload(ctx, txn.NewTxnID(), objects(5, 64<<10, dup))
+			if err != nil || !res[0].Outcome.OK() {
+				t.Errorf("duplicate offload via %s: %v %+v", nd.cfg.ID, err, res)
+			}
+		}()
+	}
+	wg.Wait()
+	res, err := nodes[2].Remove(ctx, keys[:1])
+	if err != nil || !res[0].Removed {
+		t.Fatalf("remove: %v %+v", err, res)
+	}
+	for _, nd := range nodes {
+		waitApplied(t, nd, nodes[2])
+		if got, _ := nd.BatchGet(ctx, keys[:1]); got[0].Status != txn.NotFound {
+			t.Fatalf("removed key via %s: %s", nd.cfg.ID, got[0].Status)
+		}
+	}
+	for _, nd := range nodes {
+		if nd.FSM().Hash() != nodes[0].FSM().Hash() {
+			waitApplied(t, nd, nodes[0])
+		}
+	}
+}
+
+// waitApplied waits until nd has applied at least what ref has.
+func waitApplied(t *testing.T, nd, ref *Node) {
+	t.Helper()
+	want := ref.Raft().AppliedIndex()
+	deadline := time.Now().Add(10 * time.Second)
+	for nd.Raft().AppliedIndex() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s stuck at index %d, want %d", nd.cfg.ID, nd.Raft().AppliedIndex(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
