@@ -20,6 +20,7 @@ import (
 )
 
 type replayFlags struct {
+	addr      string
 	data      string
 	tracePath string
 	writers   int
@@ -30,22 +31,31 @@ type replayFlags struct {
 	json      bool
 	baseline  string
 	verbose   bool
+	dataSet   bool // --data was given explicitly
 }
 
 func replayCmd() *cobra.Command {
 	var f replayFlags
 	cmd := &cobra.Command{
 		Use:   "replay",
-		Short: "Replay a Mooncake-format trace against an embedded single node and verify every key",
+		Short: "Replay a Mooncake-format trace against an embedded single node or a running cluster and verify every key",
 		Long: `replay opens an embedded single node in --data, offloads one batch per trace request
 from --writers concurrent writers (each block's payload derived from its key), then reads every
 key back and verifies it. Without --trace it replays the embedded sample (the first 200
 requests of Mooncake's conversation trace). The exit status is non-zero if any key is missing
-or corrupt. Run it twice on the same directory: the second run finds every key AlreadyStored.`,
+or corrupt. Run it twice on the same directory: the second run finds every key AlreadyStored.
+
+With --addr it drives a running cluster through the Go client instead (same workload, same
+summary); the disk baseline is then skipped unless --data names a directory on the disk to
+measure.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.dataSet = cmd.Flags().Changed("data")
+			return runReplay(cmd.Context(), f)
+		},
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&f.addr, "addr", "", "drive a running cluster at these API addresses (host:port[,host:port...]) instead of an embedded node")
 	fl.StringVar(&f.data, "data", "./kvoffload-data", "data directory of the embedded node")
 	fl.StringVar(&f.tracePath, "trace", "", "Mooncake-format trace file (default: the embedded sample)")
 	fl.IntVar(&f.writers, "writers", 32, "concurrent writers")
@@ -70,32 +80,47 @@ func runReplay(ctx context.Context, f replayFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg := node.DefaultConfig(f.data)
-	cfg.Logger = logger(f.verbose)
-	n, err := node.Open(ctx, cfg)
+	target, closeTarget, err := openTarget(ctx, f)
 	if err != nil {
 		return err
 	}
-	defer n.Close()
-	if _, rec := n.Recovery(); rec.Unresolved > 0 || rec.OrphanBytes > 0 {
-		fmt.Fprintf(os.Stderr, "recovery: %d unresolved intents (%d rolled forward, %d aborted), %d orphan bytes freed\n",
-			rec.Unresolved, rec.RolledFwd, rec.Aborted, rec.OrphanBytes)
-	}
+	defer closeTarget()
 	var progress io.Writer = os.Stderr
-	sum, err := replay.Run(ctx, n, reqs, replay.Options{
+	sum, err := replay.Run(ctx, target, reqs, replay.Options{
 		Writers: f.writers, BlockSize: int(block), Model: f.model, Seed: f.seed, Progress: progress,
 	})
 	if err != nil {
 		return err
 	}
-	if err := addBaseline(&sum, f); err != nil {
-		fmt.Fprintln(os.Stderr, "baseline:", err)
+	if f.addr == "" || f.dataSet {
+		if err := addBaseline(&sum, f); err != nil {
+			fmt.Fprintln(os.Stderr, "baseline:", err)
+		}
 	}
 	printSummary(os.Stdout, sum, f.json)
 	if sum.Missing > 0 || sum.Corrupt > 0 {
 		return fmt.Errorf("%d keys missing, %d corrupt (first: %s)", sum.Missing, sum.Corrupt, sum.FirstProblem)
 	}
 	return nil
+}
+
+// openTarget opens what the replay drives: a cluster client with --addr, else an embedded node
+// in --data.
+func openTarget(ctx context.Context, f replayFlags) (replay.Target, func(), error) {
+	if f.addr != "" {
+		return dialRemote(ctx, f.addr, f.verbose)
+	}
+	cfg := node.DefaultConfig(f.data)
+	cfg.Logger = logger(f.verbose)
+	n, err := node.Open(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, rec := n.Recovery(); rec.Unresolved > 0 || rec.OrphanBytes > 0 {
+		fmt.Fprintf(os.Stderr, "recovery: %d unresolved intents (%d rolled forward, %d aborted), %d orphan bytes freed\n",
+			rec.Unresolved, rec.RolledFwd, rec.Aborted, rec.OrphanBytes)
+	}
+	return n, func() { _ = n.Close() }, nil
 }
 
 func loadTrace(path string, limit int) ([]trace.Request, error) {

@@ -1,0 +1,163 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/client"
+)
+
+// Dial skips an address nobody listens on and uses the next.
+func TestDialSkipsDeadAddress(t *testing.T) {
+	f := newFake()
+	n := mustStartNode(t, f)
+	c := mustDial(t, testOptions(), deadAddr(t), n.addr)
+	if c.Addr() != n.addr {
+		t.Fatalf("client uses %s, want %s", c.Addr(), n.addr)
+	}
+	if _, err := c.BatchOffload(testCtx(t), client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDialUnreachable(t *testing.T) {
+	start := time.Now()
+	_, err := client.DialOptions(testCtx(t), testOptions(), deadAddr(t), deadAddr(t))
+	if !errors.Is(err, client.ErrUnreachable) {
+		t.Fatalf("err %v, want ErrUnreachable", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("took %s", el)
+	}
+	if _, err := client.Dial(testCtx(t)); !errors.Is(err, client.ErrNoAddress) {
+		t.Fatalf("no address: %v", err)
+	}
+	opt := client.DefaultOptions()
+	opt.ChunkSize = 0
+	if _, err := client.DialOptions(testCtx(t), opt, "127.0.0.1:1"); err == nil {
+		t.Fatal("invalid options accepted")
+	}
+}
+
+// A member that dies between calls: reads and writes move to the next member.
+func TestFailoverBetweenCalls(t *testing.T) {
+	f := newFake()
+	n1, n2 := mustStartNode(t, f), mustStartNode(t, f)
+	c := mustDial(t, testOptions(), n1.addr, n2.addr)
+	ctx := testCtx(t)
+	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	n1.srv.Stop()
+	got, err := c.BatchGet(ctx, []string{"a"})
+	if err != nil || string(got[0].Value) != "x" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if c.Addr() != n2.addr {
+		t.Fatalf("client uses %s, want %s", c.Addr(), n2.addr)
+	}
+	if _, err := c.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With every member gone, a read ends at the caller's deadline.
+func TestReadDeadlineAllMembersDown(t *testing.T) {
+	f := newFake()
+	n := mustStartNode(t, f)
+	c := mustDial(t, testOptions(), n.addr)
+	n.srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.BatchGet(ctx, []string{"a"})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrIndeterminate) {
+		t.Fatalf("err %v, want DeadlineExceeded (and not ErrIndeterminate: a read)", err)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("err %v should carry the last error (Unavailable)", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("returned after %s", el)
+	}
+}
+
+func TestExistsRemoveStatsStatus(t *testing.T) {
+	f := newFake()
+	n := mustStartNode(t, f)
+	c := mustDial(t, testOptions(), n.addr)
+	ctx := testCtx(t)
+	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("12")}, {Key: "b", Value: []byte("345")}}); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := c.BatchExists(ctx, []string{"a", "b", "inflight/c", "d"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []client.Presence{client.Present, client.Present, client.InFlight, client.Absent}
+	for i, p := range want {
+		if ex.Keys[i] != p {
+			t.Fatalf("key %d: %s, want %s", i, ex.Keys[i], p)
+		}
+	}
+	if ex.PrefixPresent != 2 {
+		t.Fatalf("prefix %d, want 2", ex.PrefixPresent)
+	}
+	st, err := c.Stats(ctx)
+	if err != nil || st.GetNodeId() != "fake" || st.GetKeys() != 2 || st.GetBytes() != 5 || st.GetCounters()["offload_calls"] != 1 {
+		t.Fatalf("%v %v", st, err)
+	}
+	rm, err := c.Remove(ctx, []string{"a", "zz"})
+	if err != nil || len(rm) != 2 || !rm[0] || rm[1] {
+		t.Fatalf("%v %v", rm, err)
+	}
+	if ex, _ := c.BatchExists(ctx, []string{"a"}, 0); ex.Keys[0] != client.Absent || ex.PrefixPresent != 0 {
+		t.Fatalf("after Remove: %+v", ex)
+	}
+	s, err := c.Status(ctx)
+	if err != nil || s.GetLeaderId() != "n1" || len(s.GetMembers()) != 2 || !s.GetMembers()[0].GetLeader() {
+		t.Fatalf("%v %v", s, err)
+	}
+}
+
+func TestClosedClient(t *testing.T) {
+	f := newFake()
+	n := mustStartNode(t, f)
+	c := mustDial(t, testOptions(), n.addr)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BatchGet(testCtx(t), []string{"a"}); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("err %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestStrings(t *testing.T) {
+	for v, want := range map[interface{ String() string }]string{
+		client.Stored: "Stored", client.AlreadyStored: "AlreadyStored", client.Conflict: "Conflict",
+		client.Rejected: "Rejected", client.Failed: "Failed", client.Outcome(0): "Unknown",
+		client.Found: "Found", client.NotFound: "NotFound", client.Corrupt: "Corrupt",
+		client.Unavailable: "Unavailable", client.GetStatus(9): "Unknown",
+		client.Present: "Present", client.Absent: "Absent", client.InFlight: "InFlight", client.Presence(0): "Unknown",
+	} {
+		if v.String() != want {
+			t.Errorf("%v: %q, want %q", v, v.String(), want)
+		}
+	}
+	if !client.Stored.OK() || !client.AlreadyStored.OK() || client.Conflict.OK() {
+		t.Error("OK")
+	}
+	if a, b := client.NewTxnID(), client.NewTxnID(); a == b || len(a.String()) != 32 {
+		t.Errorf("NewTxnID: %s %s", a, b)
+	}
+	_ = kvoffloadv1.Outcome_OUTCOME_STORED
+}

@@ -1,0 +1,153 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+)
+
+// BatchOffload stores objs as one transaction named id and returns one result per object, in
+// order. Calls whose outcome is unknown are retried with the same id (see the package doc), so
+// the batch takes effect exactly once; id must be fresh (NewTxnID) for each new batch. If a
+// retried attempt finds id aborted, the batch is sent once more under a fresh ID and the
+// results are that transaction's. The values must not be modified until the call returns.
+//
+// The error is non-nil only when no results could be obtained: ErrInvalidArgument or
+// ErrTooLarge when the cluster refused the request (nothing was stored), ErrIndeterminate
+// (with the context's error) when ctx ended while the outcome was unknown.
+func (c *Client) BatchOffload(ctx context.Context, id TxnID, objs []Object) ([]KeyResult, error) {
+	for i, o := range objs {
+		if o.Key == "" {
+			return nil, fmt.Errorf("%w: BatchOffload: object %d has an empty key", ErrInvalidArgument, i)
+		}
+	}
+	var out []KeyResult
+	renewed := false
+	err := c.retry(ctx, "BatchOffload", true, func(ctx context.Context, m member, attempt int) error {
+		res, err := c.offloadOnce(ctx, m, id, objs)
+		if err != nil {
+			return err
+		}
+		if attempt > 1 && !renewed && allAborted(res) {
+			// An earlier attempt was cut off and the cluster aborted that transaction: it
+			// stored nothing, and its ID now answers "aborted" for ever. Start afresh.
+			old := id
+			id, renewed = NewTxnID(), true
+			c.lg.Warn("transaction aborted after a retry; resending with a new ID",
+				"old_txn", old.String(), "txn", id.String(), "objects", len(objs))
+			return errRenew
+		}
+		out = res
+		return nil
+	})
+	if errors.Is(err, ErrProtocol) {
+		return nil, fmt.Errorf("%w (%w)", ErrIndeterminate, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// offloadOnce streams the batch to m once.
+func (c *Client) offloadOnce(ctx context.Context, m member, id TxnID, objs []Object) ([]KeyResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // tears the stream down on every early return
+	st, err := m.kv.BatchOffload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	send := func(ch *kvoffloadv1.OffloadChunk) error { return st.Send(ch) }
+	if err := sendObjects(send, id, objs, c.opt.ChunkSize); err != nil {
+		if !isEOF(err) {
+			return nil, err
+		}
+		// The member ended the stream; its status says why.
+		if _, err = st.CloseAndRecv(); err == nil {
+			err = fmt.Errorf("%w: the member replied before the batch was sent", errStreamEnded)
+		}
+		return nil, err
+	}
+	resp, err := st.CloseAndRecv()
+	if err != nil {
+		return nil, err
+	}
+	return keyResults(resp, objs)
+}
+
+// sendObjects frames objs as OffloadChunk messages: the first carries the transaction ID, each
+// object starts with a chunk holding its key and size, and no chunk holds more than chunk
+// value bytes. Data slices alias the values; nothing is copied.
+func sendObjects(send func(*kvoffloadv1.OffloadChunk) error, id TxnID, objs []Object, chunk int) error {
+	txnID := id[:]
+	first := func(ch *kvoffloadv1.OffloadChunk) *kvoffloadv1.OffloadChunk {
+		if txnID != nil {
+			ch.TxnId, txnID = txnID, nil
+		}
+		return ch
+	}
+	for _, o := range objs {
+		v := o.Value
+		n := min(len(v), chunk)
+		if err := send(first(&kvoffloadv1.OffloadChunk{Key: o.Key, Size: uint64(len(v)), Data: v[:n]})); err != nil {
+			return err
+		}
+		for off := n; off < len(v); off += chunk {
+			if err := send(&kvoffloadv1.OffloadChunk{Data: v[off:min(off+chunk, len(v))]}); err != nil {
+				return err
+			}
+		}
+	}
+	if txnID != nil { // an empty batch still names its transaction
+		return send(first(&kvoffloadv1.OffloadChunk{}))
+	}
+	return nil
+}
+
+// keyResults maps a response to one result per object.
+func keyResults(resp *kvoffloadv1.OffloadResponse, objs []Object) ([]KeyResult, error) {
+	if len(resp.GetResults()) != len(objs) {
+		return nil, fmt.Errorf("%w: %d results for %d objects", ErrProtocol, len(resp.GetResults()), len(objs))
+	}
+	out := make([]KeyResult, len(objs))
+	for i, r := range resp.GetResults() {
+		out[i] = KeyResult{Key: objs[i].Key, Outcome: outcome(r.GetOutcome()), Joined: r.GetJoined(), Reason: r.GetReason()}
+		if out[i].Outcome == 0 {
+			out[i].Outcome = Failed
+			out[i].Reason = fmt.Sprintf("unknown outcome %d from the member: %s", r.GetOutcome(), r.GetReason())
+		}
+	}
+	return out, nil
+}
+
+func outcome(o kvoffloadv1.Outcome) Outcome {
+	switch o {
+	case kvoffloadv1.Outcome_OUTCOME_STORED:
+		return Stored
+	case kvoffloadv1.Outcome_OUTCOME_ALREADY_STORED:
+		return AlreadyStored
+	case kvoffloadv1.Outcome_OUTCOME_CONFLICT:
+		return Conflict
+	case kvoffloadv1.Outcome_OUTCOME_REJECTED:
+		return Rejected
+	case kvoffloadv1.Outcome_OUTCOME_FAILED:
+		return Failed
+	}
+	return 0
+}
+
+// allAborted reports whether every key failed because its transaction was aborted.
+func allAborted(res []KeyResult) bool {
+	if len(res) == 0 {
+		return false
+	}
+	for _, r := range res {
+		if r.Outcome != Failed || !strings.Contains(strings.ToLower(r.Reason), "aborted") {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// retryable reports whether err leaves the call's outcome unknown, so that the same request
+// (with the same transaction ID) should be sent again to the next member. The caller has
+// already checked that its context is still live, so DeadlineExceeded here is the member's.
+func retryable(err error) bool {
+	if errors.Is(err, errStreamEnded) {
+		return true
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch s.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Unknown, codes.Internal:
+		return true
+	}
+	return false
+}
+
+// permanent wraps an error whose outcome is known (the member refused the request) with the
+// sentinel that names its class.
+func permanent(name string, err error) error {
+	s, ok := status.FromError(err)
+	if !ok {
+		return err // the client's own error, already named
+	}
+	switch s.Code() {
+	case codes.InvalidArgument, codes.FailedPrecondition:
+		return fmt.Errorf("%w: %s: %w", ErrInvalidArgument, name, err)
+	case codes.ResourceExhausted:
+		return fmt.Errorf("%w: %s: %w", ErrTooLarge, name, err)
+	}
+	return fmt.Errorf("client: %s: %w", name, err)
+}
+
+// jitter spreads d by ±25% so that clients retrying together do not stay in step.
+func jitter(d time.Duration) time.Duration {
+	q := int64(d) / 4
+	if q <= 0 {
+		return d
+	}
+	return d - time.Duration(q) + time.Duration(rand.Int64N(2*q+1))
+}
+
+// failover moves calls from member i to the next one, unless another call already did.
+func (c *Client) failover(i int) {
+	next := (i + 1) % len(c.members)
+	if c.cur.CompareAndSwap(int64(i), int64(next)) && next != i {
+		c.lg.Debug("failover", "from", c.members[i].addr, "to", c.members[next].addr)
+	}
+}
+
+// errStreamEnded is an attempt's error when a stream ended before the reply was complete:
+// the outcome is unknown and the call is retried.
+var errStreamEnded = errors.New("client: stream ended early")
+
+// errRenew asks retry to run the operation again at once, on the same member (the operation
+// has switched to a fresh transaction ID).
+var errRenew = errors.New("client: renew transaction")
+
+// retry runs op against the current member until it succeeds, fails with an error whose
+// outcome is known, or ctx ends (or Options.MaxAttempts is spent). Errors whose outcome is
+// unknown move the call to the next member after a backoff. For a write, ending while the
+// outcome is unknown wraps ErrIndeterminate.
+func (c *Client) retry(ctx context.Context, name string, write bool, op func(ctx context.Context, m member, attempt int) error) error {
+	backoff := c.opt.RetryBackoff
+	var last error
+	for attempt := 1; ; attempt++ {
+		if c.closed.Load() {
+			return fmt.Errorf("%w: %s", ErrClosed, name)
+		}
+		if err := ctx.Err(); err != nil {
+			if attempt == 1 {
+				return fmt.Errorf("client: %s: %w", name, err) // nothing was sent
+			}
+			return giveUp(name, write, err, last)
+		}
+		i := int(c.cur.Load())
+		err := op(ctx, c.members[i], attempt)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, errRenew) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return giveUp(name, write, ctx.Err(), err)
+		}
+		if !retryable(err) {
+			return permanent(name, err)
+		}
+		last = err
+		c.failover(i)
+		if c.opt.MaxAttempts > 0 && attempt >= c.opt.MaxAttempts {
+			return giveUp(name, write, fmt.Errorf("gave up after %d attempts", attempt), last)
+		}
+		c.lg.Debug("retry", "op", name, "attempt", attempt, "addr", c.members[i].addr, "err", err)
+		if err := sleep(ctx, jitter(backoff)); err != nil {
+			return giveUp(name, write, err, last)
+		}
+		backoff = min(2*backoff, c.opt.MaxBackoff)
+	}
+}
+
+// giveUp builds the error of a call that stopped retrying because of cause.
+func giveUp(name string, write bool, cause, last error) error {
+	switch {
+	case write && last == nil:
+		return fmt.Errorf("%w: %s: %w", ErrIndeterminate, name, cause)
+	case write:
+		return fmt.Errorf("%w: %s: %w (last error: %w)", ErrIndeterminate, name, cause, last)
+	case last == nil:
+		return fmt.Errorf("client: %s: %w", name, cause)
+	}
+	return fmt.Errorf("client: %s: %w (last error: %w)", name, cause, last)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// isEOF reports a Send that failed because the stream was torn down: the real status must
+// then be fetched from the receiving side.
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }
