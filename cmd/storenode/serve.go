@@ -1,15 +1,169 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kvoffload/kvoffload/node"
+	"github.com/kvoffload/kvoffload/ops"
 )
 
+// serveSettings are the serve flags. Each can also come from the environment
+// (KVOFFLOAD_<NAME>, e.g. KVOFFLOAD_RAFT_ADDR) or a JSON config file (--config, keys like
+// "raft_addr"); precedence: flag, environment, config file, default.
+var serveSettings = []struct{ name, def, usage string }{
+	{"id", "node1", "node ID (unique in the cluster)"},
+	{"data", "./kvoffload-data", "data directory (WAL, buckets, Raft state)"},
+	{"raft-addr", "127.0.0.1:7000", "host:port of the Raft transport (other nodes dial it)"},
+	{"api-addr", "127.0.0.1:7100", "host:port of the gRPC API"},
+	{"http-addr", "127.0.0.1:7200", "host:port of /metrics, /healthz and /readyz (empty = off)"},
+	{"join", "", "comma-separated API addresses of existing members; empty = bootstrap a new cluster"},
+	{"capacity", "0", "quota on live bucket bytes, e.g. 64GiB (0 = unlimited)"},
+	{"log-level", "info", "debug, info, warn or error"},
+}
+
 func serveCmd() *cobra.Command {
-	return &cobra.Command{
+	var configFile string
+	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run a cluster node (not built yet)",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("serve: not built yet") },
+		Short: "Run a cluster node",
+		Long: `serve runs one kvoffload node. The first node bootstraps a cluster; others start with
+--join host:port (the API address of any member). Up to five nodes are voters, later ones
+non-voters. SIGTERM or SIGINT shuts the node down gracefully.
+
+Every flag can also be set in the environment (KVOFFLOAD_RAFT_ADDR=...) or in a JSON file
+given with --config ({"id": "n2", "raft_addr": "127.0.0.1:7001", ...}); a flag wins over the
+environment, which wins over the file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			vals, err := resolveSettings(cmd.Flags(), configFile)
+			if err != nil {
+				return err
+			}
+			return runServe(cmd.Context(), vals)
+		},
 	}
+	for _, s := range serveSettings {
+		cmd.Flags().String(s.name, s.def, s.usage)
+	}
+	cmd.Flags().StringVar(&configFile, "config", "", "JSON config file")
+	return cmd
+}
+
+// resolveSettings applies the precedence flag > environment > config file > default.
+func resolveSettings(fl *pflag.FlagSet, configFile string) (map[string]string, error) {
+	file := map[string]any{}
+	if configFile != "" {
+		b, err := os.ReadFile(configFile)
+		if err != nil {
+			return nil, fmt.Errorf("--config: %w", err)
+		}
+		if err := json.Unmarshal(b, &file); err != nil {
+			return nil, fmt.Errorf("--config %s: %w", configFile, err)
+		}
+	}
+	vals := map[string]string{}
+	for _, s := range serveSettings {
+		key := strings.ReplaceAll(s.name, "-", "_")
+		v, _ := fl.GetString(s.name)
+		if !fl.Changed(s.name) {
+			if e, ok := os.LookupEnv("KVOFFLOAD_" + strings.ToUpper(key)); ok {
+				v = e
+			} else if f, ok := file[key]; ok {
+				v = fmt.Sprint(f)
+			}
+		}
+		vals[s.name] = v
+	}
+	for k := range file {
+		if !knownSetting(k) {
+			return nil, fmt.Errorf("--config %s: unknown key %q", configFile, k)
+		}
+	}
+	return vals, nil
+}
+
+func knownSetting(key string) bool {
+	for _, s := range serveSettings {
+		if strings.ReplaceAll(s.name, "-", "_") == key {
+			return true
+		}
+	}
+	return false
+}
+
+func nodeConfig(vals map[string]string) (node.Config, error) {
+	cfg := node.DefaultConfig(vals["data"])
+	cfg.ID, cfg.Txn.NodeID = vals["id"], vals["id"]
+	cfg.RaftAddr, cfg.APIAddr = vals["raft-addr"], vals["api-addr"]
+	if j := strings.TrimSpace(vals["join"]); j != "" {
+		cfg.Join = strings.Split(j, ",")
+	}
+	if c := vals["capacity"]; c != "0" && c != "" {
+		n, err := parseSize(c)
+		if err != nil {
+			return cfg, fmt.Errorf("--capacity: %w", err)
+		}
+		cfg.Capacity = n
+	}
+	if cfg.RaftAddr == "" {
+		return cfg, errors.New("--raft-addr is required for serve")
+	}
+	return cfg, cfg.Validate()
+}
+
+func runServe(ctx context.Context, vals map[string]string) error {
+	cfg, err := nodeConfig(vals)
+	if err != nil {
+		return err
+	}
+	var level slogLevel
+	if err := level.set(vals["log-level"]); err != nil {
+		return err
+	}
+	cfg.Logger = level.logger()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registry = reg
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var current atomic.Pointer[node.Node]
+	if addr := vals["http-addr"]; addr != "" {
+		checks := ops.Checks{Ready: func() error {
+			if n := current.Load(); n != nil {
+				return n.Ready()
+			}
+			return errors.New("starting")
+		}}
+		bound, err := ops.Serve(ctx, addr, ops.Handler(reg, checks), cfg.Logger)
+		if err != nil {
+			return err
+		}
+		cfg.Logger.Info("http listening", "addr", bound.String())
+	}
+	n, err := node.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	current.Store(n)
+	fmt.Fprintf(os.Stderr, "storenode %s ready: api %s, raft %s\n", cfg.ID, n.APIAddr(), cfg.RaftAddr)
+	<-ctx.Done()
+	fmt.Fprintf(os.Stderr, "storenode %s: shutting down\n", cfg.ID)
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Shutdown(sctx)
 }
