@@ -23,21 +23,52 @@ import (
 // Timeouts of node-to-node calls.
 const (
 	// ownerReadBase is the part of a forwarded read's deadline that does not depend on its
-	// size: a dead owner must be a fast, clean miss (CASES.md C9: under 100 ms).
-	ownerReadBase = 100 * time.Millisecond
+	// size. A dead owner is a fast miss anyway (its port refuses the connection at once,
+	// CASES.md C9); the deadline matters for an owner that is alive but does not answer
+	// (paused, partitioned), and must not fail a busy owner.
+	ownerReadBase = time.Second
+	// suspectReadBase replaces ownerReadBase for an owner whose last read timed out, for
+	// suspectFor: an unresponsive owner costs one slow miss, then fast ones (C9: < 100 ms).
+	suspectReadBase = 75 * time.Millisecond
+	suspectFor      = 5 * time.Second
 	// ownerReadRate is the transfer rate (bytes/s) the rest of the deadline assumes.
 	ownerReadRate = 100 << 20
 	// leaderWait bounds how long a forwarded proposal waits for a leader to be known.
 	leaderWait = 10 * time.Second
 )
 
-// peers holds one gRPC connection per other node, by API address.
+// peers holds one gRPC connection per other node, by API address, and remembers which
+// owners recently failed to answer in time.
 type peers struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+	suspect map[string]time.Time // owner -> until when its reads get the short deadline
 }
 
-func newPeers() *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
+func newPeers() *peers {
+	return &peers{conns: map[string]*grpc.ClientConn{}, suspect: map[string]time.Time{}}
+}
+
+// readBase returns the size-independent deadline for a read from owner.
+func (p *peers) readBase(owner string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Now().Before(p.suspect[owner]) {
+		return suspectReadBase
+	}
+	return ownerReadBase
+}
+
+// noteRead records whether owner answered in time.
+func (p *peers) noteRead(owner string, timedOut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if timedOut {
+		p.suspect[owner] = time.Now().Add(suspectFor)
+	} else {
+		delete(p.suspect, owner)
+	}
+}
 
 func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
@@ -184,13 +215,16 @@ func (r remoteReader) ReadRemote(ctx context.Context, owner string, keys []strin
 	if err != nil {
 		return fail(err.Error())
 	}
-	ctx, cancel := context.WithTimeout(ctx, ownerReadBase+time.Duration(size)*time.Second/ownerReadRate)
+	rctx, cancel := context.WithTimeout(ctx, r.peers.readBase(owner)+time.Duration(size)*time.Second/ownerReadRate)
 	defer cancel()
-	stream, err := pb.NewClusterClient(conn).ReadLocal(ctx, &pb.GetRequest{Keys: keys})
-	if err != nil {
-		return fail(fmt.Sprintf("owner %s unavailable: %v", owner, err))
+	stream, err := pb.NewClusterClient(conn).ReadLocal(rctx, &pb.GetRequest{Keys: keys})
+	var out []txn.GetResult
+	if err == nil {
+		out, err = recvGets(stream, keys)
 	}
-	out, err := recvGets(stream, keys)
+	if ctx.Err() == nil {
+		r.peers.noteRead(owner, status.Code(err) == codes.DeadlineExceeded)
+	}
 	if err != nil {
 		return fail(fmt.Sprintf("owner %s unavailable: %v", owner, err))
 	}

@@ -1,0 +1,275 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/failpoint"
+)
+
+func objectsFor(w Workload, keys []string) []client.Object {
+	objs := make([]client.Object, len(keys))
+	for i, k := range keys {
+		objs[i] = client.Object{Key: k, Value: w.Payload(k)}
+	}
+	return objs
+}
+
+func mustOffloadVia(t *testing.T, ctx context.Context, cl *client.Client, w Workload, keys []string) {
+	t.Helper()
+	res, err := cl.BatchOffload(ctx, client.NewTxnID(), objectsFor(w, keys))
+	if err != nil {
+		t.Fatalf("offload: %v", err)
+	}
+	for _, r := range res {
+		if !r.Outcome.OK() {
+			t.Fatalf("offload %s: %s %s", r.Key, r.Outcome, r.Reason)
+		}
+	}
+}
+
+// readAll reads keys through cl and returns how many came back Found with the right bytes.
+func readAll(t *testing.T, ctx context.Context, cl *client.Client, w Workload, keys []string) (ok int, first string) {
+	t.Helper()
+	res, err := cl.BatchGet(ctx, keys)
+	if err != nil {
+		return 0, err.Error()
+	}
+	for _, r := range res {
+		switch {
+		case r.Status == client.Found && bytes.Equal(r.Value, w.Payload(r.Key)):
+			ok++
+		case r.Status == client.Found:
+			t.Fatalf("I3: %s read back wrong bytes", r.Key)
+		case first == "":
+			first = fmt.Sprintf("%s: %s %s", r.Key, r.Status, r.Reason)
+		}
+	}
+	return ok, first
+}
+
+func keysNamed(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s@%04d", prefix, i)
+	}
+	return keys
+}
+
+// TestClusterAnyNode: a three-node cluster; offload through one node, read, check and remove
+// through the others.
+func TestClusterAnyNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := startCluster(t, 3, "")
+	w := Workload{Seed: testSeed(t), BlockSize: 256 << 10}
+	keys := keysNamed("any", 30)
+	via2 := c.dial(ctx, c.procs[1].api)
+	defer via2.Close()
+	mustOffloadVia(t, ctx, via2, w, keys)
+	for _, p := range []*proc{c.procs[0], c.procs[2]} {
+		cl := c.dial(ctx, p.api)
+		if ok, first := readAll(t, ctx, cl, w, keys); ok != len(keys) {
+			t.Fatalf("read via %s: %d of %d (%s)", p.id, ok, len(keys), first)
+		}
+		ex, err := cl.BatchExists(ctx, keys, 0)
+		if err != nil || ex.PrefixPresent != len(keys) {
+			t.Fatalf("exists via %s: %+v %v", p.id, ex, err)
+		}
+		cl.Close()
+	}
+	via3 := c.dial(ctx, c.procs[2].api)
+	defer via3.Close()
+	removed, err := via3.Remove(ctx, keys[:10])
+	if err != nil || len(removed) != 10 || !removed[0] {
+		t.Fatalf("remove via n3: %v %v", removed, err)
+	}
+	res, err := via2.BatchGet(ctx, keys[:10])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != client.NotFound {
+			t.Fatalf("removed key %s: %s", r.Key, r.Status)
+		}
+	}
+	totals.checks += 3 * len(keys)
+}
+
+// TestC3NeverPublishBeforeServable is CASES.md C3 (Mooncake #2799): with the offloading node
+// sleeping 500 ms right after each metadata commit, a reader on another node that polls a key
+// reads it successfully the moment it becomes visible, 1,000 times.
+func TestC3NeverPublishBeforeServable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := startCluster(t, 3, failpoint.MetaCommitted+"=sleep(500)")
+	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	writer := c.dial(ctx, c.procs[0].api)
+	reader := c.dial(ctx, c.procs[1].api)
+	defer writer.Close()
+	defer reader.Close()
+	const total, parallel = 1000, 50
+	var next, good atomic.Int64
+	var wg sync.WaitGroup
+	for range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < total; i = next.Add(1) - 1 {
+				key := fmt.Sprintf("c3@%04d", i)
+				done := make(chan error, 1)
+				go func() {
+					_, err := writer.BatchOffload(ctx, client.NewTxnID(), objectsFor(w, []string{key}))
+					done <- err
+				}()
+				if pollThenRead(t, ctx, reader, w, key, done) {
+					good.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if good.Load() != total {
+		t.Fatalf("%d of %d keys read successfully the moment they were visible", good.Load(), total)
+	}
+	totals.checks += total
+}
+
+// pollThenRead polls BatchExists until key is Present, then reads it at once.
+func pollThenRead(t *testing.T, ctx context.Context, reader *client.Client, w Workload, key string, done chan error) bool {
+	for ctx.Err() == nil {
+		ex, err := reader.BatchExists(ctx, []string{key}, 0)
+		if err == nil && ex.PrefixPresent == 1 {
+			res, err := reader.BatchGet(ctx, []string{key})
+			if err != nil || res[0].Status != client.Found || !bytes.Equal(res[0].Value, w.Payload(key)) {
+				t.Errorf("%s visible but not servable: %v %+v", key, err, res)
+				return false
+			}
+			if err := <-done; err != nil {
+				t.Errorf("%s: offload: %v", key, err)
+				return false
+			}
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+// TestC8LeaderFailover is CASES.md C8 (Mooncake #1196, #2077): offload 100 keys through a
+// follower, kill the leader; within the election timeout plus a few seconds every key is
+// readable through the other follower, with no node restarted by hand.
+func TestC8LeaderFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := startCluster(t, 3, "")
+	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	leader := c.leader(ctx, c.procs[0])
+	var followers []*proc
+	for _, p := range c.procs {
+		if p != leader {
+			followers = append(followers, p)
+		}
+	}
+	writer := c.dial(ctx, followers[0].api)
+	defer writer.Close()
+	keys := keysNamed("c8", 100)
+	mustOffloadVia(t, ctx, writer, w, keys)
+	c.kill(leader)
+	killed := time.Now()
+	reader := c.dial(ctx, followers[1].api)
+	defer reader.Close()
+	for {
+		ok, first := readAll(t, ctx, reader, w, keys)
+		if ok == len(keys) {
+			t.Logf("all %d keys readable %v after the leader was killed", ok, time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if time.Since(killed) > 10*time.Second {
+			t.Fatalf("after %v only %d of %d keys readable (%s)", time.Since(killed), ok, len(keys), first)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	newLeader := c.leader(ctx, followers[1])
+	if newLeader == leader {
+		t.Fatal("the killed node is still reported as leader")
+	}
+	// New offloads work with the new leader.
+	mustOffloadVia(t, ctx, reader, w, keysNamed("c8after", 10))
+	totals.checks += len(keys) + 10
+}
+
+// TestC9DeadOwnerFastMiss is CASES.md C9 (Mooncake PR #1914, #3316): reads of keys whose owner
+// is dead return Unavailable in under 100 ms each; keys owned by live nodes keep working.
+func TestC9DeadOwnerFastMiss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := startCluster(t, 3, "")
+	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	doomed, alive := keysNamed("c9dead", 20), keysNamed("c9live", 20)
+	viaDoomed := c.dial(ctx, c.procs[2].api)
+	mustOffloadVia(t, ctx, viaDoomed, w, doomed)
+	viaDoomed.Close()
+	viaAlive := c.dial(ctx, c.procs[1].api)
+	mustOffloadVia(t, ctx, viaAlive, w, alive)
+	viaAlive.Close()
+	reader := c.dial(ctx, c.procs[0].api)
+	defer reader.Close()
+	if ok, first := readAll(t, ctx, reader, w, append(doomed[:1:1], alive...)); ok != 21 {
+		t.Fatalf("before the kill: %d of 21 (%s)", ok, first)
+	}
+	c.kill(c.procs[2])
+	var worst time.Duration
+	for _, k := range doomed {
+		start := time.Now()
+		res, err := reader.BatchGet(ctx, []string{k})
+		el := time.Since(start)
+		worst = max(worst, el)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if res[0].Status != client.Unavailable && res[0].Status != client.NotFound {
+			t.Fatalf("%s owned by a dead node: %s", k, res[0].Status)
+		}
+		if el > 100*time.Millisecond {
+			t.Fatalf("%s: miss took %v, want under 100ms", k, el)
+		}
+	}
+	t.Logf("slowest miss of a dead owner's key: %v", worst)
+	if ok, first := readAll(t, ctx, reader, w, alive); ok != len(alive) {
+		t.Fatalf("keys of live owners: %d of %d (%s)", ok, len(alive), first)
+	}
+	// An owner that is alive but does not answer (SIGSTOP): one slow miss, then fast ones,
+	// and its keys read again once it resumes.
+	paused := c.procs[1]
+	_ = paused.cmd.Process.Signal(syscall.SIGSTOP)
+	for i, k := range alive {
+		start := time.Now()
+		res, err := reader.BatchGet(ctx, []string{k})
+		el := time.Since(start)
+		if err != nil || res[0].Status != client.Unavailable {
+			t.Fatalf("%s on a paused owner: %v %+v", k, err, res)
+		}
+		if limit := 100 * time.Millisecond; i > 0 && el > limit {
+			t.Fatalf("%s: miss #%d on a paused owner took %v, want under %v", k, i+1, el, limit)
+		}
+	}
+	_ = paused.cmd.Process.Signal(syscall.SIGCONT)
+	deadline := time.Now().Add(10 * time.Second)
+	for ok, first := readAll(t, ctx, reader, w, alive); ok != len(alive); ok, first = readAll(t, ctx, reader, w, alive) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGCONT: %d of %d (%s)", ok, len(alive), first)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	totals.checks += len(doomed) + 2*len(alive)
+}
