@@ -14,6 +14,8 @@ import (
 
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/replay"
+	"github.com/kvoffload/kvoffload/internal/trace"
 )
 
 func objectsFor(w Workload, keys []string) []client.Object {
@@ -272,4 +274,43 @@ func TestC9DeadOwnerFastMiss(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	totals.checks += len(doomed) + 2*len(alive)
+}
+
+// TestKillLeaderDuringReplay: the Mooncake sample replays through the client while the
+// leader is SIGKILLed. The replay completes (the client retries on another member with the
+// same txn ID), and after the killed node restarts every key verifies and a second replay
+// finds every key AlreadyStored.
+func TestKillLeaderDuringReplay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := startCluster(t, 3, "")
+	leader := c.leader(ctx, c.procs[0])
+	addrs := append([]string{leader.api}, c.addrs(leader)...)
+	cl := c.dial(ctx, addrs...)
+	defer cl.Close()
+	target := replay.Remote{Client: cl, CallTimeout: 2 * time.Minute}
+	opt := replay.Options{Writers: 8, BlockSize: 64 << 10, Model: "kill", Seed: testSeed(t)}
+	reqs := trace.Sample()[:80]
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		c.kill(leader)
+	}()
+	sum, err := replay.Run(ctx, target, reqs, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("during the kill: %d keys, stored %d, already %d, failed %d, batch errors %d, missing %d (owned by the dead node)",
+		sum.Keys, sum.Stored, sum.AlreadyStored, sum.Failed, sum.BatchErrors, sum.Missing)
+	if sum.Failed+sum.BatchErrors+sum.Conflict+sum.Rejected+sum.Corrupt != 0 {
+		t.Fatalf("replay across a leader kill: %+v", sum)
+	}
+	c.restart(leader)
+	again, err := replay.Run(ctx, target, reqs, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Missing+again.Corrupt != 0 || again.AlreadyStored != again.Keys {
+		t.Fatalf("after restarting the killed node: %+v", again)
+	}
+	totals.checks += again.UniqueKeys
 }

@@ -11,6 +11,10 @@ var (
 	// ErrTxnIDInUse is returned when a call reuses the txn ID of a running call for a
 	// different batch (a retry must send the same objects).
 	ErrTxnIDInUse = errors.New("txn: txn ID in use by a running call with a different batch")
+	// ErrIndeterminate is returned when a batch's COMMIT could not be confirmed within
+	// CommitTimeout (no leader, or the leader died with it in flight). It may still commit:
+	// retry with the same txn ID, on any node, to learn the outcome exactly once.
+	ErrIndeterminate = errors.New("txn: commit outcome unknown; retry with the same txn ID")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("txn: coordinator closed")
 )

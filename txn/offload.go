@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
@@ -70,6 +71,10 @@ func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object) 
 			c.stats.txns.Add(1)
 			c.write(context.WithoutCancel(ctx), p)
 			<-c.sem
+			if p.err != nil {
+				c.awaitJoins(ctx, p)
+				return p.results, p.err
+			}
 		}
 	}
 	c.awaitJoins(ctx, p)
@@ -124,9 +129,10 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 		c.abort(ctx, p, idx, ws, err)
 		return
 	}
-	res, err := c.propose(ctx, intentOf(c.cfg.NodeID, written).commit(p.id))
+	res, err := c.commit(ctx, intentOf(c.cfg.NodeID, written).commit(p.id))
 	if err != nil {
 		c.fail(p, ws, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
+		p.err = fmt.Errorf("%w: txn %s: %w", ErrIndeterminate, p.id, err)
 		c.resolveLater(p.id, idx, ws)
 		return
 	}
@@ -211,6 +217,28 @@ func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
 		return nil, fmt.Errorf("fdatasync: %w", err)
 	}
 	return written, failpoint.Hit(failpoint.DataSynced)
+}
+
+// commit proposes a COMMIT until its outcome is known or CommitTimeout has passed. Proposing
+// it again is safe: the FSM de-duplicates by txn ID, so a leader change between attempts
+// (an indeterminate outcome, a dead leader) costs a retry, not a second commit.
+func (c *Coordinator) commit(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
+	defer cancel()
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		res, err := c.meta.Propose(ctx, cmd)
+		if err == nil {
+			return res, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-c.bgCtx.Done():
+			return nil, err
+		case <-time.After(delay):
+			c.lg.Debug("retrying an indeterminate commit", "err", err)
+		}
+	}
 }
 
 func (c *Coordinator) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {

@@ -18,6 +18,7 @@ type plan struct {
 	writes  []*write    // keys this transaction writes
 	joins   []joinRef   // keys in flight in another transaction
 	dups    []dupRef    // repeats of a key earlier in the same batch
+	err     error       // request-level outcome (ErrIndeterminate)
 }
 
 // write is one key this transaction writes.
