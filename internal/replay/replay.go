@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -46,9 +47,10 @@ type Summary struct {
 	Rejected      int     `json:"rejected"`
 	Failed        int     `json:"failed"`
 	BatchErrors   int     `json:"batch_errors"`
-	Bytes         int64   `json:"bytes"`
+	Bytes         int64   `json:"bytes"`         // payload bytes of the keys this replay Stored (written)
+	OfferedBytes  int64   `json:"offered_bytes"` // payload bytes of every key sent, duplicates included
 	Seconds       float64 `json:"seconds"`
-	MBPerSec      float64 `json:"mb_per_s"`
+	MBPerSec      float64 `json:"mb_per_s"` // Bytes (written) per second, 10^6 bytes
 	P50MS         float64 `json:"p50_ms"`
 	P99MS         float64 `json:"p99_ms"`
 	ReadMBPerSec  float64 `json:"read_mb_per_s"`
@@ -62,12 +64,12 @@ type Summary struct {
 // Run offloads every request and then reads back every distinct key.
 func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summary, error) {
 	if opt.Writers < 1 || opt.BlockSize < 1 {
-		return Summary{}, fmt.Errorf("replay: Writers and BlockSize must be positive")
+		return Summary{}, fmt.Errorf("replay: writers (%d) and block size (%d) must be positive", opt.Writers, opt.BlockSize)
 	}
 	if opt.ReadBatch < 1 {
 		opt.ReadBatch = 64
 	}
-	s := Summary{Requests: len(reqs)}
+	s := Summary{}
 	w := &writer{t: t, opt: opt, reqs: reqs}
 	start := time.Now()
 	stop := w.progress(start)
@@ -75,6 +77,10 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 	stop()
 	s.Seconds = time.Since(start).Seconds()
 	w.fill(&s)
+	s.Requests = int(w.doneReqs.Load())
+	if ctx.Err() != nil {
+		return s, nil // interrupted: nothing to verify against
+	}
 	keys := uniqueKeys(opt.Model, reqs)
 	s.UniqueKeys = len(keys)
 	rstart := time.Now()
@@ -93,7 +99,8 @@ type writer struct {
 
 	next      atomic.Int64
 	doneReqs  atomic.Int64
-	bytes     atomic.Int64
+	bytes     atomic.Int64 // written (Stored)
+	offered   atomic.Int64
 	mu        sync.Mutex
 	latencies []time.Duration
 	counts    map[txn.Outcome]int
@@ -131,8 +138,13 @@ func (w *writer) one(ctx context.Context, req trace.Request) {
 	t0 := time.Now()
 	res, err := w.t.BatchOffload(ctx, txnID(), objs)
 	lat := time.Since(t0)
-	w.bytes.Add(int64(len(keys) * w.opt.BlockSize))
+	w.offered.Add(int64(len(keys) * w.opt.BlockSize))
 	w.doneReqs.Add(1)
+	for _, r := range res {
+		if r.Outcome == txn.Stored {
+			w.bytes.Add(int64(w.opt.BlockSize))
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.latencies = append(w.latencies, lat)
@@ -176,7 +188,7 @@ func (w *writer) progress(start time.Time) (stop func()) {
 				return
 			case <-tick.C:
 				el := time.Since(start).Seconds()
-				fmt.Fprintf(w.opt.Progress, "offload: %d/%d requests, %.0f MB, %.0f MB/s\n",
+				fmt.Fprintf(w.opt.Progress, "offload: %d/%d requests, %.0f MB written, %.0f MB/s\n",
 					w.doneReqs.Load(), len(w.reqs), float64(w.bytes.Load())/1e6, float64(w.bytes.Load())/1e6/el)
 			}
 		}
@@ -194,17 +206,21 @@ func (w *writer) fill(s *Summary) {
 	s.Joined = w.joined
 	s.BatchErrors = w.batchErrs
 	s.Bytes = w.bytes.Load()
+	s.OfferedBytes = w.offered.Load()
 	s.FirstProblem = w.problem
 	sort.Slice(w.latencies, func(a, b int) bool { return w.latencies[a] < w.latencies[b] })
 	s.P50MS = percentileMS(w.latencies, 0.50)
 	s.P99MS = percentileMS(w.latencies, 0.99)
 }
 
+// percentileMS is the nearest-rank percentile: the smallest value with at least q of the
+// samples at or below it.
 func percentileMS(sorted []time.Duration, q float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(q * float64(len(sorted)-1))
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	i = max(0, min(i, len(sorted)-1))
 	return float64(sorted[i].Microseconds()) / 1000
 }
 

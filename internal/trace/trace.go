@@ -68,6 +68,9 @@ func Parse(r io.Reader) ([]Request, error) {
 		if err := json.Unmarshal(text, &req); err != nil {
 			return nil, fmt.Errorf("trace: line %d: %w", line, err)
 		}
+		if req.HashIDs == nil {
+			return nil, fmt.Errorf("trace: line %d: no hash_ids field (not a Mooncake-format trace?)", line)
+		}
 		reqs = append(reqs, req)
 	}
 	if err := sc.Err(); err != nil {

@@ -42,3 +42,13 @@ func TestPayloadDeterministic(t *testing.T) {
 		t.Fatal("different seed or key gave the same payload")
 	}
 }
+
+func TestParseRequiresHashIDs(t *testing.T) {
+	if _, err := Parse(strings.NewReader("{\"foo\":1}\n")); err == nil || !strings.Contains(err.Error(), "hash_ids") {
+		t.Fatalf("err = %v, want a complaint about hash_ids", err)
+	}
+	reqs, err := Parse(strings.NewReader("{\"hash_ids\":[]}\n"))
+	if err != nil || len(reqs) != 1 {
+		t.Fatalf("an empty hash_ids list is a valid request with no blocks: %v %v", reqs, err)
+	}
+}
