@@ -18,12 +18,13 @@ const (
 
 // bucket is one bucket file. Fields without a comment are guarded by Store.mu.
 type bucket struct {
-	id     uint32
-	path   string
-	f      File   // immutable after creation
-	fresh  bool   // created by this Store: the only kind that accepts writes
-	tail   int64  // next free offset (fresh buckets)
-	dirGen uint64 // Store.dirGen that covers its creation
+	id       uint32
+	path     string
+	f        File   // immutable after creation
+	fresh    bool   // created by this Store: the only kind that accepts writes
+	tail     int64  // next free offset (fresh buckets)
+	prealloc int64  // file allocated up to here (fresh buckets); -1: not supported
+	dirGen   uint64 // Store.dirGen that covers its creation
 
 	live      map[int64]int64 // offset -> length of each live extent
 	liveBytes int64

@@ -55,3 +55,10 @@ var (
 	_ File = (*memFile)(nil)
 	_ File = (*errorFile)(nil)
 )
+
+// Allocator is an optional File capability: allocate [off, off+length) so that writes there
+// do not extend the file (fallocate mode 0; the file size grows to cover the range and the
+// new range reads as zeros).
+type Allocator interface {
+	Allocate(off, length int64) error
+}

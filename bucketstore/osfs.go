@@ -190,3 +190,10 @@ func (f *osFile) Close() error {
 	}
 	return errors.Join(f.f.Close(), err)
 }
+
+// Allocate implements Allocator with fallocate(2), mode 0.
+func (f *osFile) Allocate(off, length int64) error {
+	return os.NewSyscallError("fallocate", unix.Fallocate(f.fd, 0, off, length))
+}
+
+var _ Allocator = (*osFile)(nil)
