@@ -1,0 +1,202 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/wal"
+)
+
+// memLog is an in-memory IntentLog.
+type memLog struct {
+	mu      sync.Mutex
+	first   uint64
+	entries []wal.Record
+}
+
+func (l *memLog) Append(recs ...wal.Record) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.first == 0 {
+		l.first = 1
+	}
+	idx := l.first + uint64(len(l.entries))
+	l.entries = append(l.entries, recs...)
+	return idx, nil
+}
+func (l *memLog) AppendAsync(recs ...wal.Record) { _, _ = l.Append(recs...) }
+func (l *memLog) Sync() error                    { return nil }
+func (l *memLog) Replay(fn func(uint64, wal.Record) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, r := range l.entries {
+		if err := fn(l.first+uint64(i), r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (l *memLog) FirstIndex() uint64 { l.mu.Lock(); defer l.mu.Unlock(); return max(l.first, 1) }
+func (l *memLog) LastIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(l.first, 1) + uint64(len(l.entries)) - 1
+}
+func (l *memLog) TruncateFront(idx uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = l.entries[idx-l.first:]
+	l.first = idx
+	return nil
+}
+
+// flakyMeta applies commands to a real FSM; failNext makes the next n proposals fail with an
+// indeterminate error, and applyAnyway decides whether such a failed proposal was applied.
+type flakyMeta struct {
+	f           *fsm.FSM
+	index       atomic.Uint64
+	failNext    atomic.Int64
+	applyAnyway bool
+}
+
+var errLost = errors.New("leadership lost (test)")
+
+func (m *flakyMeta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) {
+	if m.failNext.Add(-1) >= 0 {
+		if m.applyAnyway {
+			m.f.ApplyCommand(m.index.Add(1), cmd)
+		}
+		return nil, errLost
+	}
+	return m.f.ApplyCommand(m.index.Add(1), cmd), nil
+}
+func (m *flakyMeta) Barrier(context.Context) error              { return nil }
+func (m *flakyMeta) Lookup(k string) (fsm.Entry, bool)          { return m.f.Lookup(k) }
+func (m *flakyMeta) Generation(k string) uint64                 { return m.f.Generation(k) }
+func (m *flakyMeta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
+func (m *flakyMeta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEach(fn) }
+
+func newTestCoordinator(t *testing.T, m *flakyMeta) (*Coordinator, *bucketstore.Store) {
+	t.Helper()
+	cfg := bucketstore.DefaultConfig("/b")
+	cfg.FS = bucketstore.NewMemFS()
+	data, err := bucketstore.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := DefaultConfig("n1")
+	tc.CommitTimeout = 300 * time.Millisecond
+	c, err := New(tc, &memLog{}, data, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.f.Watch(c.OnApplied)
+	if _, err := c.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); data.Close() })
+	return c, data
+}
+
+func obj(key string, b byte) Object { return Object{Key: key, Value: []byte{b, b, b, b}} }
+
+// A COMMIT whose first proposals are lost is proposed again and commits exactly once.
+func TestCommitRetriedAfterIndeterminate(t *testing.T) {
+	m := &flakyMeta{f: fsm.New()}
+	c, _ := newTestCoordinator(t, m)
+	m.failNext.Store(2)
+	res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != Stored {
+		t.Fatalf("after two lost proposals: %v %+v", err, res)
+	}
+}
+
+// A lost proposal that was in fact applied is recognised by txn ID: the retry reports the
+// original outcome (Stored), not AlreadyStored.
+func TestIndeterminateButApplied(t *testing.T) {
+	m := &flakyMeta{f: fsm.New(), applyAnyway: true}
+	c, _ := newTestCoordinator(t, m)
+	m.failNext.Store(1)
+	res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != Stored {
+		t.Fatalf("applied-but-lost commit: %v %+v", err, res)
+	}
+}
+
+// When the commit outcome stays unknown past CommitTimeout the call returns ErrIndeterminate;
+// a retry with the same txn ID learns the outcome; the background resolver settles the
+// extents (freed, since the resolver's ABORT won).
+func TestIndeterminateThenRetrySameID(t *testing.T) {
+	m := &flakyMeta{f: fsm.New()}
+	c, data := newTestCoordinator(t, m)
+	m.failNext.Store(1 << 30)
+	id := NewTxnID()
+	_, err := c.BatchOffload(context.Background(), id, []Object{obj("k", 1)})
+	if !errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("err = %v, want ErrIndeterminate", err)
+	}
+	m.failNext.Store(0)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := m.f.TxnResult(id); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the resolver never settled the transaction")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, err := c.BatchOffload(context.Background(), id, []Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != Failed {
+		t.Fatalf("retry of an aborted txn: %v %+v (want Failed: aborted, use a new txn ID)", err, res)
+	}
+	waitLive(t, data, 0)
+	res, err = c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != Stored {
+		t.Fatalf("new txn ID after the abort: %v %+v", err, res)
+	}
+}
+
+func waitLive(t *testing.T, data *bucketstore.Store, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := data.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LiveBytes == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("live bytes %d, want %d", st.LiveBytes, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Removed keys' bytes are freed when the REMOVE is applied, not before.
+func TestRemoveFreesAfterApply(t *testing.T) {
+	m := &flakyMeta{f: fsm.New()}
+	c, data := newTestCoordinator(t, m)
+	if _, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	m.failNext.Store(1) // the REMOVE is lost: nothing may be freed
+	if _, err := c.Remove(context.Background(), []string{"k"}); err == nil {
+		t.Fatal("remove with a lost proposal succeeded")
+	}
+	if got, _ := c.BatchGet(context.Background(), []string{"k"}); got[0].Status != Found {
+		t.Fatalf("key after a lost remove: %s", got[0].Status)
+	}
+	if _, err := c.Remove(context.Background(), []string{"k"}); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(t, data, 0)
+}
