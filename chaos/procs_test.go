@@ -75,6 +75,7 @@ func startCluster(t *testing.T, n int, failpoints string) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
 	base := t.TempDir()
+	KeepOnFailure(t, base)
 	for i := range n {
 		p := &proc{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(base, fmt.Sprintf("n%d", i+1)),
 			raft: freePort(t), api: freePort(t), http: freePort(t), failpoints: failpoints}
