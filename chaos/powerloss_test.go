@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -34,36 +33,11 @@ type image struct {
 func capture(t *testing.T, mem *bucketstore.MemFS, dataDir string, mode bucketstore.CrashMode, rng *rand.Rand) image {
 	img := image{fs: mem.Crash(mode, rng), dir: filepath.Join(t.TempDir(), "data")}
 	for _, sub := range []string{"wal", "raft"} {
-		if err := copyTree(filepath.Join(dataDir, sub), filepath.Join(img.dir, sub)); err != nil {
+		if err := copyDir(filepath.Join(dataDir, sub), filepath.Join(img.dir, sub)); err != nil {
 			t.Errorf("capture: %v", err)
 		}
 	}
 	return img
-}
-
-func copyTree(src, dst string) error {
-	return filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if info.IsDir() {
-			return os.MkdirAll(target, 0o750)
-		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.Create(target)
-		if err != nil {
-			return err
-		}
-		defer out.Close()
-		_, err = io.Copy(out, in)
-		return err
-	})
 }
 
 func memConfig(dir string, fs bucketstore.FS) node.Config {
@@ -137,7 +111,7 @@ func powerLossAt(t *testing.T, fp string, mode bucketstore.CrashMode, seed uint6
 		if err := os.RemoveAll(filepath.Join(dataDir, sub)); err != nil {
 			t.Fatal(err)
 		}
-		if err := copyTree(filepath.Join(img.dir, sub), filepath.Join(dataDir, sub)); err != nil {
+		if err := copyDir(filepath.Join(img.dir, sub), filepath.Join(dataDir, sub)); err != nil {
 			t.Fatal(err)
 		}
 	}
