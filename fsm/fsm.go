@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/kvoffload/kvoffload/internal/mutant"
 )
 
 // state is the replicated metadata. It is only ever mutated under FSM.mu, by
@@ -113,7 +115,7 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 	if !ok {
 		panic(fmt.Sprintf("fsm: apply at index %d: no handler for %T (Decode and apply disagree)", index, cmd))
 	}
-	if r, ok := s.txns[id]; ok {
+	if r, ok := s.txns[id]; ok && !(mutant.On(mutant.DoubleApply) && r.Type == CmdCommit) { // mutation test only
 		return r, false
 	}
 	switch c := cmd.(type) {

@@ -9,6 +9,7 @@ import (
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/mutant"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -137,6 +138,9 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 		return
 	}
 	_ = failpoint.Hit(failpoint.MetaCommitted)
+	if mutant.On(mutant.CommitBeforeSync) { // mutation test only: the fdatasync after the COMMIT
+		_ = c.data.Sync()
+	}
 	c.settle(p.id, idx, ws, res, "")
 	c.finish(p, ws)
 }
@@ -212,6 +216,9 @@ func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
 	}
 	if err := failpoint.Hit(failpoint.DataWritten); err != nil {
 		return nil, err
+	}
+	if mutant.On(mutant.CommitBeforeSync) { // mutation test only: write syncs after the COMMIT
+		return written, failpoint.Hit(failpoint.DataSynced)
 	}
 	if err := c.data.Sync(buckets...); err != nil {
 		return nil, fmt.Errorf("fdatasync: %w", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/mutant"
 )
 
 func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
@@ -192,6 +193,11 @@ func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult
 	kg := make([]fsm.KeyGen, len(keys))
 	for i, k := range keys {
 		kg[i] = fsm.KeyGen{Key: k}
+		if mutant.On(mutant.FreeBeforeRemove) { // mutation test only: freed before the REMOVE is applied
+			if e, ok := c.meta.Lookup(k); ok && e.Owner == c.cfg.NodeID {
+				c.free(bucketExtent(e.Extent))
+			}
+		}
 	}
 	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: kg, Reason: "remove"}))
 	if err != nil {
