@@ -34,6 +34,12 @@ func newHarness(t *testing.T, seed uint64) *harness {
 	return &harness{t: t, dir: filepath.Join(dir, "data"), ack: filepath.Join(dir, "acked"), seed: seed}
 }
 
+// newHarnessAt is newHarness with the data directory at dataDir (for example on a mounted
+// image) and the ack file, the client's view, in a fresh temporary directory.
+func newHarnessAt(t *testing.T, seed uint64, dataDir string) *harness {
+	return &harness{t: t, dir: dataDir, ack: filepath.Join(t.TempDir(), "acked"), seed: seed}
+}
+
 // start launches a child; failpoints is the KVOFFLOAD_FAILPOINTS value ("" = none).
 func (h *harness) start(failpoints string, batches int) *exec.Cmd {
 	h.t.Helper()

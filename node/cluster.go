@@ -67,7 +67,7 @@ func (n *Node) Ready() error {
 
 // join asks the members in cfg.Join, in turn, to add this node, until one accepts.
 func (n *Node) join(ctx context.Context) error {
-	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.APIAddr()}
+	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), ApiAddr: n.APIAddr()}
 	var last error
 	for attempt := 0; ; attempt++ {
 		for _, addr := range n.cfg.Join {
@@ -96,7 +96,7 @@ func (n *Node) join(ctx context.Context) error {
 // announce records this node's addresses in the member directory when it becomes leader
 // (the bootstrap node has no one else to do it; a restarted leader may have moved).
 func (n *Node) announce() {
-	me := fsm.Member{NodeID: n.cfg.ID, RaftAddr: n.cfg.RaftAddr, APIAddr: n.APIAddr()}
+	me := fsm.Member{NodeID: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), APIAddr: n.APIAddr()}
 	if cur, ok := n.fsm.Member(n.cfg.ID); ok && cur == me {
 		return
 	}

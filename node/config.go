@@ -30,6 +30,9 @@ type Config struct {
 	// RaftAddr is the host:port of the Raft TCP transport. Empty means an embedded single
 	// node with an in-memory transport (no cluster).
 	RaftAddr string
+	// RaftAdvertise is the host:port other members dial to reach this node's Raft transport
+	// (for example a proxy in front of it); empty means RaftAddr.
+	RaftAdvertise string
 	// APIAddr is the host:port the gRPC API listens on; empty means no API server.
 	APIAddr string
 	// Join lists API addresses of existing members. When set and the node has no Raft state
@@ -51,6 +54,14 @@ func DefaultConfig(dir string) Config {
 		SnapshotThreshold: 8192,
 		TrailingLogs:      10240,
 	}
+}
+
+// raftAdvertise is the Raft address other members dial.
+func (c Config) raftAdvertise() string {
+	if c.RaftAdvertise != "" {
+		return c.RaftAdvertise
+	}
+	return c.RaftAddr
 }
 
 // Validate reports every invalid field.

@@ -118,7 +118,7 @@ func (n *Node) openStores() (fresh bool, err error) {
 func (n *Node) openRaft(bootstrap bool) error {
 	n.fsm = fsm.New()
 	rcfg := raftmeta.DefaultConfig(n.cfg.ID, filepath.Join(n.cfg.DataDir, "raft"))
-	rcfg.Bootstrap, rcfg.Logger, rcfg.BindAddr = bootstrap, n.log, n.cfg.RaftAddr
+	rcfg.Bootstrap, rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = bootstrap, n.log, n.cfg.RaftAddr, n.cfg.RaftAdvertise
 	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
 	var err error
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {

@@ -27,7 +27,8 @@ import (
 var serveSettings = []struct{ name, def, usage string }{
 	{"id", "node1", "node ID (unique in the cluster)"},
 	{"data", "./kvoffload-data", "data directory (WAL, buckets, Raft state)"},
-	{"raft-addr", "127.0.0.1:7000", "host:port of the Raft transport (other nodes dial it)"},
+	{"raft-addr", "127.0.0.1:7000", "host:port the Raft transport listens on"},
+	{"raft-advertise", "", "host:port other nodes dial for Raft (empty = --raft-addr)"},
 	{"api-addr", "127.0.0.1:7100", "host:port of the gRPC API"},
 	{"http-addr", "127.0.0.1:7200", "host:port of /metrics, /healthz and /readyz (empty = off)"},
 	{"join", "", "comma-separated API addresses of existing members; empty = bootstrap a new cluster"},
@@ -108,7 +109,7 @@ func knownSetting(key string) bool {
 func nodeConfig(vals map[string]string) (node.Config, error) {
 	cfg := node.DefaultConfig(vals["data"])
 	cfg.ID, cfg.Txn.NodeID = vals["id"], vals["id"]
-	cfg.RaftAddr, cfg.APIAddr = vals["raft-addr"], vals["api-addr"]
+	cfg.RaftAddr, cfg.RaftAdvertise, cfg.APIAddr = vals["raft-addr"], vals["raft-advertise"], vals["api-addr"]
 	if j := strings.TrimSpace(vals["join"]); j != "" {
 		cfg.Join = strings.Split(j, ",")
 	}

@@ -1,0 +1,268 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The power-loss tier (reliability.md L3): the child's whole data directory (WAL, buckets,
+// Raft) lives on an ext4 file system in a loop-mounted image. At a random moment the harness
+// shuts the file system down with EXT4_IOC_SHUTDOWN and EXT4_GOING_FLAGS_NOLOGFLUSH: from then
+// on every I/O fails, and neither the journal nor dirty data is written back, so the disk
+// keeps only what was durable (fsynced, or written back by chance) at the cut, as after a
+// power loss. Then SIGKILL, unmount, mount again (the journal replays), recover and check.
+const (
+	ext4IocShutdown     = 0x8004587d // EXT4_IOC_SHUTDOWN, _IOR('X', 125, __u32)
+	ext4GoingNoLogFlush = 2          // EXT4_GOING_FLAGS_NOLOGFLUSH
+	imageSize           = 1 << 30    // sparse; a child writes at most 4 x 16 x 8 MiB
+	powercutCycles      = 16
+	powercutBatches     = 16 // per writer and child: enough that the cut comes first
+)
+
+// ext4Image is an image file on the normal disk, loop-mounted at mnt.
+type ext4Image struct {
+	t       *testing.T
+	file    string
+	mnt     string
+	mounted bool
+}
+
+// powercutSupport reports why the tier cannot run here, or nil.
+func powercutSupport() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not running as root")
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return err
+	}
+	for _, tool := range []string{"mkfs.ext4", "mount", "umount", "losetup"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newImage formats and mounts a fresh image, or skips the test if that is impossible here.
+// A cleanup unmounts it and detaches its loop device even if the test fails.
+func newImage(t *testing.T) *ext4Image {
+	t.Helper()
+	if err := powercutSupport(); err != nil {
+		t.Skipf("power-loss tier needs root and a loop device: %v", err)
+	}
+	base := t.TempDir()
+	im := &ext4Image{t: t, file: filepath.Join(base, "ext4.img"), mnt: filepath.Join(base, "mnt")}
+	if err := os.Mkdir(im.mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(im.release)
+	if err := im.format(); err != nil {
+		t.Skipf("power-loss tier needs root and a loop device: %v", err)
+	}
+	if err := im.mount(); err != nil {
+		t.Skipf("power-loss tier needs root and a loop device: %v", err)
+	}
+	return im
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// format replaces the image with an empty ext4 file system (unmounted).
+func (im *ext4Image) format() error {
+	if err := os.Remove(im.file); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := os.Create(im.file)
+	if err != nil {
+		return err
+	}
+	err = errors.Join(f.Truncate(imageSize), f.Close())
+	if err != nil {
+		return err
+	}
+	return run("mkfs.ext4", "-q", "-F", im.file)
+}
+
+func (im *ext4Image) mount() error {
+	if err := run("mount", "-o", "loop", im.file, im.mnt); err != nil {
+		return err
+	}
+	im.mounted = true
+	return nil
+}
+
+func (im *ext4Image) umount() error {
+	if err := run("umount", im.mnt); err != nil {
+		return err
+	}
+	im.mounted = false
+	return nil
+}
+
+// remount unmounts and mounts the image again; mounting replays the ext4 journal.
+func (im *ext4Image) remount() {
+	im.t.Helper()
+	if err := im.umount(); err != nil {
+		im.t.Fatal(err)
+	}
+	if err := im.mount(); err != nil {
+		im.t.Fatalf("mount after the power cut: %v", err)
+	}
+}
+
+// refresh unmounts the image if needed, formats it and mounts it.
+func (im *ext4Image) refresh() {
+	im.t.Helper()
+	if im.mounted {
+		if err := im.umount(); err != nil {
+			im.t.Fatal(err)
+		}
+	}
+	if err := im.format(); err != nil {
+		im.t.Fatal(err)
+	}
+	if err := im.mount(); err != nil {
+		im.t.Fatal(err)
+	}
+}
+
+// cut is the power loss: the file system stops accepting I/O and drops its journal and
+// dirty pages.
+func (im *ext4Image) cut() error {
+	fd, err := unix.Open(im.mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return os.NewSyscallError("EXT4_IOC_SHUTDOWN", unix.IoctlSetPointerInt(fd, ext4IocShutdown, ext4GoingNoLogFlush))
+}
+
+// release unmounts (lazily if busy) and detaches any loop device still backing the image.
+func (im *ext4Image) release() {
+	if im.mounted {
+		if err := im.umount(); err != nil {
+			im.t.Logf("cleanup: %v; detaching lazily", err)
+			if err := run("umount", "-l", im.mnt); err != nil {
+				im.t.Errorf("cleanup: %v", err)
+			}
+		}
+		im.mounted = false
+	}
+	out, err := exec.Command("losetup", "-j", im.file).Output()
+	if err != nil {
+		im.t.Errorf("cleanup: losetup -j: %v", err)
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if dev, _, ok := strings.Cut(line, ":"); ok {
+			if err := run("losetup", "-d", dev); err != nil {
+				im.t.Errorf("cleanup: %v", err)
+			}
+		}
+	}
+}
+
+// TestPowerCutExt4 is F7 on a real file system: a child offloads into a data directory on a
+// loop-mounted ext4 image, the harness cuts the power at a random moment 200-1500 ms after
+// the child started, SIGKILLs it, remounts (journal replay) and recovers in process. Every
+// acknowledged key (the ack file lives on the normal disk: it is the client's view) must
+// read back byte-identical, nothing else may be visible, nothing orphaned, no intent left
+// open (I1 I2 I3 I4 I5 I12). Cycles alternate a fresh image, cut 200-1500 ms after the first
+// acknowledgement, and a second cut on the image the previous cycle recovered, 200-1500 ms
+// after the child started, so it often lands in start-up or recovery.
+func TestPowerCutExt4(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	im := newImage(t)
+	var child *exec.Cmd
+	t.Cleanup(func() {
+		if child != nil && child.ProcessState == nil {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+	})
+	var h *harness
+	var early int
+	for cycle := range powercutCycles {
+		if cycle%2 == 0 {
+			if cycle > 0 {
+				im.refresh()
+			}
+			h = newHarnessAt(t, seed, filepath.Join(im.mnt, "data"))
+		}
+		delay := time.Duration(200+rng.IntN(1300)) * time.Millisecond
+		child = h.start("", powercutBatches)
+		started, from := time.Now(), "the start"
+		if cycle%2 == 0 {
+			h.awaitAck()
+			from = "the first acknowledgement"
+		}
+		time.Sleep(delay)
+		if err := im.cut(); err != nil {
+			t.Fatalf("cycle %d: %v", cycle, err)
+		}
+		_ = child.Process.Signal(syscall.SIGKILL)
+		if !waitCut(t, child) {
+			early++
+		}
+		totals.crashes++
+		im.remount()
+		t.Logf("cycle %d: power cut %v after %s (%v after the start)", cycle, delay, from, time.Since(started).Round(time.Millisecond))
+		h.verify()
+	}
+	if early > powercutCycles/4 {
+		t.Errorf("the child had ended before %d of %d power cuts: raise powercutBatches", early, powercutCycles)
+	}
+}
+
+// awaitAck polls until the child has acknowledged an offload, so the cut falls in the
+// workload rather than in process start-up and recovery.
+func (h *harness) awaitAck() {
+	h.t.Helper()
+	before := len(h.acked())
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		if len(h.acked()) > before {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.t.Fatal("the child acknowledged nothing within a minute")
+}
+
+// waitCut reaps the child after a power cut and reports whether it was still running: a
+// child that saw the file system fail first may have exited on its own, which is fine.
+func waitCut(t *testing.T, cmd *exec.Cmd) (running bool) {
+	t.Helper()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return true
+		}
+		t.Logf("the child exited on its own after the cut: %v", err)
+		return true
+	}
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	t.Log("the child had finished its workload before the cut")
+	return false
+}
