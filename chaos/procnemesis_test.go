@@ -50,15 +50,13 @@ const (
 	l7OpLimit = 5 * time.Second
 )
 
-// l7Strict checks the history without the allowances for two known anomalies, so it fails
-// today (docs/chaos.md, bug table):
-//   - txn/plan.go answers AlreadyStored from the local metadata, which on a follower may not
-//     have applied a REMOVE another client already saw acknowledged: a client can be told
-//     "stored" about a key that is gone. By default AlreadyStored answers are left out.
-//   - Remove has no request ID: when the client retries it after a lost answer, the retry is
-//     a second REMOVE and can delete a version another client stored in between, so one call
-//     takes effect twice. By default each retry of a Remove adds an unknown remove.
-var l7Strict = flag.Bool("l7-strict", false, "L7: no allowances for lagging AlreadyStored and retried Remove (fails today)")
+// l7Strict checks the history with no allowances. It is the default since both anomalies the
+// lenient mode tolerated were fixed (docs/chaos.md, bug table): a follower answered
+// AlreadyStored from metadata that had not applied an acknowledged REMOVE (fixed by a read
+// index before answering from local metadata), and a retried Remove without a request ID took
+// effect twice (fixed by a client-chosen txn ID on Remove). -l7-strict=false restores the
+// allowances, for comparison.
+var l7Strict = flag.Bool("l7-strict", true, "L7: no allowances for lagging AlreadyStored and retried Remove")
 
 // One client request of the history. Payloads derive from the key, so every offload of a
 // key carries the same bytes and the model state of a key is only whether it is stored.

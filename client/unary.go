@@ -48,8 +48,9 @@ func presence(p kvoffloadv1.Presence) Presence {
 // it was not committed). A retried call reports false for a key the lost attempt removed.
 func (c *Client) Remove(ctx context.Context, keys []string) ([]bool, error) {
 	var out []bool
+	id := NewTxnID() // the same ID on every retry: the server applies the removal once
 	err := c.retry(ctx, "Remove", true, func(ctx context.Context, m member, _ int) error {
-		resp, err := m.kv.Remove(ctx, &kvoffloadv1.RemoveRequest{Keys: keys})
+		resp, err := m.kv.Remove(ctx, &kvoffloadv1.RemoveRequest{Keys: keys, TxnId: id[:]})
 		if err != nil {
 			return err
 		}

@@ -157,6 +157,10 @@ func (m clusterMeta) Barrier(ctx context.Context) error {
 	}
 }
 
+// ReadIndex on a cluster member: a Barrier through the leader, so the local FSM has applied
+// everything the leader had applied (and so everything acknowledged) before the call.
+func (m clusterMeta) ReadIndex(ctx context.Context) error { return m.Barrier(ctx) }
+
 func (m clusterMeta) waitApplied(ctx context.Context, index uint64) error {
 	for m.r.AppliedIndex() < index {
 		select {

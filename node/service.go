@@ -130,7 +130,15 @@ func (s kvService) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.Remov
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	res, err := s.n.coord.Remove(ctx, req.Keys)
+	id := txn.NewTxnID()
+	switch len(req.TxnId) {
+	case 0:
+	case len(id):
+		copy(id[:], req.TxnId)
+	default:
+		return nil, invalid("txn_id must be %d bytes, got %d", len(id), len(req.TxnId))
+	}
+	res, err := s.n.coord.RemoveTxn(ctx, id, req.Keys)
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -77,6 +77,7 @@ func (m *flakyMeta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) 
 	return m.f.ApplyCommand(m.index.Add(1), cmd), nil
 }
 func (m *flakyMeta) Barrier(context.Context) error              { return nil }
+func (m *flakyMeta) ReadIndex(context.Context) error            { return nil }
 func (m *flakyMeta) Lookup(k string) (fsm.Entry, bool)          { return m.f.Lookup(k) }
 func (m *flakyMeta) Generation(k string) uint64                 { return m.f.Generation(k) }
 func (m *flakyMeta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }

@@ -61,6 +61,9 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 }
 
 func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object) ([]KeyResult, error) {
+	if err := c.catchUp(ctx, objs); err != nil {
+		return nil, err
+	}
 	p := c.plan(id, objs)
 	if len(p.writes) > 0 {
 		if err := c.acquire(ctx); err != nil {
@@ -92,6 +95,21 @@ func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object) 
 	}
 	_ = failpoint.Hit(failpoint.Acked)
 	return p.results, nil
+}
+
+// catchUp makes sure local metadata is not behind before any key is answered from it: a
+// lagging replica could otherwise report AlreadyStored for a key another node has already
+// removed (found by the process nemesis). Only batches with a key present locally pay for it.
+func (c *Coordinator) catchUp(ctx context.Context, objs []Object) error {
+	for _, o := range objs {
+		if _, ok := c.meta.Lookup(o.Key); ok {
+			if err := c.meta.ReadIndex(ctx); err != nil {
+				return fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // acquire takes an in-flight slot, waiting (back-pressure) until ctx ends.

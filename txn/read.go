@@ -184,6 +184,12 @@ func (c *Coordinator) BatchExists(keys []string) ExistsResult {
 // key's generation advances, so an offload that was in flight before the removal cannot
 // commit its older version afterwards.
 func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult, error) {
+	return c.RemoveTxn(ctx, NewTxnID(), keys)
+}
+
+// RemoveTxn is Remove under a caller-chosen txn ID: a retry with the same ID returns the
+// original answer and removes nothing more (a key stored again in between stays).
+func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string) ([]RemoveResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
@@ -199,7 +205,7 @@ func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult
 			}
 		}
 	}
-	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: kg, Reason: "remove"}))
+	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "remove"}))
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)
 	}

@@ -44,6 +44,10 @@ type Meta interface {
 	Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 	// Barrier returns once the FSM has applied every entry committed before the call.
 	Barrier(ctx context.Context) error
+	// ReadIndex returns once the local FSM reflects every command acknowledged before the
+	// call anywhere in the cluster (a no-op where the local FSM is the only replica). The
+	// coordinator calls it before it answers AlreadyStored or Conflict from local metadata.
+	ReadIndex(ctx context.Context) error
 	Lookup(key string) (fsm.Entry, bool)
 	Generation(key string) uint64
 	TxnResult(id fsm.TxnID) (*fsm.Result, bool)

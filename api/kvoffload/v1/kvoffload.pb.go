@@ -601,8 +601,11 @@ func (x *ExistsResponse) GetPrefixPresent() uint32 {
 }
 
 type RemoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// 16 bytes chosen by the client, reused on retry: a retried Remove returns the original
+	// answer instead of removing a version stored in between. Empty: the server picks one.
+	TxnId         []byte `protobuf:"bytes,2,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +643,13 @@ func (*RemoveRequest) Descriptor() ([]byte, []int) {
 func (x *RemoveRequest) GetKeys() []string {
 	if x != nil {
 		return x.Keys
+	}
+	return nil
+}
+
+func (x *RemoveRequest) GetTxnId() []byte {
+	if x != nil {
+		return x.TxnId
 	}
 	return nil
 }
@@ -1412,9 +1422,10 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\blease_ms\x18\x02 \x01(\rR\aleaseMs\"c\n" +
 	"\x0eExistsResponse\x12*\n" +
 	"\x04keys\x18\x01 \x03(\x0e2\x16.kvoffload.v1.PresenceR\x04keys\x12%\n" +
-	"\x0eprefix_present\x18\x02 \x01(\rR\rprefixPresent\"#\n" +
+	"\x0eprefix_present\x18\x02 \x01(\rR\rprefixPresent\":\n" +
 	"\rRemoveRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"*\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x15\n" +
+	"\x06txn_id\x18\x02 \x01(\fR\x05txnId\"*\n" +
 	"\x0eRemoveResponse\x12\x18\n" +
 	"\aremoved\x18\x01 \x03(\bR\aremoved\"\x0e\n" +
 	"\fStatsRequest\"\xde\x02\n" +
