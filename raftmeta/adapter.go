@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
 
 // raftFSM adapts *fsm.FSM to raft.FSM. raft calls Apply, Snapshot and Restore
@@ -46,6 +47,7 @@ type fsmSnapshot struct{ s *fsm.Snapshot }
 // Persist writes the snapshot and closes the sink (FileSnapshotStore fsyncs
 // and renames it into place on Close); on error it cancels the sink.
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	_ = failpoint.Hit(failpoint.SnapshotPersist)
 	if _, err := s.s.WriteTo(sink); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("raftmeta: persist snapshot: %w", err)

@@ -41,6 +41,7 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 	if err != nil {
 		return rep, err
 	}
+	_ = failpoint.Hit(failpoint.RecoveryScanned)
 	rep.Intents, rep.Unresolved = total, len(pending)
 	for _, id := range sortedIDs(pending) {
 		if err := c.resolveIntent(ctx, id, pending[id], &rep); err != nil {
@@ -55,9 +56,11 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 		return rep, err
 	}
 	if last := c.log.LastIndex(); last > c.log.FirstIndex() {
+		_ = failpoint.Hit(failpoint.WALTruncateBefore)
 		if err := c.log.TruncateFront(last); err != nil {
 			return rep, fmt.Errorf("txn: recovery: truncating the WAL: %w", err)
 		}
+		_ = failpoint.Hit(failpoint.WALTruncateAfter)
 	}
 	c.recovered.Store(true)
 	c.stats.recovered.Add(uint64(rep.RolledFwd))

@@ -124,7 +124,9 @@ func (c *Coordinator) maybeTruncate() {
 	if target <= first {
 		return
 	}
+	_ = failpoint.Hit(failpoint.WALTruncateBefore)
 	if err := c.log.TruncateFront(target); err != nil {
 		c.failStop(fmt.Errorf("wal truncate: %w", err))
 	}
+	_ = failpoint.Hit(failpoint.WALTruncateAfter)
 }

@@ -9,7 +9,8 @@
 // Actions: crash (SIGKILL of this process: no deferred Close or fsync runs, unlike a panic),
 // sleep(ms), error (Hit returns ErrInjected). A suffix @N fires only on the N-th hit of that
 // point (1-based); without it the action fires on every hit. Every hit is counted, so a run
-// can print its failpoint coverage.
+// can print its failpoint coverage: Hits counts since the last Reset (what @N refers to),
+// Coverage and Totals count over the whole process, across Resets.
 package failpoint
 
 import "errors"
@@ -26,9 +27,20 @@ const (
 	MetaCommitted    = "txn.meta.committed" // S4: COMMIT applied through Raft
 	DoneLogged       = "txn.done.logged"    // S5: DONE queued in the WAL
 	Acked            = "txn.acked"          // S6: results about to be returned
+	RecoveryScanned  = "recovery.scanned"   // recovery: the WAL scanned for unresolved intents
 	RecoveryResolved = "recovery.resolved"  // recovery: one unresolved intent resolved
 	RecoveryGC       = "recovery.collected" // recovery: one bucket's orphans collected
+
+	WALTruncateBefore = "wal.truncate.before"   // resolved WAL history about to be dropped (TruncateFront)
+	WALTruncateAfter  = "wal.truncate.after"    // TruncateFront returned
+	SnapshotPersist   = "raft.snapshot.persist" // a Raft snapshot of the FSM about to be written
 )
 
 // WritePath lists the write path's failpoints S0..S6 in order.
 var WritePath = []string{OffloadValidated, IntentLogged, DataWritten, DataSynced, MetaCommitted, DoneLogged, Acked}
+
+// All lists every failpoint. The chaos suite fails a full run in which one of them was hit
+// fewer than three times in process (chaos/main_test.go), so a new failpoint must be added
+// here and reached by an in-process tier.
+var All = append(append([]string(nil), WritePath...),
+	RecoveryScanned, RecoveryResolved, RecoveryGC, WALTruncateBefore, WALTruncateAfter, SnapshotPersist)

@@ -4,8 +4,9 @@ package failpoint
 
 import (
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,8 @@ type action struct {
 var (
 	mu       sync.Mutex
 	armed    map[string]action
-	hits     = map[string]int64{}
+	hits     = map[string]int64{} // since the last Reset: what @N counts
+	totals   = map[string]int64{} // over the whole process: coverage
 	loadOnce sync.Once
 )
 
@@ -104,6 +106,7 @@ func Hit(name string) error {
 	loadOnce.Do(load)
 	mu.Lock()
 	hits[name]++
+	totals[name]++
 	n := hits[name]
 	a, ok := armed[name]
 	mu.Unlock()
@@ -133,7 +136,8 @@ func EnableFunc(name string, nth int64, fn func() error) {
 	armed[name] = action{kind: "func", fn: fn, nth: nth}
 }
 
-// Reset disarms every failpoint and zeroes the hit counters.
+// Reset disarms every failpoint and zeroes the hit counters that @N refers to (Hits); the
+// coverage counters (Totals) keep counting.
 func Reset() {
 	loadOnce.Do(load)
 	mu.Lock()
@@ -142,27 +146,28 @@ func Reset() {
 	hits = map[string]int64{}
 }
 
-// Hits returns a copy of the hit counters, for coverage tables.
+// Hits returns a copy of the hit counters since the last Reset.
 func Hits() map[string]int64 {
 	mu.Lock()
 	defer mu.Unlock()
-	out := make(map[string]int64, len(hits))
-	for k, v := range hits {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(hits)
 }
 
-// Coverage formats the hit counters as a table sorted by name.
+// Totals returns a copy of the hit counters over the whole process (Reset does not zero them).
+func Totals() map[string]int64 {
+	mu.Lock()
+	defer mu.Unlock()
+	return maps.Clone(totals)
+}
+
+// Coverage formats Totals as a table sorted by name; every name in All is listed, hit or not.
 func Coverage() string {
-	h := Hits()
-	names := make([]string, 0, len(h))
-	for k := range h {
-		names = append(names, k)
+	h := Totals()
+	for _, k := range All {
+		h[k] += 0
 	}
-	sort.Strings(names)
 	var b strings.Builder
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
 		fmt.Fprintf(&b, "%-24s %d\n", k, h[k])
 	}
 	return b.String()
