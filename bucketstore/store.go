@@ -1,6 +1,8 @@
 package bucketstore
 
 import (
+	"github.com/kvoffload/kvoffload/internal/failpoint"
+
 	"errors"
 	"fmt"
 	"io"
@@ -126,6 +128,12 @@ func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
 	defer putBuffer(buf)
 	if err := EncodeRecord(buf, h, payload); err != nil {
 		return err
+	}
+	if errors.Is(failpoint.Hit(failpoint.BucketWrite), failpoint.ErrTorn) {
+		// Chaos builds only: leave the first half of the record (whole 4 KiB blocks, so
+		// O_DIRECT accepts it) and die, as a power cut in the middle of the write would.
+		_, _ = b.f.WriteAt(buf[:len(buf)/2/Alignment*Alignment], ext.Offset)
+		failpoint.Crash()
 	}
 	if _, err := b.f.WriteAt(buf, ext.Offset); err != nil {
 		return fmt.Errorf("bucketstore: write %+v: %w", ext, err)

@@ -7,7 +7,8 @@
 //	KVOFFLOAD_FAILPOINTS="txn.data.synced=crash@3,txn.meta.committed=sleep(200)"
 //
 // Actions: crash (SIGKILL of this process: no deferred Close or fsync runs, unlike a panic),
-// sleep(ms), error (Hit returns ErrInjected). A suffix @N fires only on the N-th hit of that
+// sleep(ms), error (Hit returns ErrInjected), torn (Hit returns ErrTorn: a write site that
+// supports it writes part of its data and then calls Crash). A suffix @N fires only on the N-th hit of that
 // point (1-based); without it the action fires on every hit. Every hit is counted, so a run
 // can print its failpoint coverage: Hits counts since the last Reset (what @N refers to),
 // Coverage and Totals count over the whole process, across Resets.
@@ -17,6 +18,10 @@ import "errors"
 
 // ErrInjected is returned by Hit for the error action.
 var ErrInjected = errors.New("failpoint: injected error")
+
+// ErrTorn is returned by Hit for the torn action: the caller writes a prefix of its data and
+// then calls Crash, leaving a torn write on disk.
+var ErrTorn = errors.New("failpoint: torn write")
 
 // Names of the write path's failpoints, in step order (DESIGN.md §3).
 const (
@@ -34,6 +39,7 @@ const (
 	WALTruncateBefore = "wal.truncate.before"   // resolved WAL history about to be dropped (TruncateFront)
 	WALTruncateAfter  = "wal.truncate.after"    // TruncateFront returned
 	SnapshotPersist   = "raft.snapshot.persist" // a Raft snapshot of the FSM about to be written
+	BucketWrite       = "bucket.write"          // one record about to be written (supports torn)
 )
 
 // WritePath lists the write path's failpoints S0..S6 in order.
@@ -43,4 +49,5 @@ var WritePath = []string{OffloadValidated, IntentLogged, DataWritten, DataSynced
 // fewer than three times in process (chaos/main_test.go), so a new failpoint must be added
 // here and reached by an in-process tier.
 var All = append(append([]string(nil), WritePath...),
-	RecoveryScanned, RecoveryResolved, RecoveryGC, WALTruncateBefore, WALTruncateAfter, SnapshotPersist)
+	RecoveryScanned, RecoveryResolved, RecoveryGC, WALTruncateBefore, WALTruncateAfter, SnapshotPersist,
+	BucketWrite)

@@ -7,3 +7,6 @@ const Enabled = false
 
 // Hit is a no-op in normal builds.
 func Hit(string) error { return nil }
+
+// Crash is a no-op in normal builds (Hit never asks for it).
+func Crash() {}

@@ -65,7 +65,7 @@ func parse(s string) (action, error) {
 		a.nth, s = nth, base
 	}
 	switch {
-	case s == "crash", s == "error":
+	case s == "crash", s == "error", s == "torn":
 		a.kind = s
 	case strings.HasPrefix(s, "sleep(") && strings.HasSuffix(s, ")"):
 		ms, err := strconv.Atoi(s[len("sleep(") : len(s)-1])
@@ -115,8 +115,9 @@ func Hit(name string) error {
 	}
 	switch a.kind {
 	case "crash":
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL cannot be caught; never return
+		Crash()
+	case "torn":
+		return ErrTorn
 	case "sleep":
 		time.Sleep(a.sleep)
 	case "error":
@@ -171,4 +172,10 @@ func Coverage() string {
 		fmt.Fprintf(&b, "%-24s %d\n", k, h[k])
 	}
 	return b.String()
+}
+
+// Crash kills this process with SIGKILL: no deferred function, Close or fsync runs.
+func Crash() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL cannot be caught; never return
 }
