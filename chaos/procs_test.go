@@ -6,9 +6,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -20,9 +20,9 @@ import (
 
 // storenodeBin is the storenode binary built with -tags chaos for the process tests.
 var (
-	buildOnce   sync.Once
+	buildOnce    sync.Once
 	storenodeBin string
-	buildErr    error
+	buildErr     error
 )
 
 func binary(t *testing.T) string {
