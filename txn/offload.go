@@ -28,6 +28,14 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 	if err := c.checkBatch(objs); err != nil {
 		return nil, err
 	}
+	// Catch up first (a read index through the leader; free on a single node). The FSM then
+	// holds every result acknowledged before this call: a retry of a txn that another node
+	// committed finds its original results, and no key is answered AlreadyStored or Conflict
+	// from metadata that has not applied an acknowledged REMOVE (both found by the process
+	// nemesis).
+	if err := c.meta.ReadIndex(ctx); err != nil {
+		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
+	}
 	sig := signature(objs)
 	c.mu.Lock()
 	r, busy := c.running[id]
@@ -61,9 +69,6 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 }
 
 func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object) ([]KeyResult, error) {
-	if err := c.catchUp(ctx, objs); err != nil {
-		return nil, err
-	}
 	p := c.plan(id, objs)
 	if len(p.writes) > 0 {
 		if err := c.acquire(ctx); err != nil {
@@ -95,21 +100,6 @@ func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object) 
 	}
 	_ = failpoint.Hit(failpoint.Acked)
 	return p.results, nil
-}
-
-// catchUp makes sure local metadata is not behind before any key is answered from it: a
-// lagging replica could otherwise report AlreadyStored for a key another node has already
-// removed (found by the process nemesis). Only batches with a key present locally pay for it.
-func (c *Coordinator) catchUp(ctx context.Context, objs []Object) error {
-	for _, o := range objs {
-		if _, ok := c.meta.Lookup(o.Key); ok {
-			if err := c.meta.ReadIndex(ctx); err != nil {
-				return fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
-			}
-			return nil
-		}
-	}
-	return nil
 }
 
 // acquire takes an in-flight slot, waiting (back-pressure) until ctx ends.
