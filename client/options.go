@@ -37,8 +37,9 @@ func DefaultOptions() Options {
 	}
 }
 
-// maxChunkSize bounds ChunkSize: the protocol promises messages of about 1 MiB.
-const maxChunkSize = 16 << 20
+// maxChunkSize bounds ChunkSize: the protocol promises messages of about 1 MiB, and servers
+// accept messages of 2 MiB.
+const maxChunkSize = 1 << 20
 
 // messageSlack is what a message may hold besides one chunk of value bytes: the keys and
 // results of the largest batch (4096 keys of up to 1 KiB).

@@ -84,6 +84,10 @@ func (n *Node) join(ctx context.Context) error {
 				return nil
 			}
 			last = fmt.Errorf("join via %s: %w", addr, err)
+			n.log.Warn("join attempt failed; retrying", "via", addr, "err", err)
+			if status.Code(err) == codes.AlreadyExists {
+				return fmt.Errorf("node: %w", last)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -91,6 +95,33 @@ func (n *Node) join(ctx context.Context) error {
 		case <-time.After(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)):
 		}
 	}
+}
+
+// inConfiguration reports whether this node appears in its Raft configuration.
+func (n *Node) inConfiguration() bool {
+	servers, err := n.raft.Servers()
+	if err != nil {
+		return false
+	}
+	for _, sv := range servers {
+		if sv.ID == n.cfg.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// checkNoPriorKeys refuses to start a node that joined with an empty data directory while
+// the metadata says its ID owns keys: its recovery would find their buckets missing and
+// drop them cluster-wide (G2). Such a node must get a new ID.
+func (n *Node) checkNoPriorKeys(ctx context.Context) error {
+	if err := n.cmeta().Barrier(ctx); err != nil {
+		return fmt.Errorf("node: catching up after join: %w", err)
+	}
+	if own := n.fsm.Owners()[n.cfg.ID]; own.Keys > 0 {
+		return fmt.Errorf("node: this data directory is new but node ID %s owns %d keys in the cluster: refusing to start (use a new --id; see docs/operations.md)", n.cfg.ID, own.Keys)
+	}
+	return nil
 }
 
 // announce records this node's addresses in the member directory when it becomes leader

@@ -34,6 +34,15 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 		}
 		return cl.Join(ctx, req)
 	}
+	// An ID that is already a member is refused: a node only joins when it has no Raft state,
+	// so a known ID asking again is a node whose disk was lost or wiped (or an impostor), and
+	// admitting it would let its empty recovery drop the keys the real node owns. The
+	// procedure is Leave, then join under a new ID (docs/operations.md).
+	if m, ok := s.n.fsm.Member(req.NodeId); ok {
+		return nil, status.Errorf(codes.AlreadyExists,
+			"node ID %s is already a member (raft %s, api %s): a node joins only with an empty data directory; remove the old member with Leave and join under a new ID",
+			req.NodeId, m.RaftAddr, m.APIAddr)
+	}
 	voter, err := s.n.raft.AddMember(ctx, req.NodeId, req.RaftAddr)
 	if err != nil {
 		return nil, raftError(err)
@@ -46,8 +55,17 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 	return &pb.JoinResponse{Voter: voter}, nil
 }
 
-// Leave removes a node from the Raft configuration and the member directory.
+// Leave removes a node from the Raft configuration and the member directory. The leader
+// leaving hands leadership over first, so the new leader records the removal.
 func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
+	if _, ok := s.n.fsm.Member(req.NodeId); !ok {
+		return nil, status.Errorf(codes.NotFound, "node ID %s is not a member", req.NodeId)
+	}
+	if req.NodeId == s.n.cfg.ID && s.n.raft.IsLeader() {
+		if err := s.n.raft.TransferLeadership(ctx); err != nil {
+			return nil, raftError(err)
+		}
+	}
 	if !s.n.raft.IsLeader() {
 		cl, err := s.n.cmeta().leaderClient(ctx)
 		if err != nil {

@@ -43,10 +43,13 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	return m
 }
 
-func (m *metrics) observeOffload(res []txn.KeyResult, d time.Duration) {
+func (m *metrics) observeOffload(res []txn.KeyResult, objs []txn.Object, d time.Duration) {
 	m.offloadSeconds.Observe(d.Seconds())
-	for _, r := range res {
+	for i, r := range res {
 		m.offloadKeys.WithLabelValues(r.Outcome.String()).Inc()
+		if r.Outcome == txn.Stored && i < len(objs) {
+			m.offloadBytes.Add(float64(len(objs[i].Value)))
+		}
 	}
 }
 

@@ -77,13 +77,20 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	if cfg.RaftAddr != "" && fresh && len(cfg.Join) > 0 {
+	if cfg.RaftAddr != "" && len(cfg.Join) > 0 && (fresh || !n.inConfiguration()) {
+		// A node whose earlier join failed has a raft.db but no configuration: join again.
 		if err := n.join(ctx); err != nil {
 			return nil, err
 		}
+		fresh = true
 	}
 	if err = n.raft.WaitLeader(ctx); err != nil {
 		return nil, fmt.Errorf("node: waiting for a Raft leader: %w", err)
+	}
+	if cfg.RaftAddr != "" && fresh {
+		if err := n.checkNoPriorKeys(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if n.recovery, err = n.coord.Recover(ctx); err != nil {
 		return nil, err

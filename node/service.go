@@ -41,7 +41,7 @@ func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChun
 		}
 		out.Results[i] = &pb.KeyResult{Key: r.Key, Outcome: toPBOutcome(r.Outcome), Joined: r.Joined, Reason: r.Reason}
 	}
-	s.n.metrics.observeOffload(res, time.Since(start))
+	s.n.metrics.observeOffload(res, objs, time.Since(start))
 	return stream.SendAndClose(out)
 }
 

@@ -25,9 +25,13 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
+	if len(keys) > c.cfg.MaxBatchKeys {
+		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
+	}
 	out := make([]GetResult, len(keys))
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
+	var total int64
 	for i, k := range keys {
 		out[i].Key, order[i] = k, i
 		e, ok := c.meta.Lookup(k)
@@ -36,6 +40,10 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 			continue
 		}
 		entries[i] = e
+		total += int64(e.Size)
+	}
+	if total > c.cfg.MaxBatchBytes {
+		return nil, fmt.Errorf("%w: the values total %d bytes, over the limit of %d", ErrBatchTooLarge, total, c.cfg.MaxBatchBytes)
 	}
 	sort.SliceStable(order, func(a, b int) bool {
 		ea, eb := entries[order[a]].Extent, entries[order[b]].Extent
@@ -106,10 +114,15 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]GetRe
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
+	if len(keys) > c.cfg.MaxBatchKeys {
+		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
+	}
 	out := make([]GetResult, len(keys))
 	for i, k := range keys {
 		e, ok := c.meta.Lookup(k)
 		switch {
+		case ctx.Err() != nil:
+			out[i] = GetResult{Key: k, Status: Unavailable, Reason: ctx.Err().Error()}
 		case !ok:
 			out[i] = GetResult{Key: k, Status: NotFound}
 		case e.Owner != c.cfg.NodeID:

@@ -47,7 +47,8 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 			w.outcome, w.reason = Failed, w.err.Error()
 		case !ok:
 			w.outcome, w.reason = Failed, "key missing from the commit result"
-		case ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == id && ko.Entry.Extent == fsmExtent(w.ext):
+		case ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == id && ko.Entry.Owner == c.cfg.NodeID &&
+			ko.Entry.Extent == fsmExtent(w.ext):
 			w.outcome, w.reason = Stored, ""
 			continue
 		default:

@@ -27,9 +27,25 @@ func dialRemote(ctx context.Context, addr string, verbose bool) (replay.Target, 
 	defer cancel()
 	opt := client.DefaultOptions()
 	opt.Logger = logger(verbose)
-	c, err := client.DialOptions(dctx, opt, addrs...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach the cluster at %s: %w", addr, err)
+	// One client per address, each preferring its own node and failing over to the others,
+	// so the batches (and the bytes, which stay where they are written) spread over the
+	// members the way one client per serving host would.
+	var spread replay.Spread
+	var clients []*client.Client
+	closeAll := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
 	}
-	return replay.Remote{Client: c, CallTimeout: remoteCallTimeout}, func() { _ = c.Close() }, nil
+	for i := range addrs {
+		order := append(append([]string(nil), addrs[i:]...), addrs[:i]...)
+		c, err := client.DialOptions(dctx, opt, order...)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("cannot reach the cluster at %s: %w", addr, err)
+		}
+		clients = append(clients, c)
+		spread.Targets = append(spread.Targets, replay.Remote{Client: c, CallTimeout: remoteCallTimeout})
+	}
+	return &spread, closeAll, nil
 }

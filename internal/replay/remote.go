@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvoffload/kvoffload/client"
@@ -75,4 +76,24 @@ func txnGetStatus(s client.GetStatus) txn.GetStatus {
 		return txn.Corrupt
 	}
 	return txn.Unavailable
+}
+
+// Spread sends each call to the next of its Targets in turn.
+type Spread struct {
+	Targets []Target
+	next    atomic.Uint64
+}
+
+var _ Target = (*Spread)(nil)
+
+func (s *Spread) pick() Target { return s.Targets[(s.next.Add(1)-1)%uint64(len(s.Targets))] }
+
+// BatchOffload implements Target.
+func (s *Spread) BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error) {
+	return s.pick().BatchOffload(ctx, id, objs)
+}
+
+// BatchGet implements Target.
+func (s *Spread) BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, error) {
+	return s.pick().BatchGet(ctx, keys)
 }
