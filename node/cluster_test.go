@@ -110,3 +110,34 @@ func waitApplied(t *testing.T, nd, ref *Node) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestJoinUnderExistingIDRefused: a node with an empty data directory cannot join under the ID
+// of a member that owns keys (its disk died); the keys stay readable through the others.
+func TestJoinUnderExistingIDRefused(t *testing.T) {
+	nodes := openCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	victim := nodes[1]
+	keys := []string{keyOf("imp", 0), keyOf("imp", 1)}
+	mustOffload(t, victim, objects(7, 16<<10, keys...))
+	cfg := victim.cfg
+	if err := victim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir() // the disk was lost
+	cfg.RaftAddr, cfg.APIAddr = freeAddr(t), freeAddr(t)
+	cfg.Join = []string{nodes[0].APIAddr()}
+	jctx, jcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer jcancel()
+	if n, err := Open(jctx, cfg); err == nil {
+		n.Close()
+		t.Fatal("a fresh node joined under the ID of a member that owns keys")
+	} else {
+		t.Logf("refused as expected: %v", err)
+	}
+	for _, nd := range []*Node{nodes[0], nodes[2]} {
+		if own := nd.FSM().Owners()[cfg.ID]; own.Keys != len(keys) {
+			t.Fatalf("%s: the lost node's keys in metadata: %d, want %d", nd.cfg.ID, own.Keys, len(keys))
+		}
+	}
+}
