@@ -82,7 +82,10 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			if ch.Size > uint64(lim.MaxObjectBytes) {
 				tooLarge[len(objs)-1] = "too large: exceeds the limit on object bytes"
 			} else {
-				objs[len(objs)-1].Value = make([]byte, 0, ch.Size)
+				// Grow as bytes arrive beyond a first 8 MiB: an announced size costs no
+				// memory until the data comes (a stream announcing 64 MiB and sending
+				// nothing must not reserve 64 MiB).
+				objs[len(objs)-1].Value = make([]byte, 0, min(ch.Size, 8<<20))
 			}
 		}
 		if len(ch.Data) == 0 {

@@ -2,6 +2,7 @@ package raftmeta
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -48,6 +49,13 @@ func slogLevel(level hclog.Level) slog.Level {
 func (h *hcLogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
+	}
+	for i, a := range args {
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 { // hclog.Fmt("%+v", x): format it as hclog would
+			if format, ok := f[0].(string); ok {
+				args[i] = fmt.Sprintf(format, f[1:]...)
+			}
+		}
 	}
 	h.l.Log(context.Background(), slogLevel(level), msg, args...)
 }
