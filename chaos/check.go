@@ -51,7 +51,7 @@ func CheckNode(ctx context.Context, n *node.Node, w Workload, acked []string) (R
 		}
 	}
 	rep.AckedKeys = len(acked)
-	res, err := n.BatchGet(ctx, keys)
+	res, err := getAll(ctx, n, keys)
 	if err != nil {
 		return rep, fmt.Errorf("get: %w", err)
 	}
@@ -107,4 +107,17 @@ func UnresolvedIntents(walDir string) (int, error) {
 		return nil
 	})
 	return len(open), err
+}
+
+// getAll reads keys in batches under the per-request key limit.
+func getAll(ctx context.Context, n *node.Node, keys []string) ([]txn.GetResult, error) {
+	var out []txn.GetResult
+	for lo := 0; lo < len(keys); lo += 1024 {
+		res, err := n.BatchGet(ctx, keys[lo:min(lo+1024, len(keys))])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
 }

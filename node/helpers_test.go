@@ -79,7 +79,7 @@ func mustOffload(t *testing.T, n *Node, objs []txn.Object) []txn.KeyResult {
 // checkReadable asserts every key reads back with the payload derived from (seed, key, size).
 func checkReadable(t *testing.T, n *Node, seed uint64, size int, keys ...string) {
 	t.Helper()
-	res, err := n.BatchGet(context.Background(), keys)
+	res, err := getAll(context.Background(), n, keys)
 	if err != nil {
 		t.Fatalf("get: %v", err)
 	}
@@ -107,7 +107,7 @@ func checkConsistent(t *testing.T, n *Node) {
 		live += e.Extent.Length
 		return true
 	})
-	res, err := n.BatchGet(context.Background(), keys)
+	res, err := getAll(context.Background(), n, keys)
 	if err != nil {
 		t.Fatalf("get: %v", err)
 	}
@@ -140,4 +140,17 @@ func checkConsistent(t *testing.T, n *Node) {
 
 func fsmToExtent(e fsm.Extent) bucketstore.Extent {
 	return bucketstore.Extent{Bucket: e.Bucket, Offset: e.Offset, Length: e.Length}
+}
+
+// getAll reads keys in batches under the per-request key limit.
+func getAll(ctx context.Context, n *Node, keys []string) ([]txn.GetResult, error) {
+	var out []txn.GetResult
+	for lo := 0; lo < len(keys); lo += 1024 {
+		res, err := n.BatchGet(ctx, keys[lo:min(lo+1024, len(keys))])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
 }
