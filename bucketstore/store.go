@@ -99,6 +99,10 @@ func (s *Store) preallocateLocked(b *bucket) {
 	if b.prealloc < 0 || b.tail <= b.prealloc {
 		return
 	}
+	if s.cfg.Capacity > 0 {
+		b.prealloc = -1 // allocated-ahead bytes would count against a quota measured on disk
+		return
+	}
 	a, ok := b.f.(Allocator)
 	if !ok {
 		b.prealloc = -1

@@ -104,7 +104,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		"txn": t.Txns, "stored": t.Stored, "already_stored": t.AlreadyStored, "joined": t.Joined,
 		"conflict": t.Conflicts, "rejected": t.Rejected, "failed": t.Failed, "backpressure_wait": t.Waits,
 		"abort": t.Aborts, "get_corrupt": t.GetCorrupt, "removed": t.Removed,
-		"recovered": t.Recovered, "recovery_abort": t.RecoveryAbort,
+		"recovered": t.Recovered, "recovery_abort": t.RecoveryAbort, "evicted": t.Evicted,
 	} {
 		ch <- prometheus.MustNewConstMetric(descTxn, prometheus.CounterValue, float64(v), kind)
 	}

@@ -136,7 +136,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 
 func (n *Node) openCoordinator() error {
 	tcfg := n.cfg.Txn
-	tcfg.NodeID, tcfg.Logger = n.cfg.ID, n.log
+	tcfg.NodeID, tcfg.Logger, tcfg.Capacity = n.cfg.ID, n.log, n.cfg.Capacity
 	var m txn.Meta = meta{n.raft, n.fsm}
 	if n.cfg.RaftAddr != "" {
 		m = n.cmeta()

@@ -24,6 +24,9 @@ type Config struct {
 	// MaxInFlight is the most transactions writing at once; further batches wait for a slot
 	// (back-pressure) until their context ends, and are then Rejected.
 	MaxInFlight int
+	// Capacity is the bucket store's quota in bytes (0: none). When it is reached, the least
+	// recently used keys this node owns are evicted to make room (CASES.md C10).
+	Capacity int64
 	// CommitTimeout bounds one Raft proposal.
 	CommitTimeout time.Duration
 	// TruncateEvery is how many WAL entries may accumulate before resolved history is
@@ -67,6 +70,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlight < 1 {
 		errs = append(errs, fmt.Errorf("txn: MaxInFlight %d < 1", c.MaxInFlight))
+	}
+	if c.Capacity < 0 {
+		errs = append(errs, errors.New("txn: Capacity must not be negative"))
 	}
 	if c.CommitTimeout <= 0 {
 		errs = append(errs, errors.New("txn: CommitTimeout must be positive"))

@@ -32,6 +32,9 @@ type Coordinator struct {
 	unresMu    sync.Mutex
 	unresolved map[uint64]fsm.TxnID // WAL index of an unresolved INTENT -> its txn ID
 
+	evictMu sync.Mutex // one eviction at a time
+	lru     *lru       // keys this node owns, least recently used first
+
 	pinMu  sync.Mutex
 	pins   map[bucketstore.Extent]int
 	doomed map[bucketstore.Extent]bool // freed when their last pin drops
@@ -86,6 +89,7 @@ func New(cfg Config, log IntentLog, data Buckets, meta Meta) (*Coordinator, erro
 		running:    map[fsm.TxnID]*running{},
 		unresolved: map[uint64]fsm.TxnID{},
 		pins:       map[bucketstore.Extent]int{},
+		lru:        newLRU(),
 		doomed:     map[bucketstore.Extent]bool{},
 		bgCtx:      ctx,
 		bgCancel:   cancel,

@@ -121,7 +121,7 @@ func (c *Coordinator) acquire(ctx context.Context) error {
 // write runs S0 (reserve) to S5 for the keys this transaction owns. It always finishes
 // every write's flight.
 func (c *Coordinator) write(ctx context.Context, p *plan) {
-	ws := c.reserve(p)
+	ws := c.reserve(ctx, p)
 	if len(ws) == 0 {
 		return
 	}
@@ -154,10 +154,10 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 }
 
 // reserve allocates an extent for every write; the ones that fail are finished at once.
-func (c *Coordinator) reserve(p *plan) []*write {
+func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 	var ok, bad []*write
 	for _, w := range p.writes {
-		ext, err := c.data.Reserve(bucketstore.RecordSize(len(w.key), len(w.value)))
+		ext, err := c.reserveEvicting(ctx, bucketstore.RecordSize(len(w.key), len(w.value)))
 		switch {
 		case err == nil:
 			w.ext = ext

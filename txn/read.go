@@ -148,6 +148,7 @@ func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResul
 	want := bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
 	val, err := c.data.Read(ext, want)
 	if err == nil {
+		c.lru.touch(key)
 		return GetResult{Key: key, Status: Found, Value: val}
 	}
 	if !errors.Is(err, bucketstore.ErrCorrupt) {
@@ -240,6 +241,7 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 // finished it does nothing: recovery's orphan collection frees whatever the metadata no
 // longer references.
 func (c *Coordinator) OnApplied(res *fsm.Result) {
+	c.trackApplied(res)
 	if !c.recovered.Load() || res.Type != fsm.CmdRemove {
 		return
 	}

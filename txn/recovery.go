@@ -160,6 +160,7 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) error {
 	keysOf := map[uint32][]fsm.KeyGen{}
 	c.meta.ForEach(func(e fsm.Entry) bool {
 		if e.Owner == c.cfg.NodeID {
+			c.lru.add(e.Key, e.Gen, e.Extent.Length)
 			live[e.Extent.Bucket] = append(live[e.Extent.Bucket], bucketExtent(e.Extent))
 			keysOf[e.Extent.Bucket] = append(keysOf[e.Extent.Bucket], fsm.KeyGen{Key: e.Key, Gen: e.Gen})
 		}

@@ -19,11 +19,12 @@ type Stats struct {
 	Recovered     uint64 // intents rolled forward at start-up
 	RecoveryAbort uint64 // intents aborted at start-up
 	OrphanBytes   uint64 // bytes freed by start-up orphan collection
+	Evicted       uint64 // keys evicted to stay within the capacity
 }
 
 type counters struct {
 	txns, stored, already, joined, conflicts, rejected, failed, waits, aborts atomic.Uint64
-	gets, getCorrupt, removed, recovered, recoveryAbort, orphanBytes          atomic.Uint64
+	gets, getCorrupt, removed, recovered, recoveryAbort, orphanBytes, evicted atomic.Uint64
 }
 
 func (c *counters) count(r KeyResult) {
@@ -53,6 +54,6 @@ func (c *Coordinator) Stats() Stats {
 		Failed: s.failed.Load(), Waits: s.waits.Load(), Aborts: s.aborts.Load(),
 		Gets: s.gets.Load(), GetCorrupt: s.getCorrupt.Load(), Removed: s.removed.Load(),
 		Recovered: s.recovered.Load(), RecoveryAbort: s.recoveryAbort.Load(),
-		OrphanBytes: s.orphanBytes.Load(),
+		OrphanBytes: s.orphanBytes.Load(), Evicted: s.evicted.Load(),
 	}
 }

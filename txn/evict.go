@@ -1,0 +1,138 @@
+package txn
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+// lru orders the keys whose bytes this node owns by last use (offload or read), oldest
+// first: the eviction order when the bucket store's capacity is reached.
+type lru struct {
+	mu    sync.Mutex
+	order *list.List // of *lruEntry, least recently used at the front
+	byKey map[string]*list.Element
+}
+
+type lruEntry struct {
+	key   string
+	gen   uint64
+	bytes int64 // extent length: what freeing it gives back
+}
+
+func newLRU() *lru { return &lru{order: list.New(), byKey: map[string]*list.Element{}} }
+
+// add records key as most recently used.
+func (l *lru) add(key string, gen uint64, bytes int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if el, ok := l.byKey[key]; ok {
+		l.order.Remove(el)
+	}
+	l.byKey[key] = l.order.PushBack(&lruEntry{key: key, gen: gen, bytes: bytes})
+}
+
+// touch marks key as just used, if it is tracked.
+func (l *lru) touch(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if el, ok := l.byKey[key]; ok {
+		l.order.MoveToBack(el)
+	}
+}
+
+// drop forgets key at generation gen (0: any).
+func (l *lru) drop(key string, gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if el, ok := l.byKey[key]; ok && (gen == 0 || el.Value.(*lruEntry).gen == gen) {
+		l.order.Remove(el)
+		delete(l.byKey, key)
+	}
+}
+
+// oldest returns the least recently used entries worth at least bytes (fewer if there are
+// not enough), without removing them.
+func (l *lru) oldest(bytes int64) []lruEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []lruEntry
+	for el := l.order.Front(); el != nil && bytes > 0; el = el.Next() {
+		e := el.Value.(*lruEntry)
+		out = append(out, *e)
+		bytes -= e.bytes
+	}
+	return out
+}
+
+// evictHeadroom is the fraction of Capacity evicted beyond what one reservation needs, so
+// that a full store does not run one eviction per write.
+const evictHeadroom = 16
+
+// reserveEvicting reserves size bytes; when the bucket store is at capacity it evicts the
+// least recently used keys this node owns and tries again. Eviction removes the keys from
+// the metadata through Raft first; their bytes are freed when the removal is applied
+// (OnApplied) and their readers have finished, never before.
+func (c *Coordinator) reserveEvicting(ctx context.Context, size int64) (bucketstore.Extent, error) {
+	ext, err := c.data.Reserve(size)
+	for attempt := 0; attempt < 3 && errors.Is(err, bucketstore.ErrNoSpace) && c.cfg.Capacity > 0; attempt++ {
+		if evicted := c.evict(ctx, size+c.cfg.Capacity/evictHeadroom); evicted == 0 {
+			break
+		}
+		ext, err = c.data.Reserve(size)
+	}
+	return ext, err
+}
+
+// evict removes the least recently used keys worth about need bytes and returns how many
+// keys it removed. One eviction runs at a time; a caller that waited for another one gets
+// its effect through its next Reserve.
+func (c *Coordinator) evict(ctx context.Context, need int64) int {
+	c.evictMu.Lock()
+	defer c.evictMu.Unlock()
+	victims := c.lru.oldest(need)
+	if len(victims) == 0 {
+		return 0
+	}
+	kg := make([]fsm.KeyGen, len(victims))
+	for i, v := range victims {
+		kg[i] = fsm.KeyGen{Key: v.key, Gen: v.gen}
+	}
+	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: kg, Reason: "evicted: capacity"}))
+	if err != nil {
+		c.lg.Warn("eviction failed", "keys", len(kg), "err", err)
+		return 0
+	}
+	n := 0
+	for _, ko := range res.Keys {
+		if ko.Outcome == fsm.OutcomeRemoved {
+			n++
+		}
+	}
+	for _, v := range victims {
+		c.lru.drop(v.key, v.gen) // removed, or gone already: either way not a candidate
+	}
+	c.stats.evicted.Add(uint64(n))
+	c.lg.Debug("evicted", "keys", n, "need_bytes", need)
+	return max(n, 1)
+}
+
+// trackApplied keeps the LRU in step with the metadata: keys this node stored join it, keys
+// removed (by anyone) leave it.
+func (c *Coordinator) trackApplied(res *fsm.Result) {
+	for _, ko := range res.Keys {
+		if ko.Entry.Owner != c.cfg.NodeID {
+			continue
+		}
+		switch {
+		case res.Type == fsm.CmdRemove && ko.Outcome == fsm.OutcomeRemoved:
+			c.lru.drop(ko.Key, ko.Entry.Gen)
+		case res.Type == fsm.CmdCommit && ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == res.TxnID:
+			c.lru.add(ko.Key, ko.Entry.Gen, ko.Entry.Extent.Length)
+		}
+	}
+}
