@@ -10,8 +10,8 @@ import (
 )
 
 // BatchExists reports, per key in request order, whether it is Present, Absent or InFlight,
-// and how many leading keys are Present. lease asks the cluster to pin the present objects
-// for that long (reserved: not yet honoured by the server); 0 asks for no lease.
+// and how many leading keys are Present. lease asks the node that answers to pin the present
+// objects whose bytes it owns against eviction for that long; 0 asks for no lease.
 func (c *Client) BatchExists(ctx context.Context, keys []string, lease time.Duration) (ExistsResult, error) {
 	req := &kvoffloadv1.ExistsRequest{Keys: keys, LeaseMs: uint32(min(max(lease.Milliseconds(), 0), math.MaxUint32))}
 	var out ExistsResult

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
@@ -90,4 +91,29 @@ func TestC10FullDiskKeepsOffloading(t *testing.T) {
 	// The most recent keys survive (least recently used go first).
 	checkReadable(t, n, seed, block, keyOf("c10", total-1), keyOf("c10", total-2))
 	checkConsistent(t, n)
+}
+
+// TestLeasePinsAgainstEviction: a key BatchExists reported Present under a lease is not
+// evicted while the lease lasts, although it is the least recently used one.
+func TestLeasePinsAgainstEviction(t *testing.T) {
+	const block = 1 << 20
+	cfg := testConfig(t.TempDir())
+	cfg.Capacity = 16 << 20
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	first := keyOf("lease", 0)
+	mustOffload(t, n, objects(3, block, first))
+	if ex := n.BatchExistsLease([]string{first}, time.Minute); ex.PrefixPresent != 1 {
+		t.Fatalf("exists: %+v", ex)
+	}
+	for i := 1; i <= 40; i++ {
+		mustOffload(t, n, objects(3, block, keyOf("lease", i)))
+	}
+	if s, _ := n.Stats(); s.Txn.Evicted == 0 {
+		t.Fatal("nothing was evicted: the test did not fill the quota")
+	}
+	checkReadable(t, n, 3, block, first)
+	if got, _ := n.BatchGet(context.Background(), []string{keyOf("lease", 1)}); got[0].Status != txn.NotFound {
+		t.Fatalf("the oldest unleased key: %s, want evicted", got[0].Status)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -218,6 +219,12 @@ func (n *Node) BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, er
 
 // BatchExists reports which keys are present; see txn.Coordinator.BatchExists.
 func (n *Node) BatchExists(keys []string) txn.ExistsResult { return n.coord.BatchExists(keys) }
+
+// BatchExistsLease reports which keys are present and pins the local ones against eviction
+// for lease; see txn.Coordinator.BatchExistsLease.
+func (n *Node) BatchExistsLease(keys []string, lease time.Duration) txn.ExistsResult {
+	return n.coord.BatchExistsLease(keys, lease)
+}
 
 // Remove deletes keys; see txn.Coordinator.Remove.
 func (n *Node) Remove(ctx context.Context, keys []string) ([]txn.RemoveResult, error) {

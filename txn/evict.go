@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
@@ -19,9 +20,10 @@ type lru struct {
 }
 
 type lruEntry struct {
-	key   string
-	gen   uint64
-	bytes int64 // extent length: what freeing it gives back
+	key         string
+	gen         uint64
+	bytes       int64     // extent length: what freeing it gives back
+	leasedUntil time.Time // not evicted before this (BatchExists with a lease)
 }
 
 func newLRU() *lru { return &lru{order: list.New(), byKey: map[string]*list.Element{}} }
@@ -45,6 +47,17 @@ func (l *lru) touch(key string) {
 	}
 }
 
+// lease keeps key from eviction until t (a later lease may extend it, never shorten it).
+func (l *lru) lease(key string, t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if el, ok := l.byKey[key]; ok {
+		if e := el.Value.(*lruEntry); t.After(e.leasedUntil) {
+			e.leasedUntil = t
+		}
+	}
+}
+
 // drop forgets key at generation gen (0: any).
 func (l *lru) drop(key string, gen uint64) {
 	l.mu.Lock()
@@ -55,14 +68,18 @@ func (l *lru) drop(key string, gen uint64) {
 	}
 }
 
-// oldest returns the least recently used entries worth at least bytes (fewer if there are
-// not enough), without removing them.
+// oldest returns the least recently used entries without a current lease worth at least
+// bytes (fewer if there are not enough), without removing them.
 func (l *lru) oldest(bytes int64) []lruEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []lruEntry
+	now := time.Now()
 	for el := l.order.Front(); el != nil && bytes > 0; el = el.Next() {
 		e := el.Value.(*lruEntry)
+		if e.leasedUntil.After(now) {
+			continue
+		}
 		out = append(out, *e)
 		bytes -= e.bytes
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -170,7 +171,29 @@ func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
 
 // BatchExists reports, per key, whether it is committed (Present), being written (InFlight) or
 // neither (Absent), and the number of leading Present keys. It reads local metadata only.
-func (c *Coordinator) BatchExists(keys []string) ExistsResult {
+func (c *Coordinator) BatchExists(keys []string) ExistsResult { return c.BatchExistsLease(keys, 0) }
+
+// BatchExistsLease is BatchExists that also pins, for lease, the Present keys whose bytes
+// this node owns: eviction skips them until the lease ends, so a caller that saw Present can
+// read them in that time (cases.md C11 with eviction running). Keys owned by other nodes are
+// reported but not pinned. Remove still removes a leased key.
+func (c *Coordinator) BatchExistsLease(keys []string, lease time.Duration) ExistsResult {
+	res := c.batchExists(keys)
+	if lease > 0 {
+		until := time.Now().Add(lease)
+		for i, k := range keys {
+			if res.Keys[i] != Present {
+				continue
+			}
+			if e, ok := c.meta.Lookup(k); ok && e.Owner == c.cfg.NodeID {
+				c.lru.lease(k, until)
+			}
+		}
+	}
+	return res
+}
+
+func (c *Coordinator) batchExists(keys []string) ExistsResult {
 	res := ExistsResult{Keys: make([]Presence, len(keys))}
 	prefix := true
 	c.mu.Lock()

@@ -499,7 +499,7 @@ func (x *GetChunk) GetData() []byte {
 type ExistsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
-	LeaseMs       uint32                 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // reserved: pin the present objects for this long (not yet honoured)
+	LeaseMs       uint32                 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // pin the present objects this node owns against eviction for this long
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
