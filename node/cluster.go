@@ -55,14 +55,21 @@ func (n *Node) waitReady(ctx context.Context) error {
 	}
 }
 
-// Ready reports nil once recovery has finished and the node serves requests.
+// Ready reports nil once recovery has finished and, in a cluster, while this node knows a
+// leader (a node cut off from the cluster, or removed from it, is not ready: its metadata
+// may be stale).
 func (n *Node) Ready() error {
 	select {
 	case <-n.ready:
-		return nil
 	default:
 		return fmt.Errorf("node %s: recovering", n.cfg.ID)
 	}
+	if n.cfg.RaftAddr != "" {
+		if id, _ := n.raft.Leader(); id == "" {
+			return fmt.Errorf("node %s: no leader known (cut off from the cluster, or removed from it)", n.cfg.ID)
+		}
+	}
+	return nil
 }
 
 // join asks the members in cfg.Join, in turn, to add this node, until one accepts.
