@@ -201,3 +201,56 @@ func TestRemoveFreesAfterApply(t *testing.T) {
 	}
 	waitLive(t, data, 0)
 }
+
+// A transaction whose fdatasync failed is never rolled forward by recovery, even when its
+// records read back afterwards (fsyncgate): the DATA_FAILED mark in the WAL decides.
+func TestDataFailedNeverRolledForward(t *testing.T) {
+	mem := bucketstore.NewMemFS()
+	open := func(inj bucketstore.Injector) *bucketstore.Store {
+		cfg := bucketstore.DefaultConfig("/b")
+		cfg.FS = bucketstore.NewErrorFS(mem, inj)
+		s, err := bucketstore.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	log := &memLog{}
+	m := &flakyMeta{f: fsm.New()}
+	tc := DefaultConfig("n1")
+	tc.CommitTimeout = 200 * time.Millisecond
+	data := open(bucketstore.FailNth(bucketstore.OpSync, 1, errors.New("EIO (test)")))
+	c, err := New(tc, log, data, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.failNext.Store(1 << 30) // the ABORT after the failed sync is lost too: the process "dies"
+	res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != Failed {
+		t.Fatalf("offload with a failed fdatasync: %v %+v", err, res)
+	}
+	c.Close()
+	data.Close()
+
+	m.failNext.Store(0)
+	data = open(func(bucketstore.Op, string) error { return nil }) // the next fdatasync succeeds
+	defer data.Close()
+	c, err = New(tc, log, data, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rep, err := c.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RolledFwd != 0 || rep.Aborted != 1 {
+		t.Fatalf("recovery rolled forward %d and aborted %d intents; want 0 and 1", rep.RolledFwd, rep.Aborted)
+	}
+	if _, ok := m.f.Lookup("k"); ok {
+		t.Fatal("a key whose fdatasync failed was committed by recovery")
+	}
+}

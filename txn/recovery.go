@@ -23,8 +23,9 @@ type RecoveryReport struct {
 }
 
 type pendingIntent struct {
-	index uint64
-	in    intent
+	index      uint64
+	in         intent
+	dataFailed bool // a DATA_FAILED mark follows the intent: abort, never roll forward
 }
 
 // Recover runs start-up recovery (DESIGN.md §3): wait until the FSM has caught up; resolve
@@ -85,6 +86,11 @@ func (c *Coordinator) scanIntents() (map[fsm.TxnID]pendingIntent, int, error) {
 			}
 			pending[id] = pendingIntent{index: index, in: in}
 			total++
+		case wal.RecordDataFailed:
+			if p, ok := pending[id]; ok {
+				p.dataFailed = true
+				pending[id] = p
+			}
 		case wal.RecordDone:
 			delete(pending, id)
 		}
@@ -115,7 +121,7 @@ func sortedIDs(m map[fsm.TxnID]pendingIntent) []fsm.TxnID {
 func (c *Coordinator) resolveIntent(ctx context.Context, id fsm.TxnID, p pendingIntent, rep *RecoveryReport) error {
 	if _, ok := c.meta.TxnResult(id); ok {
 		rep.AlreadyDone++
-	} else if bad := c.verifyIntent(id, p.in); bad == "" {
+	} else if bad := c.verifyIntent(id, p); bad == "" {
 		if _, err := c.propose(ctx, p.in.commit(id)); err != nil {
 			return fmt.Errorf("txn: recovery: re-proposing commit of %s: %w", id, err)
 		}
@@ -135,10 +141,13 @@ func (c *Coordinator) resolveIntent(ctx context.Context, id fsm.TxnID, p pending
 // verify. The fdatasync matters: after a process crash the records may be readable only from
 // the page cache, and a roll-forward must not commit metadata for bytes a power loss could
 // still take away (G1).
-func (c *Coordinator) verifyIntent(id fsm.TxnID, in intent) string {
+func (c *Coordinator) verifyIntent(id fsm.TxnID, p pendingIntent) string {
+	if p.dataFailed {
+		return "its data failed to sync before the crash (DATA_FAILED mark)"
+	}
 	var buckets []uint32
 	seen := map[uint32]bool{}
-	for _, e := range in.Entries {
+	for _, e := range p.in.Entries {
 		if _, err := c.data.Read(e.extent(), e.header(id)); err != nil {
 			return fmt.Sprintf("record of %q: %v", e.Key, err)
 		}

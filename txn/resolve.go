@@ -13,6 +13,13 @@ import (
 // abort resolves a transaction whose data could not be made durable.
 func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*write, cause error) {
 	reason := "data: " + cause.Error()
+	// Record durably, before anything else, that this transaction's data failed: if the
+	// process dies before the ABORT is applied, recovery must not roll it forward on the
+	// strength of a later fdatasync that succeeds after the kernel dropped the failed pages
+	// ("fsyncgate"). A WAL that cannot take the mark fail-stops like any WAL error.
+	if _, err := c.log.Append(wal.Record{Type: wal.RecordDataFailed, TxnID: p.id}); err != nil {
+		c.failStop(err)
+	}
 	res, err := c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: p.id, Node: c.cfg.NodeID, Reason: reason}))
 	if err != nil {
 		c.fail(p, ws, reason)

@@ -42,7 +42,7 @@
 //	offset  size  field       meaning
 //	0       4     magic       "KVW1" (0x4b 0x56 0x57 0x31)
 //	4       1     version     1
-//	5       1     type        1 = RecordIntent, 2 = RecordDone
+//	5       1     type        1 = RecordIntent, 2 = RecordDone, 3 = RecordDataFailed
 //	6       16    txnID       transaction ID, opaque bytes
 //	22      4     payloadLen  uint32, number of payload bytes (n)
 //	26      n     payload     opaque to this package

@@ -18,6 +18,10 @@ const (
 	RecordIntent RecordType = 1
 	// RecordDone says the transaction is resolved; Payload is usually empty.
 	RecordDone RecordType = 2
+	// RecordDataFailed says the transaction's data could not be made durable (a failed
+	// fdatasync): recovery must never roll it forward, even if its records read back (the
+	// kernel may have dropped the pages a later fdatasync would claim to have written).
+	RecordDataFailed RecordType = 3
 )
 
 // String implements fmt.Stringer.
@@ -25,6 +29,8 @@ func (t RecordType) String() string {
 	switch t {
 	case RecordIntent:
 		return "intent"
+	case RecordDataFailed:
+		return "data-failed"
 	case RecordDone:
 		return "done"
 	default:
@@ -32,7 +38,9 @@ func (t RecordType) String() string {
 	}
 }
 
-func (t RecordType) valid() bool { return t == RecordIntent || t == RecordDone }
+func (t RecordType) valid() bool {
+	return t == RecordIntent || t == RecordDone || t == RecordDataFailed
+}
 
 // Record is one log entry.
 type Record struct {

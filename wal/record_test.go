@@ -62,7 +62,7 @@ func TestEncodeRejectsInvalidRecords(t *testing.T) {
 		rec  Record
 	}{
 		{"zero type", Record{}},
-		{"unknown type", Record{Type: 3}},
+		{"unknown type", Record{Type: 4}},
 		{"max type", Record{Type: 255}},
 	}
 	for _, tc := range cases {
@@ -101,7 +101,7 @@ func TestDecodeRejectsEveryBadField(t *testing.T) {
 		{"version 0", edit(func(b []byte) []byte { b[offVersion] = 0; return resum(b) })},
 		{"version 2", edit(func(b []byte) []byte { b[offVersion] = 2; return resum(b) })},
 		{"type 0", edit(func(b []byte) []byte { b[offType] = 0; return resum(b) })},
-		{"type 3", edit(func(b []byte) []byte { b[offType] = 3; return resum(b) })},
+		{"type 4", edit(func(b []byte) []byte { b[offType] = 4; return resum(b) })},
 		{"type flipped unsummed", edit(func(b []byte) []byte { b[offType] = byte(RecordDone); return b })},
 		{"txnID flipped", edit(func(b []byte) []byte { b[offTxnID+5] ^= 1; return b })},
 		{"len too big", edit(func(b []byte) []byte { b[offPayloadLen]++; return resum(b) })},
