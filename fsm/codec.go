@@ -125,6 +125,15 @@ func EncodeSetMember(m SetMember) []byte {
 	return e.buf
 }
 
+// EncodePrune encodes p for raft. Deterministic.
+func EncodePrune(p Prune) []byte {
+	e := encoder{buf: make([]byte, 0, 32)}
+	e.header(CmdPrune)
+	e.txn(p.TxnID)
+	e.uvarint(p.Before)
+	return e.buf
+}
+
 // source is what decoder reads: a bytes.Reader (commands) or a bufio.Reader
 // (snapshots).
 type source interface {
@@ -313,7 +322,7 @@ func Decode(data []byte) (CommandType, any, error) {
 		return 0, nil, fmt.Errorf("%w: %d bytes, need type and version", ErrShortCommand, len(data))
 	}
 	t := CommandType(data[0])
-	if t < CmdCommit || t > CmdMember {
+	if t < CmdCommit || t > CmdPrune {
 		return t, nil, fmt.Errorf("%w: %d", ErrUnknownCommand, data[0])
 	}
 	if data[1] != commandVersion {
@@ -331,6 +340,8 @@ func Decode(data []byte) (CommandType, any, error) {
 		v = d.remove()
 	case CmdMember:
 		v = SetMember{TxnID: d.txn("txn"), Remove: d.bool1("remove"), Member: d.member()}
+	case CmdPrune:
+		v = Prune{TxnID: d.txn("txn"), Before: d.uvarint("before")}
 	}
 	if d.err == nil && r.Len() != 0 {
 		d.fail(fmt.Errorf("%w: %s has %d trailing bytes", ErrBadCommand, t, r.Len()))

@@ -127,6 +127,13 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 		res = s.applyRemove(index, c)
 	case SetMember:
 		res = s.applyMember(index, c)
+	case Prune:
+		for id, r := range s.txns {
+			if r.Index < c.Before {
+				delete(s.txns, id)
+			}
+		}
+		res = &Result{TxnID: c.TxnID, Type: CmdPrune, Index: index}
 	}
 	s.txns[id] = res
 	return res, true
@@ -142,6 +149,8 @@ func commandTxn(cmd any) (TxnID, bool) {
 	case Remove:
 		return c.TxnID, true
 	case SetMember:
+		return c.TxnID, true
+	case Prune:
 		return c.TxnID, true
 	}
 	return TxnID{}, false

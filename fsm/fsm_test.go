@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -349,5 +350,36 @@ func TestStrings(t *testing.T) {
 	}
 	if Outcome(0).String() != "Outcome(0)" || CommandType(9).String() != "CommandType(9)" {
 		t.Fatal("unknown values not named by number")
+	}
+}
+
+// Prune drops the results of transactions applied below its watermark, keeps newer ones,
+// and a pruned commit re-applied changes nothing (its keys are already stored).
+func TestPruneBoundsTxnResults(t *testing.T) {
+	f := New()
+	var ids []TxnID
+	for i := range 10 {
+		id := TxnID{byte(i + 1)}
+		ids = append(ids, id)
+		f.ApplyCommand(uint64(i+1), EncodeCommit(Commit{TxnID: id, Node: "n1", Entries: []Entry{
+			{Key: fmt.Sprintf("k%d", i), Extent: Extent{Bucket: 1, Offset: int64(i) * 4096, Length: 4096}, Size: 1, Sum: 7, Gen: 1},
+		}}))
+	}
+	res := f.ApplyCommand(11, EncodePrune(Prune{TxnID: TxnID{0xff}, Before: 6}))
+	if res.Type != CmdPrune || f.Stats().Txns != 5+1 {
+		t.Fatalf("after pruning below 6: %d results (want 5 kept + the prune's own), result %+v", f.Stats().Txns, res)
+	}
+	if _, ok := f.TxnResult(ids[0]); ok {
+		t.Fatal("a result below the watermark survived")
+	}
+	if _, ok := f.TxnResult(ids[9]); !ok {
+		t.Fatal("a result above the watermark was dropped")
+	}
+	before := f.Stats().Keys
+	again := f.ApplyCommand(12, EncodeCommit(Commit{TxnID: ids[0], Node: "n1", Entries: []Entry{
+		{Key: "k0", Extent: Extent{Bucket: 1, Offset: 0, Length: 4096}, Size: 1, Sum: 7, Gen: 1},
+	}}))
+	if again.Keys[0].Outcome != OutcomeAlreadyStored || f.Stats().Keys != before {
+		t.Fatalf("re-applied pruned commit: %+v, keys %d -> %d", again.Keys, before, f.Stats().Keys)
 	}
 }

@@ -101,7 +101,7 @@ func TestDecodeMember(t *testing.T) {
 		{"truncated", valid[:len(valid)-1], ErrShortCommand},
 		{"trailing", append(slices.Clone(valid), 0), ErrBadCommand},
 		{"bad version", []byte{byte(CmdMember), 2}, ErrBadCommand},
-		{"unknown type after member", []byte{byte(CmdMember) + 1, 1}, ErrUnknownCommand},
+		{"unknown type after prune", []byte{byte(CmdPrune) + 1, 1}, ErrUnknownCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, err := Decode(tc.data); !errors.Is(err, tc.want) {

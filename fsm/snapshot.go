@@ -314,10 +314,10 @@ func (st *state) check() error {
 		if r.TxnID != id {
 			errs = append(errs, fmt.Errorf("txns[%s] holds %s", id, r.TxnID))
 		}
-		if r.Type < CmdCommit || r.Type > CmdMember || r.Aborted != (r.Type == CmdAbort) {
+		if r.Type < CmdCommit || r.Type > CmdPrune || r.Aborted != (r.Type == CmdAbort) {
 			errs = append(errs, fmt.Errorf("txn %s: type %s aborted %v", id, r.Type, r.Aborted))
 		}
-		if r.Type == CmdMember && len(r.Keys) != 0 {
+		if (r.Type == CmdMember || r.Type == CmdPrune) && len(r.Keys) != 0 {
 			errs = append(errs, fmt.Errorf("txn %s: member result has %d keys", id, len(r.Keys)))
 		}
 		for _, ko := range r.Keys {

@@ -40,6 +40,7 @@ const (
 	CmdAbort  CommandType = 2
 	CmdRemove CommandType = 3
 	CmdMember CommandType = 4
+	CmdPrune  CommandType = 5
 )
 
 // String returns the command's name.
@@ -53,6 +54,8 @@ func (c CommandType) String() string {
 		return "remove"
 	case CmdMember:
 		return "member"
+	case CmdPrune:
+		return "prune"
 	}
 	return fmt.Sprintf("CommandType(%d)", uint8(c))
 }
@@ -182,4 +185,12 @@ type Stats struct {
 	Txns         int    // recorded transaction results
 	Members      int    // member records
 	AppliedIndex uint64 // highest raft index applied
+}
+
+// Prune drops the recorded results of transactions applied at a Raft index below Before, so
+// the de-duplication table stays bounded. A retry of a pruned transaction is treated as a new
+// one: its keys are found AlreadyStored (or Stale, if removed since), never applied twice.
+type Prune struct {
+	TxnID  TxnID
+	Before uint64
 }

@@ -165,3 +165,36 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	return n.Close()
 }
+
+// pruneEvery is how often the leader checks whether transaction results can be pruned.
+const pruneEvery = 2 * time.Second
+
+// pruneLoop runs for the node's life: while this node leads, it proposes a Prune of the
+// transaction results older than RetainTxnResults log entries, so the metadata's
+// de-duplication table (and every snapshot) stays bounded.
+func (n *Node) pruneLoop() {
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	var last uint64
+	for {
+		select {
+		case <-n.closing:
+			return
+		case <-t.C:
+		}
+		keep := n.cfg.RetainTxnResults
+		applied := n.fsm.AppliedIndex()
+		if keep == 0 || !n.raft.IsLeader() || applied <= keep || applied-keep <= last {
+			continue
+		}
+		before := applied - keep
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := n.raft.Propose(ctx, fsm.EncodePrune(fsm.Prune{TxnID: txn.NewTxnID(), Before: before}))
+		cancel()
+		if err != nil {
+			n.log.Debug("pruning transaction results failed", "err", err)
+			continue
+		}
+		last = before
+	}
+}

@@ -27,6 +27,10 @@ type Config struct {
 	// SnapshotThreshold and TrailingLogs tune Raft log compaction (entries).
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
+	// RetainTxnResults is how many Raft log entries back the metadata keeps each
+	// transaction's result (for exactly-once retries by txn ID); older results are pruned
+	// through Raft by the leader. A retry arriving later is answered as a new transaction.
+	RetainTxnResults uint64
 	// RaftAddr is the host:port of the Raft TCP transport. Empty means an embedded single
 	// node with an in-memory transport (no cluster).
 	RaftAddr string
@@ -53,6 +57,7 @@ func DefaultConfig(dir string) Config {
 		Txn:               txn.DefaultConfig("node1"),
 		SnapshotThreshold: 8192,
 		TrailingLogs:      10240,
+		RetainTxnResults:  1 << 16,
 	}
 }
 

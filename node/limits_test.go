@@ -127,3 +127,35 @@ func TestOverlongKeyRejectedAlone(t *testing.T) {
 		t.Fatalf("short %s (%s), long %s (%s); want Stored, Rejected", res[0].Outcome, res[0].Reason, res[1].Outcome, res[1].Reason)
 	}
 }
+
+// TestTxnResultsPruned: the leader prunes transaction results older than RetainTxnResults
+// log entries, so the de-duplication table stays bounded; a retry of a pruned transaction is
+// answered as a new one (AlreadyStored), never applied twice.
+func TestTxnResultsPruned(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.RetainTxnResults = 20
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	first := txn.NewTxnID()
+	objs := objects(1, 4096, keyOf("prune", 0))
+	if _, err := n.BatchOffload(context.Background(), first, objs); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 80; i++ {
+		mustOffload(t, n, objects(1, 4096, keyOf("prune", i)))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n.FSM().Stats().Txns > 40 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transaction results kept, want about 20", n.FSM().Stats().Txns)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res, err := n.BatchOffload(context.Background(), first, objs)
+	if err != nil || res[0].Outcome != txn.AlreadyStored {
+		t.Fatalf("retry of a pruned txn: %v %+v", err, res)
+	}
+	if c := recordsOnDisk(t, n, keyOf("prune", 0)); c != 1 {
+		t.Fatalf("%d records on disk for the retried key, want 1", c)
+	}
+}

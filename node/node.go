@@ -97,6 +97,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	close(n.ready)
+	go n.pruneLoop()
 	n.log.Info("node ready", "api", n.APIAddr(), "raft", cfg.RaftAddr)
 	return n, nil
 }
