@@ -12,7 +12,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -237,34 +236,11 @@ func startProxiedCluster(t *testing.T, n int) *proxiedCluster {
 			raft: freePort(t), api: freePort(t), http: freePort(t)}
 		c.procs = append(c.procs, p)
 		c.proxies[p] = startProxy(t, p.raft)
+		p.extraArgs = []string{"--raft-advertise", c.proxies[p].addr(), "--log-level", "error"}
 		c.start(p)
 		c.waitReady(p, 30*time.Second)
 	}
 	return c
-}
-
-// start is cluster.start plus --raft-advertise.
-func (c *proxiedCluster) start(p *proc) {
-	c.t.Helper()
-	args := []string{"serve", "--id", p.id, "--data", p.data, "--raft-addr", p.raft,
-		"--raft-advertise", c.proxies[p].addr(), "--api-addr", p.api, "--http-addr", p.http, "--log-level", "error"}
-	if p != c.procs[0] {
-		args = append(args, "--join", c.procs[0].api)
-	}
-	p.cmd = exec.Command(binary(c.t), args...)
-	p.cmd.Stderr = os.Stderr
-	if err := p.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	p.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(p.cmd, p.exited)
-}
-
-func (c *proxiedCluster) restart(p *proc) {
-	c.t.Helper()
-	c.start(p)
-	c.waitReady(p, 60*time.Second)
-	totals.recoveries++
 }
 
 // leaderNow is the leader the first node knows of, or "none" (no fatal: a partition may

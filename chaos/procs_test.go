@@ -60,6 +60,7 @@ func freePort(t *testing.T) string {
 type proc struct {
 	id, data, raft, api, http string
 	failpoints                string
+	extraArgs                 []string // more serve flags (a later flag wins)
 	cmd                       *exec.Cmd
 	exited                    chan struct{}
 }
@@ -94,6 +95,7 @@ func (c *cluster) start(p *proc) {
 	if p != c.procs[0] {
 		args = append(args, "--join", c.procs[0].api)
 	}
+	args = append(args, p.extraArgs...)
 	p.cmd = exec.Command(binary(c.t), args...)
 	p.cmd.Env = append(os.Environ(), "KVOFFLOAD_FAILPOINTS="+p.failpoints)
 	p.cmd.Stderr = os.Stderr
