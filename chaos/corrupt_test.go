@@ -51,7 +51,9 @@ type mutation struct {
 	name  string
 	apply func(t *testing.T, h *harness, rng *rand.Rand) corruption
 	// minHit is the smallest hit of the kill failpoint: 5 guarantees acknowledged keys (one
-	// of the four writers has started its second batch, so it has recorded its first).
+	// of the four writers has started its second batch, so it has recorded its first) and
+	// so at least two WAL entries (that batch's INTENT and DONE). A smaller hit can kill
+	// the child before its second entry is written.
 	minHit int
 }
 
@@ -67,7 +69,7 @@ var mutations = []mutation{
 		}
 		return appendWAL(t, h, junk, "garbage")
 	}},
-	{name: "wal-flip-middle", apply: flipWALMiddle},
+	{name: "wal-flip-middle", apply: flipWALMiddle, minHit: 5},
 	{name: "wal-delete-newest", apply: func(t *testing.T, h *harness, _ *rand.Rand) corruption {
 		seg := newestSegment(t, h)
 		if err := os.Remove(seg); err != nil {

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The project's test command: the README names it and .ci/run calls it.
 #   unit and case tests (race detector on), then the crash suite built with -tags chaos
-#   (failpoints compiled in; SIGKILLed child processes at every write-path step).
+#   (failpoints compiled in; SIGKILLed child processes at every write-path step), then the
+#   mutation check. gotestsum (a go.mod tool) runs go test and, when a test fails, repeats
+#   the failed tests' output at the end, where a truncated CI log still shows it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
 go vet ./...
 go vet -tags chaos ./...
-go test -race -count=1 -timeout 20m ./...
-go test -tags chaos -count=1 -timeout 30m -v ./chaos/...
-go test -count=1 -v -run TestMutants ./chaos
+gotest() { go tool gotestsum --format "$1" -- "${@:2}"; }
+gotest standard-quiet -race -count=1 -timeout 20m ./...
+gotest standard-verbose -tags chaos -count=1 -timeout 30m ./chaos/...
+gotest standard-verbose -count=1 -run TestMutants ./chaos
