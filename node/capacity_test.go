@@ -103,7 +103,7 @@ func TestLeasePinsAgainstEviction(t *testing.T) {
 	defer mustClose(t, n)
 	first := keyOf("lease", 0)
 	mustOffload(t, n, objects(3, block, first))
-	if ex := n.BatchExistsLease([]string{first}, time.Minute); ex.PrefixPresent != 1 {
+	if ex := n.BatchExistsLease(context.Background(), []string{first}, time.Minute); ex.PrefixPresent != 1 {
 		t.Fatalf("exists: %+v", ex)
 	}
 	for i := 1; i <= 40; i++ {

@@ -129,6 +129,15 @@ func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.
 	return &pb.BarrierResponse{AppliedIndex: s.n.raft.AppliedIndex()}, nil
 }
 
+// ReadIndex returns the leader's read index (raftmeta.Node.ReadIndex).
+func (s clusterService) ReadIndex(ctx context.Context, _ *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
+	index, err := s.n.raft.ReadIndex(ctx)
+	if err != nil {
+		return nil, raftError(err)
+	}
+	return &pb.ReadIndexResponse{ReadIndex: index}, nil
+}
+
 // ReadLocal serves a read forwarded by another node, for keys this node owns.
 func (s clusterService) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
 	if err := s.n.waitReady(stream.Context()); err != nil {

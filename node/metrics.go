@@ -105,6 +105,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		"conflict": t.Conflicts, "rejected": t.Rejected, "failed": t.Failed, "backpressure_wait": t.Waits,
 		"abort": t.Aborts, "get_corrupt": t.GetCorrupt, "removed": t.Removed,
 		"recovered": t.Recovered, "recovery_abort": t.RecoveryAbort, "evicted": t.Evicted,
+		"read_index_failed": t.ReadIndexFailed,
 	} {
 		ch <- prometheus.MustNewConstMetric(descTxn, prometheus.CounterValue, float64(v), kind)
 	}

@@ -219,12 +219,14 @@ func (n *Node) BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, er
 }
 
 // BatchExists reports which keys are present; see txn.Coordinator.BatchExists.
-func (n *Node) BatchExists(keys []string) txn.ExistsResult { return n.coord.BatchExists(keys) }
+func (n *Node) BatchExists(ctx context.Context, keys []string) txn.ExistsResult {
+	return n.coord.BatchExists(ctx, keys)
+}
 
 // BatchExistsLease reports which keys are present and pins the local ones against eviction
 // for lease; see txn.Coordinator.BatchExistsLease.
-func (n *Node) BatchExistsLease(keys []string, lease time.Duration) txn.ExistsResult {
-	return n.coord.BatchExistsLease(keys, lease)
+func (n *Node) BatchExistsLease(ctx context.Context, keys []string, lease time.Duration) txn.ExistsResult {
+	return n.coord.BatchExistsLease(ctx, keys, lease)
 }
 
 // Remove deletes keys; see txn.Coordinator.Remove.

@@ -127,7 +127,7 @@ func (m clusterMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, erro
 		// Return only once this node has applied the command too: the coordinator releases
 		// its in-flight keys on return, and they must then be visible here (single-flight,
 		// read-your-writes on the node that offloaded).
-		if err := m.waitApplied(ctx, r.Index); err != nil {
+		if err := m.r.WaitApplied(ctx, r.Index); err != nil {
 			return nil, fmt.Errorf("%w: %w", raftmeta.ErrIndeterminate, err)
 		}
 		return &r, nil
@@ -153,23 +153,35 @@ func (m clusterMeta) Barrier(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("node: forwarded barrier: %w", err)
 		}
-		return m.waitApplied(ctx, resp.AppliedIndex)
+		return m.r.WaitApplied(ctx, resp.AppliedIndex)
 	}
 }
 
-// ReadIndex on a cluster member: a Barrier through the leader, so the local FSM has applied
-// everything the leader had applied (and so everything acknowledged) before the call.
-func (m clusterMeta) ReadIndex(ctx context.Context) error { return m.Barrier(ctx) }
-
-func (m clusterMeta) waitApplied(ctx context.Context, index uint64) error {
-	for m.r.AppliedIndex() < index {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("node: waiting to apply index %d: %w", index, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
+// ReadIndex on a cluster member: the leader's read index (raftmeta.Node.ReadIndex: one
+// heartbeat round, no log write), then a wait until this node has applied it, so the local
+// metadata reflects every command acknowledged anywhere before the call.
+func (m clusterMeta) ReadIndex(ctx context.Context) error {
+	for {
+		index, err := m.r.ReadIndex(ctx)
+		if errors.Is(err, raftmeta.ErrNotLeader) {
+			cl, cerr := m.leaderClient(ctx)
+			if cerr != nil {
+				return cerr
+			}
+			resp, rerr := cl.ReadIndex(ctx, &pb.ReadIndexRequest{})
+			if status.Code(rerr) == codes.FailedPrecondition {
+				continue // the leader moved between lookup and call: look again
+			}
+			if rerr != nil {
+				return fmt.Errorf("node: forwarded read index: %w", rerr)
+			}
+			index, err = resp.ReadIndex, nil
 		}
+		if err != nil {
+			return err
+		}
+		return m.r.WaitApplied(ctx, index)
 	}
-	return nil
 }
 
 // leaderClient waits until a leader with a known API address exists and returns a client

@@ -176,7 +176,7 @@ func existsButUnreadable(t *testing.T, n *Node, seed uint64, size, total int, go
 	for i := range keys {
 		keys[i] = keyOf("c11", i)
 	}
-	ex := n.BatchExists(keys)
+	ex := n.BatchExists(context.Background(), keys)
 	var present []string
 	for i, p := range ex.Keys {
 		if p == txn.Present {

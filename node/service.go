@@ -121,7 +121,7 @@ func (s kvService) BatchExists(ctx context.Context, req *pb.ExistsRequest) (*pb.
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	ex := s.n.coord.BatchExistsLease(req.Keys, time.Duration(req.LeaseMs)*time.Millisecond)
+	ex := s.n.coord.BatchExistsLease(ctx, req.Keys, time.Duration(req.LeaseMs)*time.Millisecond)
 	out := &pb.ExistsResponse{Keys: make([]pb.Presence, len(ex.Keys)), PrefixPresent: uint32(ex.PrefixPresent)}
 	for i, p := range ex.Keys {
 		out.Keys[i] = toPBPresence(p)

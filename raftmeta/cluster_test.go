@@ -58,15 +58,35 @@ func TestInmemCluster(t *testing.T) {
 	}
 	t.Logf("replicated %+v", fsms[2].Stats())
 
+	// Read index: the leader's covers every acknowledged command, a follower that has
+	// applied it sees them, and a follower cannot issue one.
+	acked := mustPropose(t, leader, commitCmd(150, "ri", 1))
+	index, err := leader.ReadIndex(ctx)
+	if err != nil || index < acked.Index {
+		t.Fatalf("leader ReadIndex = %d, %v; want >= %d", index, err, acked.Index)
+	}
+	if err := followers[0].WaitApplied(ctx, index); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fsms[indexOf(nodes, followers[0])].Lookup("ri"); !ok {
+		t.Fatal("a follower that applied the read index misses an acknowledged key")
+	}
+	if _, err := followers[1].ReadIndex(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("ReadIndex on follower: %v, want ErrNotLeader", err)
+	}
+
 	// Partition the leader away and propose on it: the outcome is unknown (or
 	// refused, if it stepped down first). After healing, a retry with the same
 	// TxnID on the new leader commits exactly once.
 	isolate(nodes, leader, false)
-	_, err := leader.Propose(ctx, commitCmd(200, "p", 1))
+	_, err = leader.Propose(ctx, commitCmd(200, "p", 1))
 	if !errors.Is(err, ErrIndeterminate) && !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Propose on isolated leader: %v, want ErrIndeterminate or ErrNotLeader", err)
 	}
 	t.Logf("isolated leader: %v", err)
+	if index, err := leader.ReadIndex(ctx); err == nil {
+		t.Fatalf("an isolated leader issued read index %d", index)
+	}
 	newLeader := leaderOf(t, followers)
 	isolate(nodes, leader, true)
 	r := mustPropose(t, newLeader, commitCmd(200, "p", 1))
@@ -97,4 +117,13 @@ func isolate(nodes []*Node, x *Node, heal bool) {
 			nt.Disconnect(x.trans.LocalAddr())
 		}
 	}
+}
+
+func indexOf(nodes []*Node, x *Node) int {
+	for i, n := range nodes {
+		if n == x {
+			return i
+		}
+	}
+	return -1
 }

@@ -29,6 +29,10 @@ type Config struct {
 	Capacity int64
 	// CommitTimeout bounds one Raft proposal.
 	CommitTimeout time.Duration
+	// ReadIndexTimeout bounds how long a read waits to confirm a miss: a key absent from
+	// local metadata is looked up again after Meta.ReadIndex (cluster members only). Past it
+	// the key is Unavailable (BatchGet) or Absent (BatchExists).
+	ReadIndexTimeout time.Duration
 	// TruncateEvery is how many WAL entries may accumulate before resolved history is
 	// dropped from the front of the log.
 	TruncateEvery uint64
@@ -39,14 +43,15 @@ type Config struct {
 // DefaultConfig returns the default limits for node id.
 func DefaultConfig(id string) Config {
 	return Config{
-		NodeID:         id,
-		MaxKeyBytes:    1024,
-		MaxObjectBytes: 64 << 20,
-		MaxBatchKeys:   4096,
-		MaxBatchBytes:  1 << 30,
-		MaxInFlight:    64,
-		CommitTimeout:  10 * time.Second,
-		TruncateEvery:  4096,
+		NodeID:           id,
+		MaxKeyBytes:      1024,
+		MaxObjectBytes:   64 << 20,
+		MaxBatchKeys:     4096,
+		MaxBatchBytes:    1 << 30,
+		MaxInFlight:      64,
+		CommitTimeout:    10 * time.Second,
+		ReadIndexTimeout: time.Second,
+		TruncateEvery:    4096,
 	}
 }
 
@@ -76,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitTimeout <= 0 {
 		errs = append(errs, errors.New("txn: CommitTimeout must be positive"))
+	}
+	if c.ReadIndexTimeout <= 0 {
+		errs = append(errs, errors.New("txn: ReadIndexTimeout must be positive"))
 	}
 	if c.TruncateEvery < 1 {
 		errs = append(errs, errors.New("txn: TruncateEvery must be positive"))

@@ -85,6 +85,12 @@ func (m *flakyMeta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEach(fn
 
 func newTestCoordinator(t *testing.T, m *flakyMeta) (*Coordinator, *bucketstore.Store) {
 	t.Helper()
+	return newCoordinatorFor(t, m, m.f)
+}
+
+// newCoordinatorFor opens a recovered coordinator over m, whose commands are applied to f.
+func newCoordinatorFor(t *testing.T, m Meta, f *fsm.FSM) (*Coordinator, *bucketstore.Store) {
+	t.Helper()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS = bucketstore.NewMemFS()
 	data, err := bucketstore.Open(cfg)
@@ -97,7 +103,7 @@ func newTestCoordinator(t *testing.T, m *flakyMeta) (*Coordinator, *bucketstore.
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.f.Watch(c.OnApplied)
+	f.Watch(c.OnApplied)
 	if _, err := c.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -32,16 +32,26 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 	out := make([]GetResult, len(keys))
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
-	var total int64
+	var misses []int
 	for i, k := range keys {
 		out[i].Key, order[i] = k, i
-		e, ok := c.meta.Lookup(k)
-		if !ok {
-			out[i].Status = NotFound
-			continue
+		if e, ok := c.meta.Lookup(k); ok {
+			entries[i] = e
+		} else {
+			misses = append(misses, i)
 		}
-		entries[i] = e
-		total += int64(e.Size)
+	}
+	if err := c.confirmMisses(ctx, keys, misses, entries); err != nil {
+		for _, i := range misses {
+			out[i].Status, out[i].Reason = Unavailable, "not in this node's metadata, which could not be brought up to date: "+err.Error()
+		}
+	}
+	var total int64
+	for i := range keys {
+		if out[i].Status == 0 && entries[i].Key == "" { // absent, and confirmed absent
+			out[i].Status = NotFound
+		}
+		total += int64(entries[i].Size)
 	}
 	if total > c.cfg.MaxBatchBytes {
 		return nil, fmt.Errorf("%w: the values total %d bytes, over the limit of %d", ErrBatchTooLarge, total, c.cfg.MaxBatchBytes)
@@ -68,6 +78,29 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 	c.readRemote(ctx, keys, entries, remote, out)
 	c.stats.gets.Add(uint64(len(keys)))
 	return out, nil
+}
+
+// confirmMisses makes a miss linearizable: if keys[i] for i in misses were absent from local
+// metadata, it brings the metadata up to date with Meta.ReadIndex (a no-op on a single
+// node), bounded by ReadIndexTimeout, and looks them up again, filling entries[i] for each
+// one found. A key acknowledged through any node before the read began is then found. It
+// returns ReadIndex's error, leaving entries unchanged.
+func (c *Coordinator) confirmMisses(ctx context.Context, keys []string, misses []int, entries []fsm.Entry) error {
+	if len(misses) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadIndexTimeout)
+	defer cancel()
+	if err := c.meta.ReadIndex(rctx); err != nil {
+		c.stats.readIndexFailed.Add(1)
+		return err
+	}
+	for _, i := range misses {
+		if e, ok := c.meta.Lookup(keys[i]); ok {
+			entries[i] = e
+		}
+	}
+	return nil
 }
 
 // readRemote fills in the keys whose bytes live on other nodes, one call per owner, in
@@ -170,15 +203,30 @@ func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
 }
 
 // BatchExists reports, per key, whether it is committed (Present), being written (InFlight) or
-// neither (Absent), and the number of leading Present keys. It reads local metadata only.
-func (c *Coordinator) BatchExists(keys []string) ExistsResult { return c.BatchExistsLease(keys, 0) }
+// neither (Absent), and the number of leading Present keys. It reads local metadata; keys
+// absent from it are looked up again after a read index (see BatchGet), so a key
+// acknowledged through any node before the call is Present. If the read index fails within
+// ReadIndexTimeout they stay Absent.
+func (c *Coordinator) BatchExists(ctx context.Context, keys []string) ExistsResult {
+	return c.BatchExistsLease(ctx, keys, 0)
+}
 
 // BatchExistsLease is BatchExists that also pins, for lease, the Present keys whose bytes
 // this node owns: eviction skips them until the lease ends, so a caller that saw Present can
 // read them in that time (cases.md C11 with eviction running). Keys owned by other nodes are
 // reported but not pinned. Remove still removes a leased key.
-func (c *Coordinator) BatchExistsLease(keys []string, lease time.Duration) ExistsResult {
-	res := c.batchExists(keys)
+func (c *Coordinator) BatchExistsLease(ctx context.Context, keys []string, lease time.Duration) ExistsResult {
+	res := c.batchExists(keys, nil)
+	var misses []int
+	for i, p := range res.Keys {
+		if p == Absent {
+			misses = append(misses, i)
+		}
+	}
+	entries := make([]fsm.Entry, len(keys))
+	if len(misses) > 0 && c.confirmMisses(ctx, keys, misses, entries) == nil {
+		res = c.batchExists(keys, res.Keys)
+	}
 	if lease > 0 {
 		until := time.Now().Add(lease)
 		for i, k := range keys {
@@ -193,14 +241,19 @@ func (c *Coordinator) BatchExistsLease(keys []string, lease time.Duration) Exist
 	return res
 }
 
-func (c *Coordinator) batchExists(keys []string) ExistsResult {
+// batchExists classifies keys; with prev set, only the keys prev has Absent are looked up
+// again (the others keep their answer).
+func (c *Coordinator) batchExists(keys []string, prev []Presence) ExistsResult {
 	res := ExistsResult{Keys: make([]Presence, len(keys))}
 	prefix := true
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	present := func(k string) bool { _, ok := c.meta.Lookup(k); return ok }
 	for i, k := range keys {
-		switch _, ok := c.meta.Lookup(k); {
-		case ok:
+		switch {
+		case prev != nil && prev[i] != Absent:
+			res.Keys[i] = prev[i]
+		case present(k):
 			res.Keys[i] = Present
 		case c.flights[k] != nil:
 			res.Keys[i] = InFlight

@@ -46,7 +46,8 @@ type Meta interface {
 	Barrier(ctx context.Context) error
 	// ReadIndex returns once the local FSM reflects every command acknowledged before the
 	// call anywhere in the cluster (a no-op where the local FSM is the only replica). The
-	// coordinator calls it before it answers AlreadyStored or Conflict from local metadata.
+	// coordinator calls it before it answers AlreadyStored or Conflict from local metadata,
+	// and before a read answers a miss.
 	ReadIndex(ctx context.Context) error
 	Lookup(key string) (fsm.Entry, bool)
 	Generation(key string) uint64

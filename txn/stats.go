@@ -20,11 +20,14 @@ type Stats struct {
 	RecoveryAbort uint64 // intents aborted at start-up
 	OrphanBytes   uint64 // bytes freed by start-up orphan collection
 	Evicted       uint64 // keys evicted to stay within the capacity
+	// ReadIndexFailed counts reads whose misses could not be confirmed with the leader
+	// within ReadIndexTimeout (answered Unavailable by BatchGet, Absent by BatchExists).
+	ReadIndexFailed uint64
 }
 
 type counters struct {
-	txns, stored, already, joined, conflicts, rejected, failed, waits, aborts atomic.Uint64
-	gets, getCorrupt, removed, recovered, recoveryAbort, orphanBytes, evicted atomic.Uint64
+	txns, stored, already, joined, conflicts, rejected, failed, waits, aborts                  atomic.Uint64
+	gets, getCorrupt, removed, recovered, recoveryAbort, orphanBytes, evicted, readIndexFailed atomic.Uint64
 }
 
 func (c *counters) count(r KeyResult) {
@@ -54,6 +57,6 @@ func (c *Coordinator) Stats() Stats {
 		Failed: s.failed.Load(), Waits: s.waits.Load(), Aborts: s.aborts.Load(),
 		Gets: s.gets.Load(), GetCorrupt: s.getCorrupt.Load(), Removed: s.removed.Load(),
 		Recovered: s.recovered.Load(), RecoveryAbort: s.recoveryAbort.Load(),
-		OrphanBytes: s.orphanBytes.Load(), Evicted: s.evicted.Load(),
+		OrphanBytes: s.orphanBytes.Load(), Evicted: s.evicted.Load(), ReadIndexFailed: s.readIndexFailed.Load(),
 	}
 }

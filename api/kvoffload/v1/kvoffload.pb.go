@@ -1391,6 +1391,86 @@ func (x *BarrierResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+type ReadIndexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexRequest) Reset() {
+	*x = ReadIndexRequest{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexRequest) ProtoMessage() {}
+
+func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
+func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{22}
+}
+
+type ReadIndexResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReadIndex     uint64                 `protobuf:"varint,1,opt,name=read_index,json=readIndex,proto3" json:"read_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexResponse) Reset() {
+	*x = ReadIndexResponse{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexResponse) ProtoMessage() {}
+
+func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
+func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReadIndexResponse) GetReadIndex() uint64 {
+	if x != nil {
+		return x.ReadIndex
+	}
+	return 0
+}
+
 var File_kvoffload_v1_kvoffload_proto protoreflect.FileDescriptor
 
 const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
@@ -1474,7 +1554,11 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\fR\x06result\"\x10\n" +
 	"\x0eBarrierRequest\"6\n" +
 	"\x0fBarrierResponse\x12#\n" +
-	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex*\x92\x01\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\"\x12\n" +
+	"\x10ReadIndexRequest\"2\n" +
+	"\x11ReadIndexResponse\x12\x1d\n" +
+	"\n" +
+	"read_index\x18\x01 \x01(\x04R\treadIndex*\x92\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eOUTCOME_STORED\x10\x01\x12\x1a\n" +
@@ -1498,13 +1582,14 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\bBatchGet\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x01\x12H\n" +
 	"\vBatchExists\x12\x1b.kvoffload.v1.ExistsRequest\x1a\x1c.kvoffload.v1.ExistsResponse\x12C\n" +
 	"\x06Remove\x12\x1b.kvoffload.v1.RemoveRequest\x1a\x1c.kvoffload.v1.RemoveResponse\x12@\n" +
-	"\x05Stats\x12\x1a.kvoffload.v1.StatsRequest\x1a\x1b.kvoffload.v1.StatsResponse2\xa0\x03\n" +
+	"\x05Stats\x12\x1a.kvoffload.v1.StatsRequest\x1a\x1b.kvoffload.v1.StatsResponse2\xee\x03\n" +
 	"\aCluster\x12=\n" +
 	"\x04Join\x12\x19.kvoffload.v1.JoinRequest\x1a\x1a.kvoffload.v1.JoinResponse\x12@\n" +
 	"\x05Leave\x12\x1a.kvoffload.v1.LeaveRequest\x1a\x1b.kvoffload.v1.LeaveResponse\x12C\n" +
 	"\x06Status\x12\x1b.kvoffload.v1.StatusRequest\x1a\x1c.kvoffload.v1.StatusResponse\x12F\n" +
 	"\aPropose\x12\x1c.kvoffload.v1.ProposeRequest\x1a\x1d.kvoffload.v1.ProposeResponse\x12F\n" +
-	"\aBarrier\x12\x1c.kvoffload.v1.BarrierRequest\x1a\x1d.kvoffload.v1.BarrierResponse\x12?\n" +
+	"\aBarrier\x12\x1c.kvoffload.v1.BarrierRequest\x1a\x1d.kvoffload.v1.BarrierResponse\x12L\n" +
+	"\tReadIndex\x12\x1e.kvoffload.v1.ReadIndexRequest\x1a\x1f.kvoffload.v1.ReadIndexResponse\x12?\n" +
 	"\tReadLocal\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x01B=Z;github.com/kvoffload/kvoffload/api/kvoffload/v1;kvoffloadv1b\x06proto3"
 
 var (
@@ -1520,41 +1605,43 @@ func file_kvoffload_v1_kvoffload_proto_rawDescGZIP() []byte {
 }
 
 var file_kvoffload_v1_kvoffload_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_kvoffload_v1_kvoffload_proto_goTypes = []any{
-	(Outcome)(0),            // 0: kvoffload.v1.Outcome
-	(GetStatus)(0),          // 1: kvoffload.v1.GetStatus
-	(Presence)(0),           // 2: kvoffload.v1.Presence
-	(*OffloadChunk)(nil),    // 3: kvoffload.v1.OffloadChunk
-	(*KeyResult)(nil),       // 4: kvoffload.v1.KeyResult
-	(*OffloadResponse)(nil), // 5: kvoffload.v1.OffloadResponse
-	(*GetRequest)(nil),      // 6: kvoffload.v1.GetRequest
-	(*GetChunk)(nil),        // 7: kvoffload.v1.GetChunk
-	(*ExistsRequest)(nil),   // 8: kvoffload.v1.ExistsRequest
-	(*ExistsResponse)(nil),  // 9: kvoffload.v1.ExistsResponse
-	(*RemoveRequest)(nil),   // 10: kvoffload.v1.RemoveRequest
-	(*RemoveResponse)(nil),  // 11: kvoffload.v1.RemoveResponse
-	(*StatsRequest)(nil),    // 12: kvoffload.v1.StatsRequest
-	(*StatsResponse)(nil),   // 13: kvoffload.v1.StatsResponse
-	(*JoinRequest)(nil),     // 14: kvoffload.v1.JoinRequest
-	(*JoinResponse)(nil),    // 15: kvoffload.v1.JoinResponse
-	(*LeaveRequest)(nil),    // 16: kvoffload.v1.LeaveRequest
-	(*LeaveResponse)(nil),   // 17: kvoffload.v1.LeaveResponse
-	(*StatusRequest)(nil),   // 18: kvoffload.v1.StatusRequest
-	(*Member)(nil),          // 19: kvoffload.v1.Member
-	(*StatusResponse)(nil),  // 20: kvoffload.v1.StatusResponse
-	(*ProposeRequest)(nil),  // 21: kvoffload.v1.ProposeRequest
-	(*ProposeResponse)(nil), // 22: kvoffload.v1.ProposeResponse
-	(*BarrierRequest)(nil),  // 23: kvoffload.v1.BarrierRequest
-	(*BarrierResponse)(nil), // 24: kvoffload.v1.BarrierResponse
-	nil,                     // 25: kvoffload.v1.StatsResponse.CountersEntry
+	(Outcome)(0),              // 0: kvoffload.v1.Outcome
+	(GetStatus)(0),            // 1: kvoffload.v1.GetStatus
+	(Presence)(0),             // 2: kvoffload.v1.Presence
+	(*OffloadChunk)(nil),      // 3: kvoffload.v1.OffloadChunk
+	(*KeyResult)(nil),         // 4: kvoffload.v1.KeyResult
+	(*OffloadResponse)(nil),   // 5: kvoffload.v1.OffloadResponse
+	(*GetRequest)(nil),        // 6: kvoffload.v1.GetRequest
+	(*GetChunk)(nil),          // 7: kvoffload.v1.GetChunk
+	(*ExistsRequest)(nil),     // 8: kvoffload.v1.ExistsRequest
+	(*ExistsResponse)(nil),    // 9: kvoffload.v1.ExistsResponse
+	(*RemoveRequest)(nil),     // 10: kvoffload.v1.RemoveRequest
+	(*RemoveResponse)(nil),    // 11: kvoffload.v1.RemoveResponse
+	(*StatsRequest)(nil),      // 12: kvoffload.v1.StatsRequest
+	(*StatsResponse)(nil),     // 13: kvoffload.v1.StatsResponse
+	(*JoinRequest)(nil),       // 14: kvoffload.v1.JoinRequest
+	(*JoinResponse)(nil),      // 15: kvoffload.v1.JoinResponse
+	(*LeaveRequest)(nil),      // 16: kvoffload.v1.LeaveRequest
+	(*LeaveResponse)(nil),     // 17: kvoffload.v1.LeaveResponse
+	(*StatusRequest)(nil),     // 18: kvoffload.v1.StatusRequest
+	(*Member)(nil),            // 19: kvoffload.v1.Member
+	(*StatusResponse)(nil),    // 20: kvoffload.v1.StatusResponse
+	(*ProposeRequest)(nil),    // 21: kvoffload.v1.ProposeRequest
+	(*ProposeResponse)(nil),   // 22: kvoffload.v1.ProposeResponse
+	(*BarrierRequest)(nil),    // 23: kvoffload.v1.BarrierRequest
+	(*BarrierResponse)(nil),   // 24: kvoffload.v1.BarrierResponse
+	(*ReadIndexRequest)(nil),  // 25: kvoffload.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil), // 26: kvoffload.v1.ReadIndexResponse
+	nil,                       // 27: kvoffload.v1.StatsResponse.CountersEntry
 }
 var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
 	0,  // 0: kvoffload.v1.KeyResult.outcome:type_name -> kvoffload.v1.Outcome
 	4,  // 1: kvoffload.v1.OffloadResponse.results:type_name -> kvoffload.v1.KeyResult
 	1,  // 2: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
 	2,  // 3: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
-	25, // 4: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
+	27, // 4: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
 	19, // 5: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
 	3,  // 6: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
 	6,  // 7: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
@@ -1566,20 +1653,22 @@ var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
 	18, // 13: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
 	21, // 14: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
 	23, // 15: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
-	6,  // 16: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
-	5,  // 17: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
-	7,  // 18: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
-	9,  // 19: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
-	11, // 20: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
-	13, // 21: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
-	15, // 22: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
-	17, // 23: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
-	20, // 24: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
-	22, // 25: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
-	24, // 26: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
-	7,  // 27: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
-	17, // [17:28] is the sub-list for method output_type
-	6,  // [6:17] is the sub-list for method input_type
+	25, // 16: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
+	6,  // 17: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
+	5,  // 18: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
+	7,  // 19: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
+	9,  // 20: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
+	11, // 21: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
+	13, // 22: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
+	15, // 23: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
+	17, // 24: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
+	20, // 25: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
+	22, // 26: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
+	24, // 27: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
+	26, // 28: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
+	7,  // 29: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
+	18, // [18:30] is the sub-list for method output_type
+	6,  // [6:18] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1596,7 +1685,7 @@ func file_kvoffload_v1_kvoffload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvoffload_v1_kvoffload_proto_rawDesc), len(file_kvoffload_v1_kvoffload_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

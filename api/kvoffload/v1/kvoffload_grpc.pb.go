@@ -303,6 +303,7 @@ const (
 	Cluster_Status_FullMethodName    = "/kvoffload.v1.Cluster/Status"
 	Cluster_Propose_FullMethodName   = "/kvoffload.v1.Cluster/Propose"
 	Cluster_Barrier_FullMethodName   = "/kvoffload.v1.Cluster/Barrier"
+	Cluster_ReadIndex_FullMethodName = "/kvoffload.v1.Cluster/ReadIndex"
 	Cluster_ReadLocal_FullMethodName = "/kvoffload.v1.Cluster/ReadLocal"
 )
 
@@ -321,6 +322,10 @@ type ClusterClient interface {
 	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
 	// Barrier returns the leader's applied index after a Raft barrier.
 	Barrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
+	// ReadIndex returns, from the leader, an index at or above every entry acknowledged before
+	// the call (a heartbeat round, no log write); a follower that has applied it may answer
+	// reads from its own metadata.
+	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 	// ReadLocal reads keys whose bytes this node owns (reads forwarded by other nodes).
 	ReadLocal(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetChunk], error)
 }
@@ -383,6 +388,16 @@ func (c *clusterClient) Barrier(ctx context.Context, in *BarrierRequest, opts ..
 	return out, nil
 }
 
+func (c *clusterClient) ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadIndexResponse)
+	err := c.cc.Invoke(ctx, Cluster_ReadIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clusterClient) ReadLocal(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Cluster_ServiceDesc.Streams[0], Cluster_ReadLocal_FullMethodName, cOpts...)
@@ -417,6 +432,10 @@ type ClusterServer interface {
 	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
 	// Barrier returns the leader's applied index after a Raft barrier.
 	Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error)
+	// ReadIndex returns, from the leader, an index at or above every entry acknowledged before
+	// the call (a heartbeat round, no log write); a follower that has applied it may answer
+	// reads from its own metadata.
+	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	// ReadLocal reads keys whose bytes this node owns (reads forwarded by other nodes).
 	ReadLocal(*GetRequest, grpc.ServerStreamingServer[GetChunk]) error
 	mustEmbedUnimplementedClusterServer()
@@ -443,6 +462,9 @@ func (UnimplementedClusterServer) Propose(context.Context, *ProposeRequest) (*Pr
 }
 func (UnimplementedClusterServer) Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Barrier not implemented")
+}
+func (UnimplementedClusterServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadIndex not implemented")
 }
 func (UnimplementedClusterServer) ReadLocal(*GetRequest, grpc.ServerStreamingServer[GetChunk]) error {
 	return status.Error(codes.Unimplemented, "method ReadLocal not implemented")
@@ -558,6 +580,24 @@ func _Cluster_Barrier_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_ReadIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ReadIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ReadIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ReadIndex(ctx, req.(*ReadIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Cluster_ReadLocal_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(GetRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -595,6 +635,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Barrier",
 			Handler:    _Cluster_Barrier_Handler,
+		},
+		{
+			MethodName: "ReadIndex",
+			Handler:    _Cluster_ReadIndex_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,97 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+// laggingMeta is a replica whose local metadata lags: keys in hidden are missing from Lookup
+// until ReadIndex brings it up to date (unless readIndexErr is set).
+type laggingMeta struct {
+	*flakyMeta
+	mu           sync.Mutex
+	hidden       map[string]bool
+	readIndexErr error
+	readIndexes  atomic.Int64
+}
+
+func (m *laggingMeta) hide(keys ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range keys {
+		m.hidden[k] = true
+	}
+}
+
+func (m *laggingMeta) ReadIndex(context.Context) error {
+	m.readIndexes.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.readIndexErr != nil {
+		return m.readIndexErr
+	}
+	clear(m.hidden)
+	return nil
+}
+
+func (m *laggingMeta) Lookup(k string) (fsm.Entry, bool) {
+	m.mu.Lock()
+	hidden := m.hidden[k]
+	m.mu.Unlock()
+	if hidden {
+		return fsm.Entry{}, false
+	}
+	return m.flakyMeta.Lookup(k)
+}
+
+// A key acknowledged elsewhere but not yet applied here is found after a read index; a
+// read whose keys are all present locally does not pay for one; a read index that fails
+// leaves the misses Unavailable (BatchGet) or Absent (BatchExists), never NotFound.
+func TestMissesConfirmedByReadIndex(t *testing.T) {
+	ctx := context.Background()
+	m := &laggingMeta{flakyMeta: &flakyMeta{f: fsm.New()}, hidden: map[string]bool{}}
+	c, _ := newCoordinatorFor(t, m, m.f)
+	if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k1", 1), obj("k2", 2)}); err != nil || res[0].Outcome != Stored || res[1].Outcome != Stored {
+		t.Fatalf("offload: %v %+v", err, res)
+	}
+
+	m.readIndexes.Store(0)
+	if res, err := c.BatchGet(ctx, []string{"k1", "k2"}); err != nil || res[0].Status != Found || res[1].Status != Found {
+		t.Fatalf("all present: %v %+v", err, res)
+	}
+	if n := m.readIndexes.Load(); n != 0 {
+		t.Fatalf("a read without misses ran %d read indexes, want 0", n)
+	}
+
+	m.hide("k1")
+	res, err := c.BatchGet(ctx, []string{"k1", "k2", "never"})
+	if err != nil || res[0].Status != Found || string(res[0].Value) != "\x01\x01\x01\x01" || res[1].Status != Found || res[2].Status != NotFound {
+		t.Fatalf("lagging replica: %v %+v", err, res)
+	}
+	if n := m.readIndexes.Load(); n != 1 {
+		t.Fatalf("read indexes: %d, want 1", n)
+	}
+	m.hide("k1")
+	if ex := c.BatchExists(ctx, []string{"k1", "k2", "never"}); ex.PrefixPresent != 2 || ex.Keys[2] != Absent {
+		t.Fatalf("exists on a lagging replica: %+v", ex)
+	}
+
+	m.hide("k1")
+	m.readIndexErr = errors.New("no leader (test)")
+	res, err = c.BatchGet(ctx, []string{"k1", "k2"})
+	if err != nil || res[0].Status != Unavailable || !strings.Contains(res[0].Reason, "no leader (test)") || res[1].Status != Found {
+		t.Fatalf("read index failed: %v %+v", err, res)
+	}
+	if ex := c.BatchExists(ctx, []string{"k2", "k1"}); ex.PrefixPresent != 1 || ex.Keys[1] != Absent {
+		t.Fatalf("exists with a failed read index: %+v", ex)
+	}
+	if got := c.Stats().ReadIndexFailed; got != 2 {
+		t.Fatalf("Stats().ReadIndexFailed = %d, want 2", got)
+	}
+}
