@@ -129,8 +129,13 @@ func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.
 	return &pb.BarrierResponse{AppliedIndex: s.n.raft.AppliedIndex()}, nil
 }
 
-// ReadIndex returns the leader's read index (raftmeta.Node.ReadIndex).
-func (s clusterService) ReadIndex(ctx context.Context, _ *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
+// ReadIndex returns the leader's read index (raftmeta.Node.ReadIndex). A node that is not in
+// the Raft configuration (removed, but still running) is refused: it would wait for entries
+// it no longer receives.
+func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
+	if s.n.raft.IsLeader() && !s.n.raft.HasServer(req.NodeId) {
+		return nil, status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", req.NodeId)
+	}
 	index, err := s.n.raft.ReadIndex(ctx)
 	if err != nil {
 		return nil, raftError(err)

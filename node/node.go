@@ -155,7 +155,9 @@ func (n *Node) openCoordinator() error {
 	return nil
 }
 
-func (n *Node) cmeta() clusterMeta { return clusterMeta{meta: meta{n.raft, n.fsm}, peers: n.peers} }
+func (n *Node) cmeta() clusterMeta {
+	return clusterMeta{meta: meta{n.raft, n.fsm}, peers: n.peers, id: n.cfg.ID}
+}
 
 func lockDir(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {

@@ -100,6 +100,7 @@ func (p *peers) close() {
 type clusterMeta struct {
 	meta
 	peers *peers
+	id    string // this node's ID
 }
 
 func (m clusterMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
@@ -168,7 +169,7 @@ func (m clusterMeta) ReadIndex(ctx context.Context) error {
 			if cerr != nil {
 				return cerr
 			}
-			resp, rerr := cl.ReadIndex(ctx, &pb.ReadIndexRequest{})
+			resp, rerr := cl.ReadIndex(ctx, &pb.ReadIndexRequest{NodeId: m.id})
 			if status.Code(rerr) == codes.FailedPrecondition {
 				continue // the leader moved between lookup and call: look again
 			}

@@ -183,6 +183,16 @@ func countVoters(conf raft.Configuration, except string) int {
 	return n
 }
 
+// HasServer reports whether id is in the latest configuration known to this node.
+func (n *Node) HasServer(id string) bool {
+	conf, _, err := n.configuration()
+	if err != nil {
+		return false
+	}
+	_, ok := findServer(conf, id)
+	return ok
+}
+
 // Servers returns the latest configuration known to this node (on a
 // follower it may lag the leader's), sorted by ID.
 func (n *Node) Servers() ([]Server, error) {

@@ -1392,7 +1392,10 @@ func (x *BarrierResponse) GetAppliedIndex() uint64 {
 }
 
 type ReadIndexRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the asking member; the leader refuses one that is not in the Raft
+	// configuration (a removed node still running) with PermissionDenied.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1425,6 +1428,13 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
 	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ReadIndexRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type ReadIndexResponse struct {
@@ -1554,8 +1564,9 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\fR\x06result\"\x10\n" +
 	"\x0eBarrierRequest\"6\n" +
 	"\x0fBarrierResponse\x12#\n" +
-	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\"\x12\n" +
-	"\x10ReadIndexRequest\"2\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\"+\n" +
+	"\x10ReadIndexRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"2\n" +
 	"\x11ReadIndexResponse\x12\x1d\n" +
 	"\n" +
 	"read_index\x18\x01 \x01(\x04R\treadIndex*\x92\x01\n" +

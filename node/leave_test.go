@@ -1,0 +1,88 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// TestLeave: a member removed with Leave (sent to another follower, which forwards it) is
+// gone from the Raft configuration and the member directory on every remaining node; the
+// cluster keeps offloading; the keys whose bytes it held read as Unavailable, never wrong;
+// the removed process stops accepting offloads instead of acknowledging keys nobody can
+// read; an unknown ID is NotFound.
+func TestLeave(t *testing.T) {
+	nodes := openCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var leader *Node
+	var followers []*Node
+	for _, nd := range nodes {
+		if nd.Raft().IsLeader() {
+			leader = nd
+		} else {
+			followers = append(followers, nd)
+		}
+	}
+	gone, via := followers[0], followers[1]
+	keys := []string{keyOf("leave", 0), keyOf("leave", 1)}
+	mustOffload(t, gone, objects(3, 8<<10, keys...))
+
+	if _, err := (clusterService{n: via}).Leave(ctx, &pb.LeaveRequest{NodeId: gone.cfg.ID}); err != nil {
+		t.Fatalf("leave %s via %s: %v", gone.cfg.ID, via.cfg.ID, err)
+	}
+	if _, err := (clusterService{n: via}).Leave(ctx, &pb.LeaveRequest{NodeId: "nobody"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("leave of an unknown ID: %v, want NotFound", err)
+	}
+	for _, nd := range []*Node{leader, via} {
+		waitApplied(t, nd, leader)
+		servers, err := nd.Raft().Servers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range servers {
+			if s.ID == gone.cfg.ID {
+				t.Fatalf("%s still lists %s in the Raft configuration: %+v", nd.cfg.ID, gone.cfg.ID, servers)
+			}
+		}
+		if _, ok := nd.FSM().Member(gone.cfg.ID); ok {
+			t.Fatalf("%s still lists %s in the member directory", nd.cfg.ID, gone.cfg.ID)
+		}
+		got, err := nd.BatchGet(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range got {
+			if r.Status != txn.Unavailable {
+				t.Fatalf("%s: key of the removed node read %s (%s), want Unavailable", nd.cfg.ID, r.Status, r.Reason)
+			}
+		}
+	}
+	mustOffload(t, via, objects(3, 8<<10, keyOf("after", 0)))
+	checkReadable(t, leader, 3, 8<<10, keyOf("after", 0))
+
+	octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ocancel()
+	start := time.Now()
+	res, err := gone.BatchOffload(octx, txn.NewTxnID(), objects(3, 8<<10, keyOf("zombie", 0)))
+	if err == nil && res[0].Outcome.OK() {
+		t.Fatalf("the removed node acknowledged an offload: %+v", res)
+	}
+	if err == nil || !strings.Contains(err.Error(), "not in the cluster configuration") {
+		t.Fatalf("offload on the removed node: %v %+v; want the leader's refusal", err, res)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the removed node took %v to refuse an offload", d)
+	}
+	t.Logf("offload on the removed node: %v", err)
+	if _, ok := leader.FSM().Lookup(keyOf("zombie", 0)); ok {
+		t.Fatal("the removed node committed a key")
+	}
+}
