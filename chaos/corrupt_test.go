@@ -50,40 +50,55 @@ type corruption struct {
 type mutation struct {
 	name  string
 	apply func(t *testing.T, h *harness, rng *rand.Rand) corruption
-	// minHit is the smallest hit of the kill failpoint: 5 guarantees acknowledged keys (one
-	// of the four writers has started its second batch, so it has recorded its first) and
-	// so at least two WAL entries (that batch's INTENT and DONE). A smaller hit can kill
-	// the child before its second entry is written.
+	// minHit is the smallest hit of the kill failpoint; the kill falls on a hit in
+	// [max(2, minHit), minHit+3]. Each write-path step is hit once per batch, and each of
+	// the childWriters (4) writers runs its batches one after another, so of the N hits at
+	// most four belong to batches that have not returned: the other N-4 or more batches
+	// have finished, their INTENTs durable and their keys in the ack file.
+	//
+	// 5 guarantees acknowledged keys (five hits among four writers: one writer's first
+	// batch has returned).
+	//
+	// walMinHit guarantees the WAL two entries at every step. They are INTENTs: a DONE is
+	// queued with AppendAsync (txn/resolve.go) and reaches disk only with a later Append,
+	// which need not come before the kill. From S1 on the N hits are N durable INTENTs
+	// (Append returns after the fsync), but at S0 (txn.validated, before the INTENT is
+	// logged) only the N-4 finished batches count. The first run's WAL is one segment
+	// (64 MiB segments, no truncation below 4096 entries), so the newest segment has them.
 	minHit int
 }
 
+// walMinHit is minHit for the WAL mutations: its hit of S0 comes after two or more batches
+// have finished, so at least two INTENTs are in the WAL (see minHit).
+const walMinHit = childWriters + 2
+
 var mutations = []mutation{
-	{name: "wal-cut-tail", apply: cutWALTail},
+	{name: "wal-cut-tail", apply: cutWALTail, minHit: walMinHit},
 	{name: "wal-append-zeros", apply: func(t *testing.T, h *harness, rng *rand.Rand) corruption {
 		return appendWAL(t, h, make([]byte, 1+rng.IntN(8192)), "zeros")
-	}},
+	}, minHit: walMinHit},
 	{name: "wal-append-garbage", apply: func(t *testing.T, h *harness, rng *rand.Rand) corruption {
 		junk := make([]byte, 1+rng.IntN(8192))
 		for i := range junk {
 			junk[i] = byte(rng.Uint32())
 		}
 		return appendWAL(t, h, junk, "garbage")
-	}},
-	{name: "wal-flip-middle", apply: flipWALMiddle, minHit: 5},
+	}, minHit: walMinHit},
+	{name: "wal-flip-middle", apply: flipWALMiddle, minHit: walMinHit},
 	{name: "wal-delete-newest", apply: func(t *testing.T, h *harness, _ *rand.Rand) corruption {
 		seg := newestSegment(t, h)
 		if err := os.Remove(seg); err != nil {
 			t.Fatal(err)
 		}
 		return corruption{what: "deleted " + filepath.Base(seg)}
-	}},
+	}, minHit: walMinHit},
 	{name: "wal-empty-newest", apply: func(t *testing.T, h *harness, _ *rand.Rand) corruption {
 		seg := newestSegment(t, h)
 		if err := os.Truncate(seg, 0); err != nil {
 			t.Fatal(err)
 		}
 		return corruption{what: "emptied " + filepath.Base(seg)}
-	}},
+	}, minHit: walMinHit},
 	{name: "bucket-flip", apply: flipBucketRecords, minHit: 5},
 }
 
@@ -258,17 +273,32 @@ func frames(t *testing.T, data []byte) (starts, bodies []int) {
 	return starts, bodies
 }
 
-func cutWALTail(t *testing.T, h *harness, rng *rand.Rand) corruption {
-	seg := newestSegment(t, h)
-	st, err := os.Stat(seg)
+// newestEntries reads the newest WAL segment and its entries (see frames). It fails the test
+// when the segment holds fewer than two entries, which the mutation named by what needs.
+func newestEntries(t *testing.T, h *harness, what string) (seg string, data []byte, starts, bodies []int) {
+	t.Helper()
+	seg = newestSegment(t, h)
+	data, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := 1 + rng.Int64N(max(1, min(st.Size(), 512)))
-	if err := os.Truncate(seg, st.Size()-cut); err != nil {
+	starts, bodies = frames(t, data)
+	if len(starts) < 2 {
+		t.Fatalf("the newest WAL segment %s has %d entries (%d bytes); %s needs two (is the mutation's minHit too small?)",
+			filepath.Base(seg), len(starts), len(data), what)
+	}
+	return seg, data, starts, bodies
+}
+
+// cutWALTail cuts 1 to 512 bytes off the newest segment, never more than it holds.
+func cutWALTail(t *testing.T, h *harness, rng *rand.Rand) corruption {
+	seg, data, _, _ := newestEntries(t, h, "the cut")
+	size := int64(len(data))
+	cut := 1 + rng.Int64N(min(size, 512))
+	if err := os.Truncate(seg, size-cut); err != nil {
 		t.Fatal(err)
 	}
-	return corruption{what: fmt.Sprintf("cut %d of %d bytes off %s", cut, st.Size(), filepath.Base(seg))}
+	return corruption{what: fmt.Sprintf("cut %d of %d bytes off %s", cut, size, filepath.Base(seg))}
 }
 
 func appendWAL(t *testing.T, h *harness, junk []byte, what string) corruption {
@@ -288,15 +318,7 @@ func appendWAL(t *testing.T, h *harness, junk []byte, what string) corruption {
 // it, naming the entry it is in, unless it is in the envelope of the last entry, which a
 // torn write could also have left (then a repair is allowed too).
 func flipWALMiddle(t *testing.T, h *harness, rng *rand.Rand) corruption {
-	seg := newestSegment(t, h)
-	data, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	starts, bodies := frames(t, data)
-	if len(starts) < 2 {
-		t.Fatalf("the newest WAL segment has %d entries; the flip needs two", len(starts))
-	}
+	seg, data, starts, bodies := newestEntries(t, h, "the flip")
 	at := len(data)/4 + rng.IntN(max(1, len(data)/2))
 	bit := byte(1) << rng.IntN(8)
 	data[at] ^= bit

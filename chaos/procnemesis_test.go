@@ -458,7 +458,9 @@ func l7Final(t *testing.T, ctx context.Context, c *proxiedCluster, rec *l7Record
 	ops := rec.history(false)
 	totals.checks += len(ops) + len(keys)
 	start := time.Now()
-	result, info := porcupine.CheckOperationsVerbose(l7Model, ops, time.Minute)
+	result, info := checkKnown(t, time.Minute, func(limit time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+		return porcupine.CheckOperationsVerbose(l7Model, ops, limit)
+	})
 	t.Logf("%d operations, linearizability %s in %v", len(ops), result, time.Since(start).Round(time.Millisecond))
 	if result != porcupine.Ok {
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("kvoffload-nemesis-%d.html", seed))

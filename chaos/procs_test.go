@@ -5,7 +5,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/freeport"
 )
 
 // storenodeBin is the storenode binary built with -tags chaos for the process tests.
@@ -45,15 +45,15 @@ func binary(t *testing.T) string {
 	return storenodeBin
 }
 
-// freePort returns a TCP port that was free a moment ago on 127.0.0.1.
+// freePort returns an address on 127.0.0.1 whose port was free a moment ago and that no
+// other call in this test binary returned (freeport.Addr).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // proc is one storenode serve process.

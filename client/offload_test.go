@@ -143,9 +143,13 @@ func TestOffloadRetryAfterDisconnectKeepsTxnID(t *testing.T) {
 	opt := testOptions()
 	opt.ChunkSize = 64 << 10
 	c := mustDial(t, opt, n1.addr, n2.addr)
-	f.setOffloadHook(func(_ context.Context, call, msgs int, _ string) error {
+	f.setOffloadHook(func(ctx context.Context, call, msgs int, _ string) error {
 		if call == 1 && msgs == 3 {
-			go n1.srv.Stop() // cut every connection of member 1 mid-stream
+			// Cut every connection of member 1 mid-stream, and hold call 1 until the cut has
+			// cancelled it, so it cannot finish first.
+			go n1.srv.Stop()
+			<-ctx.Done()
+			return ctx.Err()
 		}
 		return nil
 	})

@@ -2,23 +2,24 @@ package node
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload/internal/freeport"
 	"github.com/kvoffload/kvoffload/txn"
 )
 
+// freeAddr returns an address on 127.0.0.1 whose port was free a moment ago and that no
+// other call in this test binary returned (freeport.Addr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // openCluster starts n nodes in this process over real TCP: the first bootstraps, the others

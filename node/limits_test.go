@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,13 +18,16 @@ import (
 // slots, 35 keys in uneven concurrent batches and two injected write errors, 33 keys commit,
 // the 2 failed ones say why, none is in neither state, and the wait for a slot is counted.
 func TestC6EveryKeyOneState(t *testing.T) {
-	slow := func(op bucketstore.Op, _ string) error {
+	// Record writes are held until a batch has been counted waiting for a slot (or a
+	// deadline has passed): the batches holding the four slots stay in flight until then.
+	gate := make(chan struct{})
+	held := func(op bucketstore.Op, _ string) error {
 		if op == bucketstore.OpWrite {
-			time.Sleep(5 * time.Millisecond) // keep batches in flight long enough to queue
+			<-gate
 		}
 		return nil
 	}
-	eio := bucketstore.Any(slow,
+	eio := bucketstore.Any(held,
 		bucketstore.FailNth(bucketstore.OpWrite, 7, syscall.EIO),
 		bucketstore.FailNth(bucketstore.OpWrite, 20, syscall.EIO))
 	cfg := testConfig(t.TempDir())
@@ -51,6 +55,11 @@ func TestC6EveryKeyOneState(t *testing.T) {
 			results[b] = res
 		}()
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for st, _ := n.Stats(); st.Txn.Waits == 0 && time.Now().Before(deadline); st, _ = n.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
 	wg.Wait()
 	ok, failed, other := 0, 0, 0
 	for _, res := range results {
@@ -82,14 +91,19 @@ func TestC6EveryKeyOneState(t *testing.T) {
 // TestTxnIDReusedForAnotherBatch: a call that reuses a running call's txn ID with different
 // objects is refused, not handed the other call's results.
 func TestTxnIDReusedForAnotherBatch(t *testing.T) {
-	slow := func(op bucketstore.Op, _ string) error {
-		if op == bucketstore.OpWrite {
-			time.Sleep(200 * time.Millisecond)
+	// The first record write signals that the first call is running (its txn ID is
+	// registered before it writes) and holds it there until the second call has returned.
+	writing, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	hold := func(op bucketstore.Op, _ string) error {
+		if op == bucketstore.OpWrite && first.CompareAndSwap(false, true) {
+			close(writing)
+			<-release
 		}
 		return nil
 	}
 	cfg := testConfig(t.TempDir())
-	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), slow)
+	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), hold)
 	n := mustOpen(t, cfg)
 	defer mustClose(t, n)
 	id := txn.NewTxnID()
@@ -98,8 +112,15 @@ func TestTxnIDReusedForAnotherBatch(t *testing.T) {
 		_, err := n.BatchOffload(context.Background(), id, objects(1, 4096, keyOf("a", 0)))
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
-	_, err := n.BatchOffload(context.Background(), id, objects(1, 4096, keyOf("b", 0), keyOf("b", 1)))
+	select {
+	case <-writing:
+	case err := <-done:
+		t.Fatalf("the first call returned before it wrote its record: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := n.BatchOffload(ctx, id, objects(1, 4096, keyOf("b", 0), keyOf("b", 1)))
+	close(release)
 	if !errors.Is(err, txn.ErrTxnIDInUse) {
 		t.Fatalf("reuse of a running txn ID for another batch: err = %v, want ErrTxnIDInUse", err)
 	}
