@@ -99,16 +99,14 @@ func TestClusterInProcess(t *testing.T) {
 	}
 }
 
-// waitApplied waits until nd has applied at least what ref has.
+// waitApplied waits until nd's FSM has applied at least what ref's raft has.
 func waitApplied(t *testing.T, nd, ref *Node) {
 	t.Helper()
 	want := ref.Raft().AppliedIndex()
-	deadline := time.Now().Add(10 * time.Second)
-	for nd.Raft().AppliedIndex() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s stuck at index %d, want %d", nd.cfg.ID, nd.Raft().AppliedIndex(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := nd.Raft().WaitApplied(ctx, want); err != nil {
+		t.Fatalf("%s: %v", nd.cfg.ID, err)
 	}
 }
 
@@ -137,8 +135,23 @@ func TestJoinUnderExistingIDRefused(t *testing.T) {
 		t.Logf("refused as expected: %v", err)
 	}
 	for _, nd := range []*Node{nodes[0], nodes[2]} {
+		waitApplied(t, nd, leaderOf(t, nodes[0], nodes[2]))
 		if own := nd.FSM().Owners()[cfg.ID]; own.Keys != len(keys) {
 			t.Fatalf("%s: the lost node's keys in metadata: %d, want %d", nd.cfg.ID, own.Keys, len(keys))
 		}
 	}
+}
+
+// leaderOf returns the node among nodes that leads, waiting up to 10 s for one.
+func leaderOf(t *testing.T, nodes ...*Node) *Node {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, nd := range nodes {
+			if nd.Raft().IsLeader() {
+				return nd
+			}
+		}
+	}
+	t.Fatal("no leader among the nodes within 10 s")
+	return nil
 }

@@ -35,6 +35,7 @@ type Node struct {
 	fsm   *fsm.FSM
 	raft  *raft.Raft
 	store *raftboltdb.BoltStore
+	logs  raft.LogStore // the cached log store raft uses
 	trans raft.Transport
 
 	notify   chan bool      // raft's NotifyCh: leadership gained (true) or lost (false)
@@ -88,6 +89,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raftmeta: log cache: %w", err)
 	}
+	n.logs = logs
 	hl := newHCLogger(cfg.Logger, "raft")
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotRetain, hl.Named("snapshots"))
 	if err != nil {
@@ -230,18 +232,45 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	return index, nil
 }
 
-// WaitApplied returns once the FSM has applied index (raft's index space), or ctx ends.
+// WaitApplied returns once the FSM has applied every command at or below index (raft's
+// index space), or ctx ends. raft's own AppliedIndex is not enough: raft advances it when it
+// hands entries to the FSM goroutine's queue, before the FSM has applied them (raft.go
+// processLogs), so a reader that trusted it could miss an acknowledged command.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	for delay := 100 * time.Microsecond; n.raft.AppliedIndex() < index; delay = min(2*delay, 5*time.Millisecond) {
+	for delay := 100 * time.Microsecond; !n.fsmReached(index); delay = min(2*delay, 5*time.Millisecond) {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("raftmeta: waiting to apply index %d (applied %d): %w", index, n.raft.AppliedIndex(), ctx.Err())
+			return fmt.Errorf("raftmeta: waiting to apply index %d (raft applied %d, FSM %d): %w",
+				index, n.raft.AppliedIndex(), n.fsm.AppliedIndex(), ctx.Err())
 		case <-n.closed:
 			return ErrClosed
 		case <-time.After(delay):
 		}
 	}
 	return nil
+}
+
+// fsmReached reports whether the FSM has applied every command entry at or below index.
+// The FSM records the index of the last command it applied; the entries between that and
+// index, once raft has handed them all over, need the FSM only if they are commands (no-op,
+// barrier and configuration entries never reach fsm.FSM). Entries already compacted into a
+// snapshot were applied before it was taken, or restored with it.
+func (n *Node) fsmReached(index uint64) bool {
+	if n.raft.AppliedIndex() < index {
+		return false
+	}
+	for i := index; i > n.fsm.AppliedIndex(); i-- {
+		var l raft.Log
+		if err := n.logs.GetLog(i, &l); errors.Is(err, raft.ErrLogNotFound) {
+			return true // compacted: covered by the snapshot
+		} else if err != nil {
+			return false // unreadable now: look again later
+		}
+		if l.Type == raft.LogCommand {
+			return n.fsm.AppliedIndex() >= i
+		}
+	}
+	return true
 }
 
 // ready reports why a request must not be sent at all.
