@@ -133,8 +133,14 @@ func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.
 // the Raft configuration (removed, but still running) is refused: it would wait for entries
 // it no longer receives.
 func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
-	if s.n.raft.IsLeader() && !s.n.raft.HasServer(req.NodeId) {
-		return nil, status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", req.NodeId)
+	if s.n.raft.IsLeader() {
+		member, err := s.n.raft.HasServer(req.NodeId)
+		if err != nil {
+			return nil, raftError(err)
+		}
+		if !member {
+			return nil, status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", req.NodeId)
+		}
 	}
 	index, err := s.n.raft.ReadIndex(ctx)
 	if err != nil {

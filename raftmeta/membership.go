@@ -184,13 +184,13 @@ func countVoters(conf raft.Configuration, except string) int {
 }
 
 // HasServer reports whether id is in the latest configuration known to this node.
-func (n *Node) HasServer(id string) bool {
+func (n *Node) HasServer(id string) (bool, error) {
 	conf, _, err := n.configuration()
 	if err != nil {
-		return false
+		return false, err
 	}
 	_, ok := findServer(conf, id)
-	return ok
+	return ok, nil
 }
 
 // Servers returns the latest configuration known to this node (on a

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -214,22 +215,46 @@ func (n *Node) Barrier(ctx context.Context) error {
 }
 
 // ReadIndex returns an index that every entry acknowledged before the call is at or
-// below (leader only; ErrNotLeader otherwise): a replica that has applied it reflects them.
-// It costs one heartbeat round to a quorum and no log write, unlike Barrier. The argument
-// (Raft thesis §6.4, "read index"): the leader's last index is read first, then
-// VerifyLeader confirms a quorum still follows this leader, so no newer term existed when
-// the read began, and by Leader Completeness every entry committed before then is in this
-// leader's log at or below that index. Entries above the commit index are included too,
-// which at worst makes the caller wait for them to commit or be replaced by later ones.
+// below (leader only; ErrNotLeader otherwise): a replica whose FSM has applied it
+// (WaitApplied) reflects them. It costs heartbeat rounds to a quorum and no log write,
+// unlike Barrier. The argument (Raft thesis §6.4, "read index"): the leader reads its last
+// index, then confirms that a quorum still follows it in the same term, so no newer term
+// existed when the read began, and by Leader Completeness every entry committed before
+// then is in this leader's log at or below that index. Two details of hashicorp/raft:
+// VerifyLeader also counts replies to heartbeats sent before it was registered
+// (replication.go notifyAll), so a leader resumed after a pause could pass one round on
+// stale replies; a second round, registered after the first completed, needs new ones.
+// And the last index may include entries not yet committed, which a later leader could
+// replace; the index is returned only once it is committed, so a caller never waits for
+// entries that will not come.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	if err := n.ready(ctx); err != nil {
 		return 0, err
 	}
-	index := n.raft.LastIndex()
-	if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
-		return 0, fmt.Errorf("raftmeta: read index: %w", err)
+	if n.raft.State() != raft.Leader {
+		return 0, n.classify(raft.ErrNotLeader)
 	}
-	return index, nil
+	term, index := n.raft.CurrentTerm(), n.raft.LastIndex()
+	for range 2 {
+		if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
+			return 0, fmt.Errorf("raftmeta: read index: %w", err)
+		}
+	}
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+		if n.raft.CurrentTerm() != term || n.raft.State() != raft.Leader {
+			return 0, fmt.Errorf("raftmeta: read index: %w", n.classify(raft.ErrNotLeader))
+		}
+		if n.raft.CommitIndex() >= index {
+			return index, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("raftmeta: read index %d not committed: %w", index, ctx.Err())
+		case <-n.closed:
+			return 0, ErrClosed
+		case <-time.After(delay):
+		}
+	}
 }
 
 // WaitApplied returns once the FSM has applied every command at or below index (raft's
@@ -253,13 +278,15 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 // fsmReached reports whether the FSM has applied every command entry at or below index.
 // The FSM records the index of the last command it applied; the entries between that and
 // index, once raft has handed them all over, need the FSM only if they are commands (no-op,
-// barrier and configuration entries never reach fsm.FSM). Entries already compacted into a
-// snapshot were applied before it was taken, or restored with it.
+// barrier and configuration entries never reach fsm.FSM). Entries at or below raft's last
+// snapshot were applied before it was taken or restored with it (a follower that installed
+// a snapshot may keep older, uncommitted entries there, which must not be waited for).
 func (n *Node) fsmReached(index uint64) bool {
 	if n.raft.AppliedIndex() < index {
 		return false
 	}
-	for i := index; i > n.fsm.AppliedIndex(); i-- {
+	floor := n.fsm.AppliedIndex()
+	for i := index; i > floor; i-- {
 		var l raft.Log
 		if err := n.logs.GetLog(i, &l); errors.Is(err, raft.ErrLogNotFound) {
 			return true // compacted: covered by the snapshot
@@ -269,8 +296,20 @@ func (n *Node) fsmReached(index uint64) bool {
 		if l.Type == raft.LogCommand {
 			return n.fsm.AppliedIndex() >= i
 		}
+		if i == index { // a rare non-command entry: from here on, stop at the snapshot too
+			floor = max(floor, n.lastSnapshotIndex())
+		}
 	}
 	return true
+}
+
+// lastSnapshotIndex is the index of raft's newest snapshot (0 if none or unknown).
+func (n *Node) lastSnapshotIndex() uint64 {
+	v, err := strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }
 
 // ready reports why a request must not be sent at all.

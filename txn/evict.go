@@ -17,7 +17,13 @@ type lru struct {
 	mu    sync.Mutex
 	order *list.List // of *lruEntry, least recently used at the front
 	byKey map[string]*list.Element
+	// pending holds leases taken on keys not tracked yet: BatchExists can see a key in the
+	// metadata just before the FSM's apply hook adds it here; add picks the lease up.
+	pending map[string]time.Time
 }
+
+// maxPendingLeases bounds pending: beyond it, expired pending leases are dropped.
+const maxPendingLeases = 4096
 
 type lruEntry struct {
 	key         string
@@ -26,16 +32,23 @@ type lruEntry struct {
 	leasedUntil time.Time // not evicted before this (BatchExists with a lease)
 }
 
-func newLRU() *lru { return &lru{order: list.New(), byKey: map[string]*list.Element{}} }
+func newLRU() *lru {
+	return &lru{order: list.New(), byKey: map[string]*list.Element{}, pending: map[string]time.Time{}}
+}
 
-// add records key as most recently used.
+// add records key as most recently used, keeping any lease taken on it.
 func (l *lru) add(key string, gen uint64, bytes int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	e := &lruEntry{key: key, gen: gen, bytes: bytes, leasedUntil: l.pending[key]}
+	delete(l.pending, key)
 	if el, ok := l.byKey[key]; ok {
+		if old := el.Value.(*lruEntry); old.leasedUntil.After(e.leasedUntil) {
+			e.leasedUntil = old.leasedUntil
+		}
 		l.order.Remove(el)
 	}
-	l.byKey[key] = l.order.PushBack(&lruEntry{key: key, gen: gen, bytes: bytes})
+	l.byKey[key] = l.order.PushBack(e)
 }
 
 // touch marks key as just used, if it is tracked.
@@ -48,12 +61,25 @@ func (l *lru) touch(key string) {
 }
 
 // lease keeps key from eviction until t (a later lease may extend it, never shorten it).
+// A key not tracked yet keeps the lease until add.
 func (l *lru) lease(key string, t time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if el, ok := l.byKey[key]; ok {
 		if e := el.Value.(*lruEntry); t.After(e.leasedUntil) {
 			e.leasedUntil = t
+		}
+		return
+	}
+	if t.After(l.pending[key]) {
+		l.pending[key] = t
+	}
+	if len(l.pending) > maxPendingLeases {
+		now := time.Now()
+		for k, until := range l.pending {
+			if until.Before(now) {
+				delete(l.pending, k)
+			}
 		}
 	}
 }
