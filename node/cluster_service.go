@@ -55,10 +55,16 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 	return &pb.JoinResponse{Voter: voter}, nil
 }
 
-// Leave removes a node from the Raft configuration and the member directory. The leader
-// leaving hands leadership over first, so the new leader records the removal.
+// leaveRemoveBatch is the most keys one REMOVE command of Leave names.
+const leaveRemoveBatch = 4096
+
+// Leave removes a node from the Raft configuration and the member directory, then drops the
+// keys whose bytes it held from the metadata (dropOwnerKeys). The leader leaving hands
+// leadership over first, so the new leader records the removal. A node that is no longer a
+// member but still owns keys (an earlier Leave cut short) gets its keys dropped again.
 func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
-	if _, ok := s.n.fsm.Member(req.NodeId); !ok {
+	_, member := s.n.fsm.Member(req.NodeId)
+	if !member && s.n.fsm.Owners()[req.NodeId].Keys == 0 {
 		return nil, status.Errorf(codes.NotFound, "node ID %s is not a member", req.NodeId)
 	}
 	if req.NodeId == s.n.cfg.ID && s.n.raft.IsLeader() {
@@ -73,14 +79,50 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 		}
 		return cl.Leave(ctx, req)
 	}
-	if err := s.n.raft.RemoveMember(ctx, req.NodeId); err != nil {
-		return nil, raftError(err)
+	if member {
+		if err := s.n.raft.RemoveMember(ctx, req.NodeId); err != nil {
+			return nil, raftError(err)
+		}
+		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: fsm.Member{NodeID: req.NodeId}, Remove: true})
+		if _, err := s.n.raft.Propose(ctx, cmd); err != nil {
+			return nil, raftError(err)
+		}
 	}
-	cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: fsm.Member{NodeID: req.NodeId}, Remove: true})
-	if _, err := s.n.raft.Propose(ctx, cmd); err != nil {
-		return nil, raftError(err)
+	dropped, err := s.dropOwnerKeys(ctx, req.NodeId)
+	if err != nil {
+		return nil, err
 	}
-	return &pb.LeaveResponse{}, nil
+	s.n.log.Info("member left", "id", req.NodeId, "keys_dropped", dropped)
+	return &pb.LeaveResponse{KeysDropped: dropped}, nil
+}
+
+// dropOwnerKeys removes from the metadata, through Raft, every key whose bytes node owner
+// holds, in REMOVE commands of at most leaveRemoveBatch keys. Each names the generation it
+// saw, so a key stored again since (by another node) stays.
+func (s clusterService) dropOwnerKeys(ctx context.Context, owner string) (uint64, error) {
+	var keys []fsm.KeyGen
+	s.n.fsm.ForEach(func(e fsm.Entry) bool {
+		if e.Owner == owner {
+			keys = append(keys, fsm.KeyGen{Key: e.Key, Gen: e.Gen})
+		}
+		return true
+	})
+	var dropped uint64
+	for len(keys) > 0 {
+		n := min(len(keys), leaveRemoveBatch)
+		cmd := fsm.EncodeRemove(fsm.Remove{TxnID: txn.NewTxnID(), Keys: keys[:n], Reason: "owner " + owner + " left the cluster"})
+		res, err := s.n.raft.Propose(ctx, cmd)
+		if err != nil {
+			return dropped, raftError(fmt.Errorf("dropping the keys of %s (%d done; retry Leave to finish): %w", owner, dropped, err))
+		}
+		for _, k := range res.Keys {
+			if k.Outcome == fsm.OutcomeRemoved {
+				dropped++
+			}
+		}
+		keys = keys[n:]
+	}
+	return dropped, nil
 }
 
 // Status describes the cluster as this node sees it.

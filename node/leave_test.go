@@ -15,9 +15,10 @@ import (
 
 // TestLeave: a member removed with Leave (sent to another follower, which forwards it) is
 // gone from the Raft configuration and the member directory on every remaining node; the
-// cluster keeps offloading; the keys whose bytes it held read as Unavailable, never wrong;
-// the removed process stops accepting offloads instead of acknowledging keys nobody can
-// read; an unknown ID is NotFound.
+// keys whose bytes it held are dropped from the metadata (no record without reachable data,
+// G1), so they read NotFound and can be offloaded again; the cluster keeps offloading; the
+// removed process stops accepting offloads instead of acknowledging keys nobody can read;
+// an unknown ID is NotFound.
 func TestLeave(t *testing.T) {
 	nodes := openCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -35,8 +36,12 @@ func TestLeave(t *testing.T) {
 	keys := []string{keyOf("leave", 0), keyOf("leave", 1)}
 	mustOffload(t, gone, objects(3, 8<<10, keys...))
 
-	if _, err := (clusterService{n: via}).Leave(ctx, &pb.LeaveRequest{NodeId: gone.cfg.ID}); err != nil {
-		t.Fatalf("leave %s via %s: %v", gone.cfg.ID, via.cfg.ID, err)
+	resp, err := (clusterService{n: via}).Leave(ctx, &pb.LeaveRequest{NodeId: gone.cfg.ID})
+	if err != nil || resp.KeysDropped != uint64(len(keys)) {
+		t.Fatalf("leave %s via %s: %v %v, want %d keys dropped", gone.cfg.ID, via.cfg.ID, resp, err, len(keys))
+	}
+	if _, err := (clusterService{n: via}).Leave(ctx, &pb.LeaveRequest{NodeId: gone.cfg.ID}); status.Code(err) != codes.NotFound {
+		t.Fatalf("second leave of %s: %v, want NotFound (nothing left to do)", gone.cfg.ID, err)
 	}
 	if _, err := (clusterService{n: via}).Leave(ctx, &pb.LeaveRequest{NodeId: "nobody"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("leave of an unknown ID: %v, want NotFound", err)
@@ -55,16 +60,22 @@ func TestLeave(t *testing.T) {
 		if _, ok := nd.FSM().Member(gone.cfg.ID); ok {
 			t.Fatalf("%s still lists %s in the member directory", nd.cfg.ID, gone.cfg.ID)
 		}
+		if own := nd.FSM().Owners()[gone.cfg.ID]; own.Keys != 0 {
+			t.Fatalf("%s: %d keys still point at the removed node", nd.cfg.ID, own.Keys)
+		}
 		got, err := nd.BatchGet(ctx, keys)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range got {
-			if r.Status != txn.Unavailable {
-				t.Fatalf("%s: key of the removed node read %s (%s), want Unavailable", nd.cfg.ID, r.Status, r.Reason)
+			if r.Status != txn.NotFound {
+				t.Fatalf("%s: key of the removed node read %s (%s), want NotFound", nd.cfg.ID, r.Status, r.Reason)
 			}
 		}
 	}
+	// The dropped keys can be offloaded again, and then read.
+	mustOffload(t, via, objects(3, 8<<10, keys...))
+	checkReadable(t, leader, 3, 8<<10, keys...)
 	mustOffload(t, via, objects(3, 8<<10, keyOf("after", 0)))
 	checkReadable(t, leader, 3, 8<<10, keyOf("after", 0))
 

@@ -185,8 +185,11 @@ func loadTrace(path string, limit int) ([]trace.Request, error) {
 	return reqs, nil
 }
 
+// addBaseline measures the disk's own limit in the data directory and the replay's ratio to
+// it. It is skipped when the replay wrote nothing (a warm run: every key AlreadyStored),
+// where a ratio means nothing.
 func addBaseline(s *replay.Summary, f replayFlags) error {
-	if f.baseline == "0" {
+	if f.baseline == "0" || s.Bytes == 0 {
 		return nil
 	}
 	total, err := parseSize(f.baseline)
@@ -224,6 +227,9 @@ func printSummary(w io.Writer, s replay.Summary, asJSON bool) {
 	fmt.Fprintf(w, "already stored  %d (joined in flight: %d)\n", s.AlreadyStored, s.Joined)
 	fmt.Fprintf(w, "conflict/rejected/failed  %d/%d/%d (batch errors %d)\n", s.Conflict, s.Rejected, s.Failed, s.BatchErrors)
 	fmt.Fprintf(w, "bytes           %d written in %.2fs = %.0f MB/s (%d offered, duplicates included)\n", s.Bytes, s.Seconds, s.MBPerSec, s.OfferedBytes)
+	if s.DiskMBPerSec == 0 && s.Bytes == 0 {
+		fmt.Fprintf(w, "disk limit      not measured: nothing was written (every key was already stored)\n")
+	}
 	if s.DiskMBPerSec > 0 {
 		fmt.Fprintf(w, "disk limit      %.0f MB/s (sequential 1 MiB writes + fdatasync in the data dir, O_DIRECT where allowed, same run): ratio %.2f\n", s.DiskMBPerSec, s.RatioToDisk)
 	}

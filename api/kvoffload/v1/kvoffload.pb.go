@@ -983,7 +983,10 @@ func (x *LeaveRequest) GetNodeId() string {
 }
 
 type LeaveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keys_dropped is how many keys whose bytes the node held were removed from the
+	// metadata: with the node gone they point at bytes no member can serve.
+	KeysDropped   uint64 `protobuf:"varint,1,opt,name=keys_dropped,json=keysDropped,proto3" json:"keys_dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1016,6 +1019,13 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
 	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LeaveResponse) GetKeysDropped() uint64 {
+	if x != nil {
+		return x.KeysDropped
+	}
+	return 0
 }
 
 type StatusRequest struct {
@@ -1541,8 +1551,9 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\fJoinResponse\x12\x14\n" +
 	"\x05voter\x18\x01 \x01(\bR\x05voter\"'\n" +
 	"\fLeaveRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x0f\n" +
-	"\rLeaveResponse\"\x0f\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"2\n" +
+	"\rLeaveResponse\x12!\n" +
+	"\fkeys_dropped\x18\x01 \x01(\x04R\vkeysDropped\"\x0f\n" +
 	"\rStatusRequest\"\xb1\x01\n" +
 	"\x06Member\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +

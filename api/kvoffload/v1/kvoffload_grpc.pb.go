@@ -314,7 +314,9 @@ type ClusterClient interface {
 	// Join adds a node (voter while fewer than five voters, else non-voter). Any member accepts
 	// it and forwards to the leader.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
-	// Leave removes a node from the cluster.
+	// Leave removes a node from the cluster and then removes from the metadata the keys whose
+	// bytes it held (so clients offload them again). Retrying it for a node already removed
+	// finishes dropping any keys left.
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
 	// Status describes the members, the leader, and keys and bytes per node.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -424,7 +426,9 @@ type ClusterServer interface {
 	// Join adds a node (voter while fewer than five voters, else non-voter). Any member accepts
 	// it and forwards to the leader.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
-	// Leave removes a node from the cluster.
+	// Leave removes a node from the cluster and then removes from the metadata the keys whose
+	// bytes it held (so clients offload them again). Retrying it for a node already removed
+	// finishes dropping any keys left.
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
 	// Status describes the members, the leader, and keys and bytes per node.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
