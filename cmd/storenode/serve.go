@@ -26,7 +26,7 @@ import (
 // "raft_addr"); precedence: flag, environment, config file, default.
 var serveSettings = []struct{ name, def, usage string }{
 	{"id", "node1", "node ID (unique in the cluster)"},
-	{"data", "./kvoffload-data", "data directory (WAL, buckets, Raft state)"},
+	{"data", "./storenode-data", "data directory (WAL, buckets, Raft state); not the replay's ./kvoffload-data, whose embedded node is no cluster member"},
 	{"raft-addr", "127.0.0.1:7000", "host:port the Raft transport listens on"},
 	{"raft-advertise", "", "host:port other nodes dial for Raft (empty = --raft-addr)"},
 	{"api-addr", "127.0.0.1:7100", "host:port of the gRPC API"},
