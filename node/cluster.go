@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -116,6 +118,90 @@ func (n *Node) inConfiguration() bool {
 		}
 	}
 	return false
+}
+
+// removedGrace is how long a node in a cluster waits for a Raft leader before it checks
+// whether it was removed from the cluster. A leader contacts the members of its
+// configuration every heartbeat, and an election takes about a second.
+const removedGrace = 5 * time.Second
+
+// waitLeader waits until this node knows a Raft leader. In a cluster it also refuses to start
+// a node that was removed from it (ErrRemoved), by this rule: a node that was a member
+// (its Raft state holds an entry: leaders replicate only to their members) has been removed
+// when, after removedGrace without a leader's contact, the cluster's configuration does not
+// list it. The cluster's configuration is asked of the members in cfg.Join and in the member
+// directory (clusterLists); when none of them knows a leader, the local configuration stands
+// in for it: unlisted reports that it does not list this node (Open). So a removed node that
+// received its removal is refused after removedGrace even with the other members down, one
+// removed while it was down is refused once a member answers, and a node whose first join
+// was cut short while it caught up (listed by the leader, not yet by its own log) is
+// contacted by the leader and starts.
+func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
+	for {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if n.cfg.RaftAddr != "" {
+			wctx, cancel = context.WithTimeout(ctx, removedGrace)
+		}
+		err := n.raft.WaitLeader(wctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("node: waiting for a Raft leader: %w", err)
+		}
+		listed, known := n.clusterLists(ctx)
+		switch {
+		case known && !listed:
+			return n.removedError("the cluster's Raft configuration does not list it")
+		case !known && unlisted:
+			return n.removedError("its Raft state is from an earlier membership, its Raft configuration no longer lists it, and no leader contacts it")
+		}
+		n.log.Warn("no Raft leader known yet; still waiting", "waited", removedGrace)
+	}
+}
+
+func (n *Node) removedError(why string) error { return removedError{id: n.cfg.ID, why: why} }
+
+// removedError is ErrRemoved for one node, with the reason.
+type removedError struct{ id, why string }
+
+func (e removedError) Error() string {
+	return fmt.Sprintf("node: node %s was removed from the cluster; start a fresh node with a new --id and an empty --data (%s; a data directory that belonged to a member never joins again: see docs/operations.md)", e.id, e.why)
+}
+
+func (e removedError) Is(target error) bool { return target == ErrRemoved }
+
+// clusterLists asks the members in cfg.Join and in the member directory for the cluster's
+// Raft configuration (Cluster/Status). known reports that one answered that knows a leader;
+// listed, that one of those lists this node.
+func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
+	addrs := slices.Clone(n.cfg.Join)
+	for _, m := range n.fsm.Members() {
+		if m.NodeID != n.cfg.ID && m.APIAddr != "" && !slices.Contains(addrs, m.APIAddr) {
+			addrs = append(addrs, m.APIAddr)
+		}
+	}
+	for _, addr := range addrs {
+		if addr == n.APIAddr() {
+			continue
+		}
+		conn, err := n.peers.conn(addr)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := pb.NewClusterClient(conn).Status(cctx, &pb.StatusRequest{})
+		cancel()
+		if err != nil || st.LeaderId == "" || len(st.Members) == 0 {
+			continue
+		}
+		known = true
+		if slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID }) {
+			return true, true
+		}
+	}
+	return false, known
 }
 
 // checkNoPriorKeys refuses to start a node that joined with an empty data directory while

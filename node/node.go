@@ -24,6 +24,11 @@ import (
 // ErrLocked is returned when another process holds the data directory.
 var ErrLocked = errors.New("node: data directory is in use by another process")
 
+// ErrRemoved is returned by Open for a node that was removed from its cluster (Leave): its
+// data directory belongs to a former member and is not reused, and the node does not join
+// again (docs/operations.md).
+var ErrRemoved = errors.New("node: removed from the cluster")
+
 // Node is one running kvoffload node.
 type Node struct {
 	cfg      Config
@@ -78,15 +83,30 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	if cfg.RaftAddr != "" && len(cfg.Join) > 0 && (fresh || !n.inConfiguration()) {
-		// A node whose earlier join failed has a raft.db but no configuration: join again.
+	unlisted := false
+	if cfg.RaftAddr != "" && !fresh {
+		// Raft state exists. Sampled before the configuration: a leader may be replicating
+		// to this node right now, and the entry listing it comes after the first ones.
+		last := n.raft.Raft().LastIndex()
+		if !n.inConfiguration() {
+			if last == 0 {
+				// No leader ever sent this node an entry (a leader replicates only to its
+				// members): an earlier join never completed, so it joins again.
+				fresh = true
+			} else {
+				// It was a member once and is not listed now: removed (see waitLeader).
+				// Joining again would undo the Leave.
+				unlisted = true
+			}
+		}
+	}
+	if cfg.RaftAddr != "" && len(cfg.Join) > 0 && fresh {
 		if err := n.join(ctx); err != nil {
 			return nil, err
 		}
-		fresh = true
 	}
-	if err = n.raft.WaitLeader(ctx); err != nil {
-		return nil, fmt.Errorf("node: waiting for a Raft leader: %w", err)
+	if err = n.waitLeader(ctx, unlisted); err != nil {
+		return nil, err
 	}
 	if cfg.RaftAddr != "" && fresh {
 		if err := n.checkNoPriorKeys(ctx); err != nil {
