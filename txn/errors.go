@@ -8,9 +8,10 @@ var (
 	// ErrFailed is returned after a fail-stop error (the WAL could not be written or synced):
 	// the coordinator accepts nothing more; restart the process to recover.
 	ErrFailed = errors.New("txn: coordinator failed")
-	// ErrTxnIDInUse is returned when a call reuses the txn ID of a running call for a
-	// different batch (a retry must send the same objects).
-	ErrTxnIDInUse = errors.New("txn: txn ID in use by a running call with a different batch")
+	// ErrTxnIDInUse is returned when a call reuses the txn ID of a running or finished call
+	// for a different batch: other keys, sizes or bytes (xxhash64). A retry must send the same
+	// objects; nothing of the refused call was stored.
+	ErrTxnIDInUse = errors.New("txn: txn ID already used for a different batch")
 	// ErrIndeterminate is returned when a batch's COMMIT could not be confirmed within
 	// CommitTimeout (no leader, or the leader died with it in flight). It may still commit:
 	// retry with the same txn ID, on any node, to learn the outcome exactly once.

@@ -14,13 +14,15 @@ import (
 )
 
 // BatchOffload stores objs as one transaction and returns one result per object, in input
-// order. id is chosen by the caller (128-bit random); calling again with the same id returns
-// the original results (a retry after an indeterminate error is exactly-once).
+// order. id is chosen by the caller (128-bit random); calling again with the same id and the
+// same objects returns the original results (a retry after an indeterminate error is
+// exactly-once). Calling again with the same id and other keys, sizes or bytes returns
+// ErrTxnIDInUse, whether the first call is still running or has finished.
 //
-// A request-level error (ErrBatchTooLarge, ErrFailed, ErrClosed, a context error while
-// joining a running retry) means nothing was accepted. Otherwise every key is in exactly one
-// state: Stored, AlreadyStored, Conflict, Rejected or Failed, and Stored/AlreadyStored keys
-// are readable when the call returns.
+// A request-level error (ErrBatchTooLarge, ErrFailed, ErrClosed, ErrTxnIDInUse, a context
+// error while joining a running retry) means nothing was accepted. Otherwise every key is in
+// exactly one state: Stored, AlreadyStored, Conflict, Rejected or Failed, and
+// Stored/AlreadyStored keys are readable when the call returns.
 func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Object) ([]KeyResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -36,14 +38,15 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 	if err := c.meta.ReadIndex(ctx); err != nil {
 		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
 	}
-	sig := signature(objs)
+	sums := checksums(objs)
+	sig := signature(objs, sums)
 	c.mu.Lock()
 	r, busy := c.running[id]
 	if !busy {
 		// Checked under c.mu: a finished call records its FSM result before it leaves running.
 		if res, ok := c.meta.TxnResult(id); ok {
 			c.mu.Unlock()
-			return c.retried(id, res, objs), nil
+			return c.retried(id, res, objs, sums)
 		}
 		r = &running{done: make(chan struct{}), sig: sig}
 		c.running[id] = r
@@ -60,7 +63,7 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 			return nil, fmt.Errorf("txn: waiting for the running call of txn %s: %w", id, ctx.Err())
 		}
 	}
-	r.results, r.err = c.offload(ctx, id, objs)
+	r.results, r.err = c.offload(ctx, id, objs, sums)
 	c.mu.Lock()
 	delete(c.running, id)
 	c.mu.Unlock()
@@ -68,8 +71,8 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 	return r.results, r.err
 }
 
-func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object) ([]KeyResult, error) {
-	p := c.plan(id, objs)
+func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object, sums []uint64) ([]KeyResult, error) {
+	p := c.plan(id, objs, sums)
 	if len(p.writes) > 0 {
 		if err := c.acquire(ctx); err != nil {
 			for _, w := range p.writes {
@@ -88,12 +91,7 @@ func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object) 
 	}
 	c.awaitJoins(ctx, p)
 	for _, d := range p.dups {
-		r := p.results[d.first]
-		if r.Outcome.OK() {
-			r.Outcome, r.Reason = AlreadyStored, ""
-		}
-		r.Joined = false
-		p.results[d.idx] = r
+		p.results[d.idx] = repeated(p.results[d.first])
 	}
 	for _, r := range p.results {
 		c.stats.count(r)
@@ -150,6 +148,14 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 		_ = c.data.Sync()
 	}
 	c.settle(p.id, idx, ws, res, "")
+	if key, ok := otherBatch(res, ws); ok {
+		// The FSM de-duplicated this COMMIT against one of another batch under the same txn
+		// ID (a call on another node): none of these keys was stored by this call.
+		for _, w := range ws {
+			w.outcome, w.reason = Failed, "txn ID already used for a different batch"
+		}
+		p.err = fmt.Errorf("%w: txn %s committed key %q with other bytes", ErrTxnIDInUse, p.id, key)
+	}
 	c.finish(p, ws)
 }
 

@@ -53,15 +53,31 @@ func (w *write) entry() intentEntry {
 		Size: uint32(len(w.value)), Sum: w.sum, Gen: w.gen}
 }
 
-// signature identifies a batch by its keys and value lengths, so a call that reuses a running
-// call's txn ID for a different batch is refused instead of being handed its results.
-func signature(objs []Object) uint64 {
+// checksums returns the xxhash64 of every value: computed once per call, it is both the
+// batch's signature and each record's PayloadSum.
+func checksums(objs []Object) []uint64 {
+	sums := make([]uint64, len(objs))
+	for i, o := range objs {
+		sums[i] = xxhash.Sum64(o.Value)
+	}
+	return sums
+}
+
+// signature identifies a batch by its keys, value lengths and value checksums, so a call that
+// reuses a running call's txn ID for a different batch is refused instead of being handed its
+// results.
+func signature(objs []Object, sums []uint64) uint64 {
 	d := xxhash.New()
 	var n [8]byte
-	for _, o := range objs {
-		_, _ = d.WriteString(o.Key)
-		binary.LittleEndian.PutUint64(n[:], uint64(len(o.Value)))
+	put := func(v uint64) {
+		binary.LittleEndian.PutUint64(n[:], v)
 		_, _ = d.Write(n[:])
+	}
+	for i, o := range objs {
+		put(uint64(len(o.Key))) // length-prefixed: no two key lists hash the same bytes
+		_, _ = d.WriteString(o.Key)
+		put(uint64(len(o.Value)))
+		put(sums[i])
 	}
 	return d.Sum64()
 }
@@ -103,14 +119,11 @@ func (c *Coordinator) invalid(o Object) string {
 	return ""
 }
 
-// plan classifies every object. Under c.mu the FSM and the in-flight table together decide
-// each key's state, so a key is never both unclaimed and being written.
-func (c *Coordinator) plan(id fsm.TxnID, objs []Object) *plan {
+// plan classifies every object (sums[i] is the xxhash64 of objs[i].Value). Under c.mu the FSM
+// and the in-flight table together decide each key's state, so a key is never both unclaimed
+// and being written.
+func (c *Coordinator) plan(id fsm.TxnID, objs []Object, sums []uint64) *plan {
 	p := &plan{id: id, results: make([]KeyResult, len(objs))}
-	sums := make([]uint64, len(objs))
-	for i, o := range objs {
-		sums[i] = xxhash.Sum64(o.Value)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	first := make(map[string]int, len(objs))
@@ -123,10 +136,10 @@ func (c *Coordinator) plan(id fsm.TxnID, objs []Object) *plan {
 		}
 		size := uint32(len(o.Value))
 		if j, ok := first[o.Key]; ok {
-			if sums[j] == sums[i] && len(objs[j].Value) == len(o.Value) {
+			if sameBytes(objs, sums, i, j) {
 				p.dups = append(p.dups, dupRef{idx: i, first: j})
 			} else {
-				r.Outcome, r.Reason = Conflict, "the batch holds this key twice with different bytes"
+				r.Outcome, r.Reason = Conflict, dupConflict
 			}
 			continue
 		}
@@ -145,6 +158,24 @@ func (c *Coordinator) plan(id fsm.TxnID, objs []Object) *plan {
 			gen: c.meta.Generation(o.Key) + 1, fl: fl})
 	}
 	return p
+}
+
+// dupConflict is the reason of a key repeated in a batch with other bytes than its first copy.
+const dupConflict = "the batch holds this key twice with different bytes"
+
+// sameBytes reports whether objs[i] and objs[j] hold the same value (length and checksum).
+func sameBytes(objs []Object, sums []uint64, i, j int) bool {
+	return sums[i] == sums[j] && len(objs[i].Value) == len(objs[j].Value)
+}
+
+// repeated is the result of a key repeated in a batch with the bytes of its first copy, whose
+// result is first: stored once, so the repeat is AlreadyStored.
+func repeated(first KeyResult) KeyResult {
+	if first.Outcome.OK() {
+		first.Outcome, first.Reason = AlreadyStored, ""
+	}
+	first.Joined = false
+	return first
 }
 
 // compare says what offloading bytes with (sum, size) means for a committed entry.
