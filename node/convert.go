@@ -77,6 +77,8 @@ func grpcError(err error) error {
 		return nil
 	case errors.Is(err, txn.ErrBatchTooLarge):
 		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, txn.ErrTxnIDInUse):
+		return status.Error(codes.FailedPrecondition, err.Error()) // final: a retry cannot succeed
 	case errors.Is(err, txn.ErrFailed), errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrIndeterminate):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):

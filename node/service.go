@@ -67,7 +67,11 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			}
 			copy(id[:], ch.TxnId)
 		}
-		if ch.Key != "" || (first && ch.Size > 0) {
+		// A chunk starts a new object when the previous one is complete (after the first
+		// chunk, which may carry only the txn ID of an empty batch): a continuation chunk
+		// exists only while bytes remain, so an object with an empty key is not mistaken
+		// for one and dropped; the coordinator rejects its key.
+		if ch.Key != "" || (first && ch.Size > 0) || (!first && remaining == 0) {
 			if remaining != 0 {
 				return id, nil, nil, invalid("object %q ended %d bytes short", objs[len(objs)-1].Key, remaining)
 			}

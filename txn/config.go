@@ -29,6 +29,9 @@ type Config struct {
 	Capacity int64
 	// CommitTimeout bounds one Raft proposal.
 	CommitTimeout time.Duration
+	// MaxLease caps a BatchExists lease: a longer one is shortened to it, so no client can
+	// pin keys against eviction indefinitely.
+	MaxLease time.Duration
 	// ReadIndexTimeout bounds how long a read waits to confirm a miss: a key absent from
 	// local metadata is looked up again after Meta.ReadIndex (cluster members only). Past it
 	// the key is Unavailable (BatchGet) or Absent (BatchExists).
@@ -51,6 +54,7 @@ func DefaultConfig(id string) Config {
 		MaxInFlight:      64,
 		CommitTimeout:    10 * time.Second,
 		ReadIndexTimeout: time.Second,
+		MaxLease:         10 * time.Minute,
 		TruncateEvery:    4096,
 	}
 }
@@ -81,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitTimeout <= 0 {
 		errs = append(errs, errors.New("txn: CommitTimeout must be positive"))
+	}
+	if c.MaxLease <= 0 {
+		errs = append(errs, errors.New("txn: MaxLease must be positive"))
 	}
 	if c.ReadIndexTimeout <= 0 {
 		errs = append(errs, errors.New("txn: ReadIndexTimeout must be positive"))

@@ -30,6 +30,7 @@ type lruEntry struct {
 	gen         uint64
 	bytes       int64     // extent length: what freeing it gives back
 	leasedUntil time.Time // not evicted before this (BatchExists with a lease)
+	evicting    bool      // chosen by oldest; its REMOVE may be under way: no lease now
 }
 
 func newLRU() *lru {
@@ -61,15 +62,20 @@ func (l *lru) touch(key string) {
 }
 
 // lease keeps key from eviction until t (a later lease may extend it, never shorten it).
-// A key not tracked yet keeps the lease until add.
-func (l *lru) lease(key string, t time.Time) {
+// A key not tracked yet keeps the lease until add. It returns false, leasing nothing, for a
+// key chosen for an eviction that may be under way.
+func (l *lru) lease(key string, t time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if el, ok := l.byKey[key]; ok {
-		if e := el.Value.(*lruEntry); t.After(e.leasedUntil) {
+		e := el.Value.(*lruEntry)
+		if e.evicting {
+			return false
+		}
+		if t.After(e.leasedUntil) {
 			e.leasedUntil = t
 		}
-		return
+		return true
 	}
 	if t.After(l.pending[key]) {
 		l.pending[key] = t
@@ -82,6 +88,7 @@ func (l *lru) lease(key string, t time.Time) {
 			}
 		}
 	}
+	return true
 }
 
 // drop forgets key at generation gen (0: any).
@@ -95,7 +102,8 @@ func (l *lru) drop(key string, gen uint64) {
 }
 
 // oldest returns the least recently used entries without a current lease worth at least
-// bytes (fewer if there are not enough), without removing them.
+// bytes (fewer if there are not enough), without removing them, and marks them evicting
+// until drop or spare: from now on they cannot be leased.
 func (l *lru) oldest(bytes int64) []lruEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -106,10 +114,22 @@ func (l *lru) oldest(bytes int64) []lruEntry {
 		if e.leasedUntil.After(now) {
 			continue
 		}
+		e.evicting = true
 		out = append(out, *e)
 		bytes -= e.bytes
 	}
 	return out
+}
+
+// spare clears the evicting mark of victims whose eviction did not happen.
+func (l *lru) spare(victims []lruEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, v := range victims {
+		if el, ok := l.byKey[v.key]; ok && el.Value.(*lruEntry).gen == v.gen {
+			el.Value.(*lruEntry).evicting = false
+		}
+	}
 }
 
 // evictHeadroom is the fraction of Capacity evicted beyond what one reservation needs, so
@@ -147,6 +167,7 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	}
 	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: kg, Reason: "evicted: capacity"}))
 	if err != nil {
+		c.lru.spare(victims) // the REMOVE may still apply; then trackApplied drops them
 		c.lg.Warn("eviction failed", "keys", len(kg), "err", err)
 		return 0
 	}

@@ -1,8 +1,14 @@
 package txn
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
 )
 
 // A lease taken before the key is tracked (BatchExists saw the metadata before the FSM's
@@ -26,4 +32,86 @@ func TestLeaseBeforeAdd(t *testing.T) {
 	if n := len(l.pending); n > maxPendingLeases {
 		t.Fatalf("%d pending leases, want at most %d", n, maxPendingLeases)
 	}
+}
+
+// gateMeta holds REMOVE proposals (evictions) until released.
+type gateMeta struct {
+	*flakyMeta
+	entered, release chan struct{}
+}
+
+func (m *gateMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	if t, _, _ := fsm.Decode(cmd); t == fsm.CmdRemove {
+		m.entered <- struct{}{}
+		<-m.release
+	}
+	return m.flakyMeta.Propose(ctx, cmd)
+}
+
+// A lease asked for while an eviction of that key is under way must not be granted with a
+// Present answer: the key is answered Absent, and every key answered Present with a lease
+// is still readable after the eviction (cases.md C11). Found by an adversarial test.
+func TestLeaseDuringEviction(t *testing.T) {
+	m := &gateMeta{flakyMeta: &flakyMeta{f: fsm.New()}, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	const capacity = 1 << 20
+	cfg := bucketstore.DefaultConfig("/b")
+	cfg.FS, cfg.Capacity = bucketstore.NewMemFS(), capacity
+	data, err := bucketstore.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := DefaultConfig("n1")
+	tc.Capacity = capacity
+	c, err := New(tc, &memLog{}, data, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.f.Watch(c.OnApplied)
+	ctx := context.Background()
+	if _, err := c.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Close(); data.Close() }()
+	val := bytes.Repeat([]byte{7}, 60<<10)
+	var keys []string
+	for i := range 64 {
+		k := fmt.Sprintf("k%03d", i)
+		done := make(chan []KeyResult, 1)
+		go func() { r, _ := c.BatchOffload(ctx, NewTxnID(), []Object{{Key: k, Value: val}}); done <- r }()
+		select {
+		case r := <-done:
+			if !r[0].Outcome.OK() {
+				t.Fatalf("%s: %+v", k, r)
+			}
+			keys = append(keys, k)
+			continue
+		case <-m.entered: // an eviction of the oldest keys is proposed and held
+		}
+		ex := c.BatchExistsLease(ctx, keys, time.Hour)
+		if ex.Keys[0] != Absent {
+			t.Fatalf("%s, chosen by the eviction under way, answered %v with a lease", keys[0], ex.Keys[0])
+		}
+		close(m.release)
+		if r := <-done; !r[0].Outcome.OK() {
+			t.Fatalf("the offload that evicted: %+v", r)
+		}
+		got, err := c.BatchGet(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased := 0
+		for j, p := range ex.Keys {
+			if p == Present {
+				leased++
+				if got[j].Status != Found {
+					t.Fatalf("%s was Present with a 1 h lease, then read %s", keys[j], got[j].Status)
+				}
+			}
+		}
+		if leased == 0 {
+			t.Fatal("no key was leased: the test proves nothing")
+		}
+		return
+	}
+	t.Fatal("the store never evicted")
 }

@@ -34,8 +34,12 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 	// holds every result acknowledged before this call: a retry of a txn that another node
 	// committed finds its original results, and no key is answered AlreadyStored or Conflict
 	// from metadata that has not applied an acknowledged REMOVE (both found by the process
-	// nemesis).
-	if err := c.meta.ReadIndex(ctx); err != nil {
+	// nemesis). It is bounded by ReadIndexTimeout: with the leader paused or gone the call
+	// fails fast (nothing was written) and the client retries, on another member if need be.
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadIndexTimeout)
+	err := c.meta.ReadIndex(rctx)
+	cancel()
+	if err != nil {
 		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
 	}
 	sums := checksums(objs)

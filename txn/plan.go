@@ -99,19 +99,29 @@ func (c *Coordinator) checkBatch(objs []Object) error {
 
 // invalid returns why o is refused, or "".
 func (c *Coordinator) invalid(o Object) string {
+	if why := c.invalidKey(o.Key); why != "" {
+		return why
+	}
 	switch {
-	case o.Key == "":
-		return "invalid key: empty"
-	case len(o.Key) > c.cfg.MaxKeyBytes:
-		return fmt.Sprintf("invalid key: %d bytes exceeds the limit of %d", len(o.Key), c.cfg.MaxKeyBytes)
-	case !utf8.ValidString(o.Key):
-		return "invalid key: not valid UTF-8"
 	case len(o.Value) == 0:
 		return "invalid value: empty"
 	case int64(len(o.Value)) > c.cfg.MaxObjectBytes:
 		return fmt.Sprintf("too large: %d bytes exceeds the limit of %d", len(o.Value), c.cfg.MaxObjectBytes)
 	}
-	for i, r := range o.Key {
+	return ""
+}
+
+// invalidKey returns why key can never be stored, or "".
+func (c *Coordinator) invalidKey(key string) string {
+	switch {
+	case key == "":
+		return "invalid key: empty"
+	case len(key) > c.cfg.MaxKeyBytes:
+		return fmt.Sprintf("invalid key: %d bytes exceeds the limit of %d", len(key), c.cfg.MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return "invalid key: not valid UTF-8"
+	}
+	for i, r := range key {
 		if r < 0x20 || r == 0x7f {
 			return fmt.Sprintf("invalid key: control character at byte %d", i)
 		}

@@ -214,7 +214,8 @@ func (c *Coordinator) BatchExists(ctx context.Context, keys []string) ExistsResu
 // BatchExistsLease is BatchExists that also pins, for lease, the Present keys whose bytes
 // this node owns: eviction skips them until the lease ends, so a caller that saw Present can
 // read them in that time (cases.md C11 with eviction running). Keys owned by other nodes are
-// reported but not pinned. Remove still removes a leased key.
+// reported but not pinned. Remove still removes a leased key. A lease longer than MaxLease
+// is shortened to it.
 func (c *Coordinator) BatchExistsLease(ctx context.Context, keys []string, lease time.Duration) ExistsResult {
 	res := c.batchExists(keys, nil)
 	var misses []int
@@ -228,17 +229,36 @@ func (c *Coordinator) BatchExistsLease(ctx context.Context, keys []string, lease
 		res = c.batchExists(keys, res.Keys)
 	}
 	if lease > 0 {
-		until := time.Now().Add(lease)
-		for i, k := range keys {
-			if res.Keys[i] != Present {
-				continue
-			}
-			if e, ok := c.meta.Lookup(k); ok && e.Owner == c.cfg.NodeID {
-				c.lru.lease(k, until)
-			}
-		}
+		c.leasePresent(keys, &res, time.Now().Add(min(lease, c.cfg.MaxLease)))
 	}
 	return res
+}
+
+// leasePresent leases the Present keys this node owns until until. A key an eviction has
+// already chosen, or removed since it was looked up, is reported Absent instead: a Present
+// answer with a lease must stay readable for the lease (cases.md C11).
+func (c *Coordinator) leasePresent(keys []string, res *ExistsResult, until time.Time) {
+	res.PrefixPresent = 0
+	prefix := true
+	for i, k := range keys {
+		if res.Keys[i] == Present {
+			if e, ok := c.meta.Lookup(k); !ok {
+				res.Keys[i] = Absent // removed since it was looked up
+			} else if e.Owner == c.cfg.NodeID {
+				// Lease, then look again: a key still live in the same version after a lease
+				// that took cannot be chosen by an eviction until the lease ends.
+				leased := c.lru.lease(k, until)
+				if cur, still := c.meta.Lookup(k); !leased || !still || cur.Gen != e.Gen {
+					res.Keys[i] = Absent
+				}
+			}
+		}
+		if prefix && res.Keys[i] == Present {
+			res.PrefixPresent++
+		} else {
+			prefix = false
+		}
+	}
 }
 
 // batchExists classifies keys; with prev set, only the keys prev has Absent are looked up
@@ -278,7 +298,9 @@ func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult
 }
 
 // RemoveTxn is Remove under a caller-chosen txn ID: a retry with the same ID returns the
-// original answer and removes nothing more (a key stored again in between stays).
+// original answer and removes nothing more (a key stored again in between stays). Keys that
+// can never be stored (empty, longer than MaxKeyBytes, not UTF-8, control characters) are
+// answered not removed without going through Raft.
 func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string) ([]RemoveResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -286,26 +308,31 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	if len(keys) > c.cfg.MaxBatchKeys {
 		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
 	}
-	kg := make([]fsm.KeyGen, len(keys))
+	out := make([]RemoveResult, len(keys))
+	var kg []fsm.KeyGen
+	var at []int // index in keys of each kg entry
 	for i, k := range keys {
-		kg[i] = fsm.KeyGen{Key: k}
+		out[i].Key = k
+		if c.invalidKey(k) != "" {
+			continue // never stored: nothing to remove, and no generation burnt for it
+		}
+		kg, at = append(kg, fsm.KeyGen{Key: k}), append(at, i)
 		if mutant.On(mutant.FreeBeforeRemove) { // mutation test only: freed before the REMOVE is applied
 			if e, ok := c.meta.Lookup(k); ok && e.Owner == c.cfg.NodeID {
 				c.free(bucketExtent(e.Extent))
 			}
 		}
 	}
+	if len(kg) == 0 {
+		return out, nil
+	}
 	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "remove"}))
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)
 	}
-	out := make([]RemoveResult, len(keys))
-	for i, k := range keys {
-		out[i].Key = k
-	}
-	for i, ko := range res.Keys {
-		if i < len(out) && ko.Outcome == fsm.OutcomeRemoved {
-			out[i].Removed = true
+	for j, ko := range res.Keys {
+		if j < len(at) && ko.Outcome == fsm.OutcomeRemoved {
+			out[at[j]].Removed = true
 		}
 	}
 	return out, nil
