@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,4 +115,89 @@ func TestLeaseDuringEviction(t *testing.T) {
 		return
 	}
 	t.Fatal("the store never evicted")
+}
+
+// lateMeta loses the answer to the first REMOVE (it applies later, when the test says) and
+// holds Barrier until released, as a leader change can.
+type lateMeta struct {
+	*flakyMeta
+	mu      sync.Mutex
+	late    []byte
+	lost    chan struct{}
+	barrier chan struct{}
+}
+
+func (m *lateMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	if t, _, _ := fsm.Decode(cmd); t == fsm.CmdRemove {
+		m.mu.Lock()
+		first := m.late == nil
+		if first {
+			m.late = cmd
+		}
+		m.mu.Unlock()
+		if first {
+			close(m.lost)
+			return nil, errLost
+		}
+	}
+	return m.flakyMeta.Propose(ctx, cmd)
+}
+
+func (m *lateMeta) Barrier(ctx context.Context) error {
+	select {
+	case <-m.barrier:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// An eviction whose REMOVE answer was lost keeps its victims unleasable until the outcome is
+// known: the REMOVE may still apply, and a lease granted meanwhile would be broken by it.
+func TestLeaseAfterIndeterminateEviction(t *testing.T) {
+	m := &lateMeta{flakyMeta: &flakyMeta{f: fsm.New()}, lost: make(chan struct{}), barrier: make(chan struct{})}
+	const capacity = 1 << 20
+	cfg := bucketstore.DefaultConfig("/b")
+	cfg.FS, cfg.Capacity = bucketstore.NewMemFS(), capacity
+	data, err := bucketstore.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := DefaultConfig("n1")
+	tc.Capacity = capacity
+	c, err := New(tc, &memLog{}, data, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.f.Watch(c.OnApplied)
+	ctx := context.Background()
+	close(m.barrier) // recovery needs one
+	if _, err := c.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.barrier = make(chan struct{})
+	defer func() { close(m.barrier); c.Close(); data.Close() }()
+	val := bytes.Repeat([]byte{7}, 60<<10)
+	var keys []string
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("k%03d", i)
+		_, _ = c.BatchOffload(ctx, NewTxnID(), []Object{{Key: k, Value: val}})
+		keys = append(keys, k)
+		select {
+		case <-m.lost:
+		default:
+			if i > 64 {
+				t.Fatal("the store never evicted")
+			}
+			continue
+		}
+		break
+	}
+	if ex := c.BatchExistsLease(ctx, keys[:1], time.Hour); ex.Keys[0] != Absent {
+		t.Fatalf("%s, chosen by an eviction whose outcome is unknown, answered %v with a lease", keys[0], ex.Keys[0])
+	}
+	m.f.ApplyCommand(1<<40, m.late) // the lost REMOVE applies after all
+	if g, _ := c.BatchGet(ctx, keys[:1]); g[0].Status != NotFound {
+		t.Fatalf("%s after the late REMOVE: %s", keys[0], g[0].Status)
+	}
 }
