@@ -150,8 +150,19 @@ func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.St
 	return out, nil
 }
 
-// Propose applies a forwarded command on the leader.
+// Propose applies a forwarded command on the leader. A COMMIT from a node that is not in the
+// Raft configuration (removed, its process still running) is refused: Leave has dropped or
+// is dropping that node's keys, and new ones would point at bytes no member serves.
 func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
+	if typ, cmd, err := fsm.Decode(req.Command); err == nil && typ == fsm.CmdCommit && s.n.raft.IsLeader() {
+		member, err := s.n.raft.HasServer(cmd.(fsm.Commit).Node)
+		if err != nil {
+			return nil, raftError(err)
+		}
+		if !member {
+			return nil, status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): its commits are refused", cmd.(fsm.Commit).Node)
+		}
+	}
 	res, err := s.n.raft.Propose(ctx, req.Command)
 	if err != nil {
 		return nil, raftError(err)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/txn"
 )
 
@@ -72,6 +73,14 @@ func TestLeave(t *testing.T) {
 				t.Fatalf("%s: key of the removed node read %s (%s), want NotFound", nd.cfg.ID, r.Status, r.Reason)
 			}
 		}
+	}
+	// A COMMIT the removed node still forwards (one in flight during the Leave) is refused,
+	// so no key comes back owned by it after Leave dropped its keys.
+	late := fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: gone.cfg.ID, Entries: []fsm.Entry{{
+		Key: keyOf("late", 0), Extent: fsm.Extent{Bucket: 1, Offset: 0, Length: 4096}, Size: 1, Sum: 1, Gen: 1,
+	}}})
+	if _, err := (clusterService{n: leader}).Propose(ctx, &pb.ProposeRequest{Command: late}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a COMMIT forwarded by the removed node: %v, want PermissionDenied", err)
 	}
 	// The dropped keys can be offloaded again, and then read.
 	mustOffload(t, via, objects(3, 8<<10, keys...))
