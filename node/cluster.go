@@ -151,6 +151,9 @@ func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
 			return fmt.Errorf("node: waiting for a Raft leader: %w", err)
 		}
 		listed, known := n.clusterLists(ctx)
+		if ctx.Err() != nil {
+			return fmt.Errorf("node: waiting for a Raft leader: %w", ctx.Err())
+		}
 		switch {
 		case known && !listed:
 			return n.removedError("the cluster's Raft configuration does not list it")
@@ -173,8 +176,9 @@ func (e removedError) Error() string {
 func (e removedError) Is(target error) bool { return target == ErrRemoved }
 
 // clusterLists asks the members in cfg.Join and in the member directory for the cluster's
-// Raft configuration (Cluster/Status). known reports that one answered that knows a leader;
-// listed, that one of those lists this node.
+// Raft configuration (Cluster/Status), following each answer to the leader it names: only
+// the leader's own answer counts (a lagging follower's configuration may predate this
+// node's join). known reports that the leader answered; listed, that it lists this node.
 func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 	addrs := slices.Clone(n.cfg.Join)
 	for _, m := range n.fsm.Members() {
@@ -182,7 +186,8 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 			addrs = append(addrs, m.APIAddr)
 		}
 	}
-	for _, addr := range addrs {
+	for i := 0; i < len(addrs) && ctx.Err() == nil; i++ {
+		addr := addrs[i]
 		if addr == n.APIAddr() {
 			continue
 		}
@@ -193,15 +198,20 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		st, err := pb.NewClusterClient(conn).Status(cctx, &pb.StatusRequest{})
 		cancel()
-		if err != nil || st.LeaderId == "" || len(st.Members) == 0 {
+		if err != nil || st.LeaderId == "" {
 			continue
 		}
-		known = true
-		if slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID }) {
-			return true, true
+		leader := slices.IndexFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == st.LeaderId })
+		if leader < 0 || st.Members[leader].ApiAddr != addr {
+			if leader >= 0 && st.Members[leader].ApiAddr != "" && !slices.Contains(addrs, st.Members[leader].ApiAddr) {
+				addrs = append(addrs, st.Members[leader].ApiAddr) // ask the leader itself
+			}
+			continue
 		}
+		listed = slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID })
+		return listed, true
 	}
-	return false, known
+	return false, false
 }
 
 // checkNoPriorKeys refuses to start a node that joined with an empty data directory while
