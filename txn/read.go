@@ -330,10 +330,12 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)
 	}
-	for j, ko := range res.Keys {
-		if j < len(at) && ko.Outcome == fsm.OutcomeRemoved {
-			out[at[j]].Removed = true
-		}
+	removed := make(map[string]bool, len(res.Keys)) // by key: a retry gets the original result
+	for _, ko := range res.Keys {
+		removed[ko.Key] = removed[ko.Key] || ko.Outcome == fsm.OutcomeRemoved
+	}
+	for _, i := range at {
+		out[i].Removed = removed[keys[i]]
 	}
 	return out, nil
 }
