@@ -154,13 +154,9 @@ func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.St
 // Raft configuration (removed, its process still running) is refused: Leave has dropped or
 // is dropping that node's keys, and new ones would point at bytes no member serves.
 func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
-	if typ, cmd, err := fsm.Decode(req.Command); err == nil && typ == fsm.CmdCommit && s.n.raft.IsLeader() {
-		member, err := s.n.raft.HasServer(cmd.(fsm.Commit).Node)
-		if err != nil {
-			return nil, raftError(err)
-		}
-		if !member {
-			return nil, status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): its commits are refused", cmd.(fsm.Commit).Node)
+	if typ, cmd, err := fsm.Decode(req.Command); err == nil && typ == fsm.CmdCommit {
+		if err := s.refuseNonMember(cmd.(fsm.Commit).Node); err != nil {
+			return nil, err
 		}
 	}
 	res, err := s.n.raft.Propose(ctx, req.Command)
@@ -186,20 +182,30 @@ func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.
 // the Raft configuration (removed, but still running) is refused: it would wait for entries
 // it no longer receives.
 func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
-	if s.n.raft.IsLeader() {
-		member, err := s.n.raft.HasServer(req.NodeId)
-		if err != nil {
-			return nil, raftError(err)
-		}
-		if !member {
-			return nil, status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", req.NodeId)
-		}
+	if err := s.refuseNonMember(req.NodeId); err != nil {
+		return nil, err
 	}
 	index, err := s.n.raft.ReadIndex(ctx)
 	if err != nil {
 		return nil, raftError(err)
 	}
 	return &pb.ReadIndexResponse{ReadIndex: index}, nil
+}
+
+// refuseNonMember, on the leader, returns PermissionDenied for a node that is not in the Raft
+// configuration (removed, its process still running); nil elsewhere.
+func (s clusterService) refuseNonMember(id string) error {
+	if !s.n.raft.IsLeader() {
+		return nil
+	}
+	member, err := s.n.raft.HasServer(id)
+	if err != nil {
+		return raftError(err)
+	}
+	if !member {
+		return status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", id)
+	}
+	return nil
 }
 
 // ReadLocal serves a read forwarded by another node, for keys this node owns.

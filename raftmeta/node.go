@@ -240,21 +240,16 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 			return 0, fmt.Errorf("raftmeta: read index: %w", err)
 		}
 	}
-	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+	err := n.poll(ctx, func() (bool, error) {
 		if n.raft.CurrentTerm() != term || n.raft.State() != raft.Leader {
-			return 0, fmt.Errorf("raftmeta: read index: %w", n.classify(raft.ErrNotLeader))
+			return false, n.classify(raft.ErrNotLeader)
 		}
-		if n.raft.CommitIndex() >= index {
-			return index, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("raftmeta: read index %d not committed: %w", index, ctx.Err())
-		case <-n.closed:
-			return 0, ErrClosed
-		case <-time.After(delay):
-		}
+		return n.raft.CommitIndex() >= index, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("raftmeta: read index %d: %w", index, err)
 	}
+	return index, nil
 }
 
 // WaitApplied returns once the FSM has applied every command at or below index (raft's
@@ -262,17 +257,29 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 // hands entries to the FSM goroutine's queue, before the FSM has applied them (raft.go
 // processLogs), so a reader that trusted it could miss an acknowledged command.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	for delay := 100 * time.Microsecond; !n.fsmReached(index); delay = min(2*delay, 5*time.Millisecond) {
+	err := n.poll(ctx, func() (bool, error) { return n.fsmReached(index), nil })
+	if err != nil {
+		return fmt.Errorf("raftmeta: waiting to apply index %d (raft applied %d, FSM %d): %w",
+			index, n.raft.AppliedIndex(), n.fsm.AppliedIndex(), err)
+	}
+	return nil
+}
+
+// poll calls done, backing off from 100 µs to 5 ms between calls, until it reports true or
+// an error, ctx ends, or the node closes (ErrClosed).
+func (n *Node) poll(ctx context.Context, done func() (bool, error)) error {
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+		if ok, err := done(); ok || err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("raftmeta: waiting to apply index %d (raft applied %d, FSM %d): %w",
-				index, n.raft.AppliedIndex(), n.fsm.AppliedIndex(), ctx.Err())
+			return ctx.Err()
 		case <-n.closed:
 			return ErrClosed
 		case <-time.After(delay):
 		}
 	}
-	return nil
 }
 
 // fsmReached reports whether the FSM has applied every command entry at or below index.

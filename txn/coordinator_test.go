@@ -91,14 +91,20 @@ func newTestCoordinator(t *testing.T, m *flakyMeta) (*Coordinator, *bucketstore.
 // newCoordinatorFor opens a recovered coordinator over m, whose commands are applied to f.
 func newCoordinatorFor(t *testing.T, m Meta, f *fsm.FSM) (*Coordinator, *bucketstore.Store) {
 	t.Helper()
+	return newCoordinatorCap(t, m, f, 0)
+}
+
+// newCoordinatorCap is newCoordinatorFor with a bucket-store quota of capacity bytes (0: none).
+func newCoordinatorCap(t *testing.T, m Meta, f *fsm.FSM, capacity int64) (*Coordinator, *bucketstore.Store) {
+	t.Helper()
 	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS = bucketstore.NewMemFS()
+	cfg.FS, cfg.Capacity = bucketstore.NewMemFS(), capacity
 	data, err := bucketstore.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tc := DefaultConfig("n1")
-	tc.CommitTimeout = 300 * time.Millisecond
+	tc.CommitTimeout, tc.Capacity = 300*time.Millisecond, capacity
 	c, err := New(tc, &memLog{}, data, m)
 	if err != nil {
 		t.Fatal(err)

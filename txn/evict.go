@@ -169,7 +169,10 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "evicted: capacity"}))
 	if err != nil {
 		c.lg.Warn("eviction failed", "keys", len(kg), "err", err)
-		c.spareLater(id, victims)
+		// The REMOVE may still apply: its victims stay unleasable until the metadata has an
+		// outcome for its txn ID (the REMOVE, or an ABORT that pre-empts it); then the victims
+		// still tracked, which the REMOVE did not take, are spared.
+		c.onResolved(id, func(*fsm.Result) { c.lru.spare(victims) })
 		return 0
 	}
 	n := 0
@@ -184,28 +187,6 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	c.stats.evicted.Add(uint64(n))
 	c.lg.Debug("evicted", "keys", n, "need_bytes", need)
 	return max(n, 1)
-}
-
-// spareLater settles an eviction whose REMOVE had an unknown outcome: it may still apply,
-// so its victims stay unleasable until the metadata has an outcome for its txn ID (the
-// REMOVE, or an ABORT proposed by resolve that pre-empts it). Then the victims still
-// tracked, which the REMOVE did not take, are spared.
-func (c *Coordinator) spareLater(id fsm.TxnID, victims []lruEntry) {
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
-		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
-			if _, err := c.resolve(c.bgCtx, id); err == nil {
-				c.lru.spare(victims)
-				return
-			}
-			select {
-			case <-c.bgCtx.Done():
-				return
-			case <-time.After(delay):
-			}
-		}
-	}()
 }
 
 // trackApplied keeps the LRU in step with the metadata: keys this node stored join it, keys

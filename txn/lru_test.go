@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -54,25 +53,8 @@ func (m *gateMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 // is still readable after the eviction (cases.md C11). Found by an adversarial test.
 func TestLeaseDuringEviction(t *testing.T) {
 	m := &gateMeta{flakyMeta: &flakyMeta{f: fsm.New()}, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	const capacity = 1 << 20
-	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS, cfg.Capacity = bucketstore.NewMemFS(), capacity
-	data, err := bucketstore.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := DefaultConfig("n1")
-	tc.Capacity = capacity
-	c, err := New(tc, &memLog{}, data, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.f.Watch(c.OnApplied)
+	c, _ := newCoordinatorCap(t, m, m.f, 1<<20)
 	ctx := context.Background()
-	if _, err := c.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Close(); data.Close() }()
 	val := bytes.Repeat([]byte{7}, 60<<10)
 	var keys []string
 	for i := range 64 {
@@ -156,27 +138,10 @@ func (m *lateMeta) Barrier(ctx context.Context) error {
 // known: the REMOVE may still apply, and a lease granted meanwhile would be broken by it.
 func TestLeaseAfterIndeterminateEviction(t *testing.T) {
 	m := &lateMeta{flakyMeta: &flakyMeta{f: fsm.New()}, lost: make(chan struct{}), barrier: make(chan struct{})}
-	const capacity = 1 << 20
-	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS, cfg.Capacity = bucketstore.NewMemFS(), capacity
-	data, err := bucketstore.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := DefaultConfig("n1")
-	tc.Capacity = capacity
-	c, err := New(tc, &memLog{}, data, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.f.Watch(c.OnApplied)
-	ctx := context.Background()
 	close(m.barrier) // recovery needs one
-	if _, err := c.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := newCoordinatorCap(t, m, m.f, 1<<20)
 	m.barrier = make(chan struct{})
-	defer func() { close(m.barrier); c.Close(); data.Close() }()
+	ctx := context.Background()
 	val := bytes.Repeat([]byte{7}, 60<<10)
 	var keys []string
 	for i := 0; ; i++ {

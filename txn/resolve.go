@@ -83,17 +83,24 @@ func (c *Coordinator) done(id fsm.TxnID, idx uint64) {
 // after a Barrier the FSM either knows the transaction, or an ABORT is proposed; the FSM keeps
 // whichever of COMMIT and ABORT came first.
 func (c *Coordinator) resolveLater(id fsm.TxnID, idx uint64, ws []*write) {
+	c.onResolved(id, func(res *fsm.Result) { c.settle(id, idx, ws, res, "indeterminate commit") })
+}
+
+// onResolved calls fn, in the background, with the final result of transaction id (see
+// resolve), retrying with backoff until there is one. If the coordinator closes first, fn is
+// never called: recovery at the next start-up resolves what is left.
+func (c *Coordinator) onResolved(id fsm.TxnID, fn func(*fsm.Result)) {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
 		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 			if res, err := c.resolve(c.bgCtx, id); err == nil {
-				c.settle(id, idx, ws, res, "indeterminate commit")
+				fn(res)
 				return
 			}
 			select {
 			case <-c.bgCtx.Done():
-				return // recovery at the next start-up resolves the intent
+				return
 			case <-time.After(delay):
 			}
 		}
