@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -93,5 +94,37 @@ func TestMissesConfirmedByReadIndex(t *testing.T) {
 	}
 	if got := c.Stats().ReadIndexFailed; got != 2 {
 		t.Fatalf("Stats().ReadIndexFailed = %d, want 2", got)
+	}
+}
+
+// stuckMeta never completes a read index (a paused leader): it waits for its context.
+type stuckMeta struct{ *flakyMeta }
+
+func (stuckMeta) ReadIndex(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+
+// The catch-up at the start of a batch offload is bounded by ReadIndexTimeout, not by the
+// caller's deadline: with the leader unreachable the call fails fast, having written nothing,
+// and the client retries (found by an adversarial test with a SIGSTOPped leader).
+func TestOffloadCatchUpBounded(t *testing.T) {
+	m := stuckMeta{&flakyMeta{f: fsm.New()}}
+	c, _ := newCoordinatorFor(t, m, m.f)
+	c.cfg.ReadIndexTimeout = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrIndeterminate) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("offload with no read index: %v, want ErrIndeterminate from the read-index deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the offload waited for the caller's deadline instead of ReadIndexTimeout")
+	}
+	if _, ok := m.f.Lookup("k"); ok {
+		t.Fatal("the key was committed")
 	}
 }
