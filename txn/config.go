@@ -32,9 +32,10 @@ type Config struct {
 	// MaxLease caps a BatchExists lease: a longer one is shortened to it, so no client can
 	// pin keys against eviction indefinitely.
 	MaxLease time.Duration
-	// ReadIndexTimeout bounds how long a read waits to confirm a miss: a key absent from
-	// local metadata is looked up again after Meta.ReadIndex (cluster members only). Past it
-	// the key is Unavailable (BatchGet) or Absent (BatchExists).
+	// ReadIndexTimeout bounds each Meta.ReadIndex (cluster members only): a read confirming a
+	// miss (past it the key is Unavailable from BatchGet, Absent from BatchExists) and the
+	// catch-up at the start of a batch offload (past it the call fails with ErrIndeterminate,
+	// having written nothing).
 	ReadIndexTimeout time.Duration
 	// TruncateEvery is how many WAL entries may accumulate before resolved history is
 	// dropped from the front of the log.
