@@ -21,7 +21,9 @@ func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
 // has been verified against its record header and the metadata (key, txn ID, generation,
 // length, xxhash64). A record that fails verification is reported Corrupt and its key is
 // removed from the metadata, so later reads see NotFound rather than wrong bytes. Reads are
-// issued in (bucket, offset) order.
+// issued in (bucket, offset) order. A key named more than once is read once, and every
+// position gets the same answer (a Corrupt record is not reported NotFound at its second
+// position because the first removed it).
 func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -29,6 +31,41 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 	if len(keys) > c.cfg.MaxBatchKeys {
 		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
 	}
+	uniq, pos := collapse(keys)
+	res, err := c.batchGet(ctx, uniq)
+	if err != nil {
+		return nil, err
+	}
+	c.stats.gets.Add(uint64(len(keys)))
+	if len(uniq) == len(keys) {
+		return res, nil
+	}
+	out := make([]GetResult, len(keys))
+	for i, p := range pos {
+		out[i] = res[p]
+	}
+	return out, nil
+}
+
+// collapse returns keys without repeats, in first-seen order, and for each input position
+// the index of its key in that list.
+func collapse(keys []string) (uniq []string, pos []int) {
+	seen := make(map[string]int, len(keys))
+	pos = make([]int, len(keys))
+	for i, k := range keys {
+		p, ok := seen[k]
+		if !ok {
+			p = len(uniq)
+			seen[k] = p
+			uniq = append(uniq, k)
+		}
+		pos[i] = p
+	}
+	return uniq, pos
+}
+
+// batchGet is BatchGet for keys without repeats.
+func (c *Coordinator) batchGet(ctx context.Context, keys []string) ([]GetResult, error) {
 	out := make([]GetResult, len(keys))
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
@@ -76,7 +113,6 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 		out[i] = c.get(ctx, keys[i], entries[i])
 	}
 	c.readRemote(ctx, keys, entries, remote, out)
-	c.stats.gets.Add(uint64(len(keys)))
 	return out, nil
 }
 
