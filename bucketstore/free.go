@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
 
 // Free releases a live extent: it stops counting it and punches a hole over it. When a bucket
@@ -24,6 +26,10 @@ func (s *Store) Free(ext Extent) error {
 	delete(b.live, ext.Offset)
 	b.liveBytes -= ext.Length
 	s.live -= ext.Length
+	if err := failpoint.Hit(failpoint.BucketFree); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("bucketstore: free %+v: %w", ext, err) // the bytes stay until Collect
+	}
 	if b != s.open && b.liveBytes == 0 {
 		err := s.removeLocked(b)
 		s.mu.Unlock()

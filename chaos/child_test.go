@@ -22,6 +22,7 @@ const (
 	childSeedEnv = "KVOFFLOAD_CHAOS_SEED"
 	childRunEnv  = "KVOFFLOAD_CHAOS_RUN"
 	childBatches = "KVOFFLOAD_CHAOS_BATCHES"
+	childQuota   = "KVOFFLOAD_CHAOS_QUOTA" // bytes; empty or 0: no quota
 )
 
 const (
@@ -38,6 +39,16 @@ func childConfig(dir string) node.Config {
 	return cfg
 }
 
+// quotaConfig is childConfig with a quota: keys are evicted once quota bytes are live, and
+// buckets are 16 MiB so that evictions also empty and remove whole bucket files.
+func quotaConfig(dir string, quota int64) node.Config {
+	cfg := childConfig(dir)
+	if quota > 0 {
+		cfg.Capacity, cfg.BucketSize = quota, 16<<20
+	}
+	return cfg
+}
+
 func childMain() int {
 	dir := os.Getenv(childEnv)
 	seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
@@ -48,7 +59,8 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	n, err := node.Open(context.Background(), childConfig(dir))
+	quota, _ := strconv.ParseInt(os.Getenv(childQuota), 10, 64)
+	n, err := node.Open(context.Background(), quotaConfig(dir, quota))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: open:", err)
 		return 3

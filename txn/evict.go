@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
 
 // lru orders the keys whose bytes this node owns by last use (offload or read), oldest
@@ -161,6 +162,10 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	if len(victims) == 0 {
 		return 0
 	}
+	if err := failpoint.Hit(failpoint.EvictChosen); err != nil {
+		c.lru.spare(victims)
+		return 0
+	}
 	kg := make([]fsm.KeyGen, len(victims))
 	for i, v := range victims {
 		kg[i] = fsm.KeyGen{Key: v.key, Gen: v.gen}
@@ -186,6 +191,7 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	}
 	c.stats.evicted.Add(uint64(n))
 	c.lg.Debug("evicted", "keys", n, "need_bytes", need)
+	_ = failpoint.Hit(failpoint.EvictRemoved)
 	return max(n, 1)
 }
 

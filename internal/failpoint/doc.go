@@ -40,14 +40,21 @@ const (
 	WALTruncateAfter  = "wal.truncate.after"    // TruncateFront returned
 	SnapshotPersist   = "raft.snapshot.persist" // a Raft snapshot of the FSM about to be written
 	BucketWrite       = "bucket.write"          // one record about to be written (supports torn)
+
+	EvictChosen  = "evict.chosen"  // eviction: victims chosen, their REMOVE not yet proposed
+	BucketFree   = "bucket.free"   // an extent released in accounting, its hole not yet punched or empty bucket not yet removed
+	EvictRemoved = "evict.removed" // eviction: its REMOVE applied and its victims' bytes freed (or left to their readers)
 )
 
 // WritePath lists the write path's failpoints S0..S6 in order.
 var WritePath = []string{OffloadValidated, IntentLogged, DataWritten, DataSynced, MetaCommitted, DoneLogged, Acked}
 
+// EvictPath lists the eviction's failpoints in the order one eviction hits them.
+var EvictPath = []string{EvictChosen, BucketFree, EvictRemoved}
+
 // All lists every failpoint. The chaos suite fails a full run in which one of them was hit
 // fewer than three times in process (chaos/main_test.go), so a new failpoint must be added
 // here and reached by an in-process tier.
-var All = append(append([]string(nil), WritePath...),
+var All = append(append(append([]string(nil), WritePath...), EvictPath...),
 	RecoveryScanned, RecoveryResolved, RecoveryGC, WALTruncateBefore, WALTruncateAfter, SnapshotPersist,
 	BucketWrite)
