@@ -53,12 +53,19 @@ func memConfig(dir string, fs bucketstore.FS) node.Config {
 // dropped, a prefix kept, or torn), and a fresh node recovers from that image. Every
 // acknowledged key must survive and every metadata record must read back verified.
 func TestPowerLossAtEveryStep(t *testing.T) {
+	powerLossMatrix(t, failpoint.WritePath, powerLoss{batches: 5})
+}
+
+// powerLossMatrix runs powerLossAt for each failpoint in fps in each crash mode, with the
+// batches and quota of cell.
+func powerLossMatrix(t *testing.T, fps []string, cell powerLoss) {
 	seed := testSeed(t)
 	modes := map[string]bucketstore.CrashMode{"drop": bucketstore.CrashDropAll, "prefix": bucketstore.CrashPrefix, "torn": bucketstore.CrashTorn}
-	for _, fp := range failpoint.WritePath {
+	for _, fp := range fps {
 		for name, mode := range modes {
 			t.Run(fmt.Sprintf("%s/%s", fp, name), func(t *testing.T) {
-				powerLossAt(t, powerLoss{fp: fp, mode: mode, batches: 5}, seed)
+				cell.fp, cell.mode = fp, mode
+				powerLossAt(t, cell, seed)
 			})
 		}
 	}
@@ -72,15 +79,7 @@ func TestPowerLossAtEveryStep(t *testing.T) {
 // bytes on disk must be exactly those the metadata references (I4, I12): a crash between
 // the REMOVE and the free leaves orphans that start-up collection reclaims.
 func TestPowerLossDuringEviction(t *testing.T) {
-	seed := testSeed(t)
-	modes := map[string]bucketstore.CrashMode{"drop": bucketstore.CrashDropAll, "prefix": bucketstore.CrashPrefix, "torn": bucketstore.CrashTorn}
-	for _, fp := range failpoint.EvictPath {
-		for name, mode := range modes {
-			t.Run(fmt.Sprintf("%s/%s", fp, name), func(t *testing.T) {
-				powerLossAt(t, powerLoss{fp: fp, mode: mode, batches: 20, quota: evictQuota}, seed)
-			})
-		}
-	}
+	powerLossMatrix(t, failpoint.EvictPath, powerLoss{batches: 20, quota: evictQuota})
 }
 
 // evictQuota is the quota of TestPowerLossDuringEviction: 8 records of 64 KiB, in buckets
