@@ -54,3 +54,6 @@ require (
 )
 
 tool gotest.tools/gotestsum
+
+// hashicorp/raft v1.7.3 with the fix for hashicorp/raft#697 (third_party/raft/KVOFFLOAD.md).
+replace github.com/hashicorp/raft => ./third_party/raft

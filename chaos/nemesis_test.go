@@ -54,7 +54,10 @@ func TestRaftNemesis(t *testing.T) {
 		var st nemesisStats
 		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			h := &History{Dir: t.ArtifactDir()}
+			done := make(chan struct{})
+			watchdog(nemesisHang, fmt.Sprintf("TestRaftNemesis seed %d", seed), raftLog, done)
 			synctest.Test(t, func(t *testing.T) { runNemesis(t, seed, h, &st) })
+			close(done)
 			if !t.Failed() {
 				st.checks += checkLinearizable(t, h) // outside the bubble: porcupine's timeout is real time
 			}
@@ -71,6 +74,13 @@ func TestRaftNemesis(t *testing.T) {
 		t.Errorf("failing seeds: %v", failed)
 	}
 }
+
+// raftLog keeps the replicas' last log lines for the watchdog.
+var raftLog = newRingLog(400)
+
+// nemesisHang is the real time after which one seed counts as hung (a seed takes about a
+// second).
+const nemesisHang = 2 * time.Minute
 
 var nemesisSeeds = flag.Int("nemesis.seeds", 40, "TestRaftNemesis: seeds to run (seed, seed+1, ...)")
 
@@ -168,7 +178,7 @@ func (c *nemesisCluster) config(n *nemesisNode) *raft.Config {
 	rc.SnapshotThreshold = nemesisSnapAfter
 	rc.TrailingLogs = nemesisTrailing
 	rc.NoSnapshotRestoreOnStart = false
-	rc.Logger = hclog.NewNullLogger()
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: string(n.id), Level: hclog.Info, Output: raftLog})
 	return rc
 }
 
