@@ -2,6 +2,7 @@ package raftmeta
 
 import (
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -10,43 +11,44 @@ import (
 )
 
 // TestSnapshotInstallLivelock is hashicorp/raft#697 (third_party/raft/KVOFFLOAD.md): a
-// follower whose log holds stale entries of an old term at and after the leader's snapshot
-// index, as a deposed leader keeps, must catch up after one InstallSnapshot. Unpatched v1.7.3 rejects every AppendEntries after the install
-// and is sent the snapshot again forever, so the follower never applies the leader's last
-// entry; the test then fails after 10 s.
+// follower f whose log holds stale entries of an old term at and after the leader's
+// snapshot index, as a deposed leader keeps, must catch up after one InstallSnapshot, and
+// no stale entry may stay in its log (as a later leader it would send them to others).
+// Unpatched v1.7.3 rejects every AppendEntries after the install and is sent the snapshot
+// again forever: the follower never applies the leader's last entry and the test fails
+// after 10 s. "restart" is a crash after the install but before the stale log was
+// discarded: f starts with the snapshot already in its snapshot store.
 func TestSnapshotInstallLivelock(t *testing.T) {
-	conf := func(id string) *raft.Config {
-		c := raft.DefaultConfig()
-		c.LocalID = raft.ServerID(id)
-		c.HeartbeatTimeout, c.ElectionTimeout = 100*time.Millisecond, 100*time.Millisecond
-		c.LeaderLeaseTimeout, c.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
-		c.SnapshotThreshold, c.SnapshotInterval = 1<<20, time.Hour // snapshots only when asked
-		c.TrailingLogs = 4
-		c.Logger = hclog.NewNullLogger()
-		return c
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "install", true: "restart"}[restart], func(t *testing.T) {
+			snapshotLivelock(t, restart)
+		})
 	}
-	type member struct {
-		r     *raft.Raft
-		fsm   *raft.MockFSM
-		store *raft.InmemStore
-		trans *raft.InmemTransport
-	}
-	start := func(id string, store *raft.InmemStore, trans *raft.InmemTransport) *member {
-		m := &member{fsm: &raft.MockFSM{}, store: store, trans: trans}
-		r, err := raft.NewRaft(conf(id), m.fsm, store, store, raft.NewInmemSnapshotStore(), trans)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.r = r
-		t.Cleanup(func() { _ = r.Shutdown().Error() })
-		return m
-	}
+}
 
-	// Two voters, a (the bootstrap leader) and b.
-	stores := map[string]*raft.InmemStore{}
+type livelockMember struct {
+	r     *raft.Raft
+	fsm   *raft.MockFSM
+	store *raft.InmemStore
+	snaps *raft.InmemSnapshotStore
+}
+
+func livelockConfig(id string) *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(id)
+	c.HeartbeatTimeout, c.ElectionTimeout = 100*time.Millisecond, 100*time.Millisecond
+	c.LeaderLeaseTimeout, c.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
+	c.SnapshotThreshold, c.SnapshotInterval = 1<<20, time.Hour // snapshots only when asked
+	c.TrailingLogs = 4
+	c.Logger = hclog.NewNullLogger()
+	return c
+}
+
+func snapshotLivelock(t *testing.T, restart bool) {
+	ms := map[string]*livelockMember{}
 	trans := map[string]*raft.InmemTransport{}
 	for _, id := range []string{"a", "b", "f"} {
-		stores[id] = raft.NewInmemStore()
+		ms[id] = &livelockMember{fsm: &raft.MockFSM{}, store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
 		_, trans[id] = raft.NewInmemTransport(raft.ServerAddress(id))
 	}
 	for _, x := range trans {
@@ -56,43 +58,57 @@ func TestSnapshotInstallLivelock(t *testing.T) {
 			}
 		}
 	}
+	start := func(id string) {
+		m := ms[id]
+		r, err := raft.NewRaft(livelockConfig(id), m.fsm, m.store, m.store, m.snaps, trans[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.r = r
+		t.Cleanup(func() { _ = r.Shutdown().Error() })
+	}
+
+	// Two voters, a and b, commit 40 commands, snapshot, and commit 10 more: the leader's
+	// log now starts after snap-TrailingLogs.
 	boot := raft.Configuration{Servers: []raft.Server{{ID: "a", Address: "a"}, {ID: "b", Address: "b"}}}
-	if err := raft.BootstrapCluster(conf("a"), stores["a"], stores["a"], raft.NewInmemSnapshotStore(), trans["a"], boot); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"a", "b"} {
+		if err := raft.BootstrapCluster(livelockConfig(id), ms[id].store, ms[id].store, ms[id].snaps, trans[id], boot); err != nil {
+			t.Fatal(err)
+		}
+		start(id)
 	}
-	if err := raft.BootstrapCluster(conf("b"), stores["b"], stores["b"], raft.NewInmemSnapshotStore(), trans["b"], boot); err != nil {
-		t.Fatal(err)
-	}
-	a, b := start("a", stores["a"], trans["a"]), start("b", stores["b"], trans["b"])
-	leader := waitLeaderOf(t, a.r, b.r)
+	lead := waitLeaderOf(t, ms["a"], ms["b"])
 	apply := func(n int) {
 		for i := range n {
-			if err := leader.Apply(fmt.Appendf(nil, "cmd %d", i), time.Second).Error(); err != nil {
+			if err := lead.r.Apply(fmt.Appendf(nil, "cmd %d", i), time.Second).Error(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	apply(40)
-	if err := leader.Snapshot().Error(); err != nil {
+	if err := lead.r.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
-	snap := leader.LastIndex()
-	apply(10) // the leader's log now starts after snap-TrailingLogs and ends at snap+10
+	snap := lead.r.LastIndex()
+	apply(10)
 
-	// f holds a log of stale entries 1..snap+3 of term 1, as a leader deposed in term 1
-	// would: its entry at snap conflicts with the snapshot's.
+	// f: a log of stale entries 1..snap+3 of term 1, as a leader deposed in term 1 keeps.
+	f := ms["f"]
 	var stale []*raft.Log
 	for i := uint64(1); i <= snap+3; i++ {
 		stale = append(stale, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("stale")})
 	}
-	if err := stores["f"].StoreLogs(stale); err != nil {
+	if err := f.store.StoreLogs(stale); err != nil {
 		t.Fatal(err)
 	}
-	f := start("f", stores["f"], trans["f"])
-	if err := leader.AddVoter("f", "f", 0, 5*time.Second).Error(); err != nil {
+	if restart {
+		copySnapshot(t, lead.snaps, f.snaps, trans["f"])
+	}
+	start("f")
+	if err := lead.r.AddVoter("f", "f", 0, 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
-	want := leader.LastIndex()
+	want := lead.r.LastIndex()
 	deadline := time.Now().Add(10 * time.Second)
 	for f.r.AppliedIndex() < want {
 		if time.Now().After(deadline) {
@@ -100,22 +116,50 @@ func TestSnapshotInstallLivelock(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	lead := a
-	if leader == b.r {
-		lead = b
-	}
 	if got, want := len(f.fsm.Logs()), len(lead.fsm.Logs()); got != want || string(f.fsm.Logs()[got-1]) != "cmd 9" {
 		t.Fatalf("follower's FSM holds %d commands, the leader's %d", got, want)
 	}
+	first, _ := f.store.FirstIndex()
+	last, _ := f.store.LastIndex()
+	for i := first; i <= last && i > 0; i++ {
+		var e raft.Log
+		if f.store.GetLog(i, &e) == nil && string(e.Data) == "stale" {
+			t.Fatalf("the follower's log still holds a stale entry at %d (term %d); snapshot at %d", i, e.Term, snap)
+		}
+	}
 }
 
-func waitLeaderOf(t *testing.T, rs ...*raft.Raft) *raft.Raft {
+// copySnapshot copies the newest snapshot of from into to.
+func copySnapshot(t *testing.T, from, to *raft.InmemSnapshotStore, trans raft.Transport) {
+	t.Helper()
+	metas, err := from.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("no snapshot to copy (err %v)", err)
+	}
+	meta, rc, err := from.Open(metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	sink, err := to.Create(meta.Version, meta.Index, meta.Term, meta.Configuration, meta.ConfigurationIndex, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(sink, rc); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitLeaderOf(t *testing.T, ms ...*livelockMember) *livelockMember {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, r := range rs {
-			if r.State() == raft.Leader {
-				return r
+		for _, m := range ms {
+			if m.r.State() == raft.Leader {
+				return m
 			}
 		}
 		time.Sleep(10 * time.Millisecond)

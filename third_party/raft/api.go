@@ -593,6 +593,9 @@ func NewRaft(conf *Config, fsm FSM, logs LogStore, stable StableStore, snaps Sna
 	if err := r.restoreSnapshot(); err != nil {
 		return nil, err
 	}
+	if snapIdx, snapTerm := r.getLastSnapshot(); snapIdx > 0 && r.discardConflictingLog(snapIdx, snapTerm) {
+		lastLog = Log{} // kvoffload patch (hashicorp/raft#697): a crash after an install
+	}
 
 	// Scan through the log for any configuration change entries.
 	snapshotIndex, _ := r.getLastSnapshot()

@@ -1944,29 +1944,7 @@ func (r *Raft) installSnapshot(rpc RPC, req *InstallSnapshotRequest) {
 	r.setLatestConfiguration(reqConfiguration, reqConfigurationIndex)
 	r.setCommittedConfiguration(reqConfiguration, reqConfigurationIndex)
 
-	// kvoffload patch (hashicorp/raft#697): Raft paper, Figure 13, rules 6 and 7. If
-	// the log holds an entry at the snapshot's index with another term, that entry and
-	// every one after it diverge from the committed history (none of them can be
-	// committed), and the entries before it are covered by the snapshot: discard the
-	// whole log, so that neither the next AppendEntries nor this node as a future
-	// leader ever uses them.
-	var atSnap Log
-	if err := r.logs.GetLog(req.LastLogIndex, &atSnap); err == nil && atSnap.Term != req.LastLogTerm {
-		r.logger.Warn("log conflicts with the installed snapshot; discarding it",
-			"index", req.LastLogIndex, "ours", atSnap.Term, "snapshot", req.LastLogTerm)
-		first, ferr := r.logs.FirstIndex()
-		last, lerr := r.logs.LastIndex()
-		switch {
-		case ferr != nil || lerr != nil:
-			r.logger.Error("failed to read the log's bounds", "first-error", ferr, "last-error", lerr)
-		case last >= first:
-			if err := r.logs.DeleteRange(first, last); err != nil {
-				r.logger.Error("failed to discard the conflicting log", "error", err)
-				break
-			}
-			r.setLastLog(0, 0) // as after a restart with an empty log: the snapshot is the last entry
-		}
-	}
+	r.discardConflictingLog(req.LastLogIndex, req.LastLogTerm) // kvoffload patch
 
 	// Clear old logs if r.logs is a MonotonicLogStore. Otherwise compact the
 	// logs. In both cases, log any errors and continue.
@@ -1981,6 +1959,35 @@ func (r *Raft) installSnapshot(rpc RPC, req *InstallSnapshotRequest) {
 	r.logger.Info("Installed remote snapshot")
 	resp.Success = true
 	r.setLastContact()
+}
+
+// discardConflictingLog is a kvoffload patch (hashicorp/raft#697): Raft paper, Figure 13,
+// rules 6 and 7. If the log holds an entry at the snapshot's index with another term, that
+// entry and every one after it diverge from the committed history (none of them can be
+// committed), and the entries before it are covered by the snapshot: the whole log is
+// discarded and the last log reset, as after a restart with an empty log, so that neither
+// the next AppendEntries nor this node as a future leader ever uses them. It runs after a
+// snapshot is installed and, for a crash in between, after one is restored at start-up. It
+// reports whether it discarded the log.
+func (r *Raft) discardConflictingLog(snapIdx, snapTerm uint64) bool {
+	var atSnap Log
+	if err := r.logs.GetLog(snapIdx, &atSnap); err != nil || atSnap.Term == snapTerm {
+		return false
+	}
+	r.logger.Warn("log conflicts with the snapshot; discarding it",
+		"index", snapIdx, "ours", atSnap.Term, "snapshot", snapTerm)
+	first, ferr := r.logs.FirstIndex()
+	last, lerr := r.logs.LastIndex()
+	if ferr != nil || lerr != nil {
+		r.logger.Error("failed to read the log's bounds", "first-error", ferr, "last-error", lerr)
+		return false
+	}
+	if err := r.logs.DeleteRange(first, last); err != nil {
+		r.logger.Error("failed to discard the conflicting log", "error", err)
+		return false
+	}
+	r.setLastLog(0, 0)
+	return true
 }
 
 // setLastContact is used to set the last contact time to now
