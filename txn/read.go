@@ -32,7 +32,11 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
 	}
 	uniq, pos := collapse(keys)
-	res, err := c.batchGet(ctx, uniq)
+	times := make([]int64, len(uniq)) // positions per distinct key: MaxBatchBytes counts each
+	for _, p := range pos {
+		times[p]++
+	}
+	res, err := c.batchGet(ctx, uniq, times)
 	if err != nil {
 		return nil, err
 	}
@@ -41,8 +45,13 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 		return res, nil
 	}
 	out := make([]GetResult, len(keys))
+	seen := make([]bool, len(uniq))
 	for i, p := range pos {
 		out[i] = res[p]
+		if seen[p] && out[i].Value != nil { // every position owns its bytes
+			out[i].Value = append([]byte(nil), out[i].Value...)
+		}
+		seen[p] = true
 	}
 	return out, nil
 }
@@ -64,8 +73,9 @@ func collapse(keys []string) (uniq []string, pos []int) {
 	return uniq, pos
 }
 
-// batchGet is BatchGet for keys without repeats.
-func (c *Coordinator) batchGet(ctx context.Context, keys []string) ([]GetResult, error) {
+// batchGet is BatchGet for keys without repeats; keys[i] counts times[i] times against
+// MaxBatchBytes.
+func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64) ([]GetResult, error) {
 	out := make([]GetResult, len(keys))
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
@@ -88,7 +98,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string) ([]GetResult,
 		if out[i].Status == 0 && entries[i].Key == "" { // absent, and confirmed absent
 			out[i].Status = NotFound
 		}
-		total += int64(entries[i].Size)
+		total += int64(entries[i].Size) * times[i]
 	}
 	if total > c.cfg.MaxBatchBytes {
 		return nil, fmt.Errorf("%w: the values total %d bytes, over the limit of %d", ErrBatchTooLarge, total, c.cfg.MaxBatchBytes)
