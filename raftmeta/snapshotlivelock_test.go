@@ -17,12 +17,16 @@ import (
 // Unpatched v1.7.3 rejects every AppendEntries after the install and is sent the snapshot
 // again forever: the follower never applies the leader's last entry and the test fails
 // after 10 s. "restart" is a crash after the install but before the stale log was
-// discarded: f starts with the snapshot already in its snapshot store.
+// discarded: f starts with the snapshot already in its snapshot store. "short" is a stale
+// log that ends before the snapshot's index (found by an adversarial review: upstream and
+// the first version of the patch kept it, and a later leader shipped it as committed).
 func TestSnapshotInstallLivelock(t *testing.T) {
-	for _, restart := range []bool{false, true} {
-		t.Run(map[bool]string{false: "install", true: "restart"}[restart], func(t *testing.T) {
-			snapshotLivelock(t, restart)
-		})
+	for _, c := range []struct {
+		name     string
+		staleEnd int // the last stale entry's index, relative to the snapshot's
+		restart  bool
+	}{{"install", 3, false}, {"restart", 3, true}, {"short", -10, false}} {
+		t.Run(c.name, func(t *testing.T) { snapshotLivelock(t, c.staleEnd, c.restart) })
 	}
 }
 
@@ -44,7 +48,7 @@ func livelockConfig(id string) *raft.Config {
 	return c
 }
 
-func snapshotLivelock(t *testing.T, restart bool) {
+func snapshotLivelock(t *testing.T, staleEnd int, restart bool) {
 	ms := map[string]*livelockMember{}
 	trans := map[string]*raft.InmemTransport{}
 	for _, id := range []string{"a", "b", "f"} {
@@ -92,10 +96,11 @@ func snapshotLivelock(t *testing.T, restart bool) {
 	snap := lead.r.LastIndex()
 	apply(10)
 
-	// f: a log of stale entries 1..snap+3 of term 1, as a leader deposed in term 1 keeps.
+	// f: a log of stale entries 1..snap+staleEnd of term 1, as a leader deposed in term 1
+	// keeps.
 	f := ms["f"]
 	var stale []*raft.Log
-	for i := uint64(1); i <= snap+3; i++ {
+	for i := uint64(1); i <= uint64(int(snap)+staleEnd); i++ {
 		stale = append(stale, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("stale")})
 	}
 	if err := f.store.StoreLogs(stale); err != nil {

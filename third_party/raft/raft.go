@@ -1477,26 +1477,25 @@ func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 		lastIdx, lastTerm := r.getLastEntry()
 
 		var prevLogTerm uint64
+		var prevLog Log
 		if a.PrevLogEntry == lastIdx {
 			prevLogTerm = lastTerm
+		} else if err := r.logs.GetLog(a.PrevLogEntry, &prevLog); err == nil {
+			prevLogTerm = prevLog.Term
 		} else if snapIdx, snapTerm := r.getLastSnapshot(); a.PrevLogEntry == snapIdx {
 			// kvoffload patch (hashicorp/raft#697, #205): the entry at the snapshot's index
-			// is committed and described by the snapshot, whether or not the log still
-			// holds it. Without this, a follower whose log holds entries after its
-			// snapshot but not the snapshot's own entry rejects every AppendEntries that
-			// follows an InstallSnapshot and is sent the snapshot again, forever.
+			// is committed and described by the snapshot when the log no longer holds it.
+			// Without this, a follower whose log holds entries after its snapshot but not
+			// the snapshot's own entry rejects every AppendEntries that follows an
+			// InstallSnapshot and is sent the snapshot again, forever.
 			prevLogTerm = snapTerm
 		} else {
-			var prevLog Log
-			if err := r.logs.GetLog(a.PrevLogEntry, &prevLog); err != nil {
-				r.logger.Warn("failed to get previous log",
-					"previous-index", a.PrevLogEntry,
-					"last-index", lastIdx,
-					"error", err)
-				resp.NoRetryBackoff = true
-				return
-			}
-			prevLogTerm = prevLog.Term
+			r.logger.Warn("failed to get previous log",
+				"previous-index", a.PrevLogEntry,
+				"last-index", lastIdx,
+				"error", err)
+			resp.NoRetryBackoff = true
+			return
 		}
 
 		if a.PrevLogTerm != prevLogTerm {
@@ -1962,25 +1961,35 @@ func (r *Raft) installSnapshot(rpc RPC, req *InstallSnapshotRequest) {
 }
 
 // discardConflictingLog is a kvoffload patch (hashicorp/raft#697): Raft paper, Figure 13,
-// rules 6 and 7. If the log holds an entry at the snapshot's index with another term, that
-// entry and every one after it diverge from the committed history (none of them can be
-// committed), and the entries before it are covered by the snapshot: the whole log is
-// discarded and the last log reset, as after a restart with an empty log, so that neither
-// the next AppendEntries nor this node as a future leader ever uses them. It runs after a
-// snapshot is installed and, for a crash in between, after one is restored at start-up. It
-// reports whether it discarded the log.
+// rules 6 and 7. The log is kept only if it holds the snapshot's entry (same index and
+// term), or starts after it. If it holds an entry at the snapshot's index with another
+// term, that entry and every one after it diverge from the committed history (none of them
+// can be committed) and the entries before it are covered by the snapshot; if it ends
+// before the snapshot's index, every entry is covered by the snapshot or stale. Either way
+// the whole log is discarded and the last log reset, as after a restart with an empty log,
+// so that neither the next AppendEntries nor this node as a future leader ever uses them.
+// It runs after a snapshot is installed and, for a crash in between, after one is restored
+// at start-up. It reports whether it discarded the log.
 func (r *Raft) discardConflictingLog(snapIdx, snapTerm uint64) bool {
-	var atSnap Log
-	if err := r.logs.GetLog(snapIdx, &atSnap); err != nil || atSnap.Term == snapTerm {
-		return false
-	}
-	r.logger.Warn("log conflicts with the snapshot; discarding it",
-		"index", snapIdx, "ours", atSnap.Term, "snapshot", snapTerm)
 	first, ferr := r.logs.FirstIndex()
 	last, lerr := r.logs.LastIndex()
 	if ferr != nil || lerr != nil {
 		r.logger.Error("failed to read the log's bounds", "first-error", ferr, "last-error", lerr)
 		return false
+	}
+	var atSnap Log
+	switch err := r.logs.GetLog(snapIdx, &atSnap); {
+	case last == 0:
+		return false // empty
+	case err == nil && atSnap.Term == snapTerm:
+		return false // rule 6: the entries after the snapshot's follow it
+	case err == nil:
+		r.logger.Warn("log conflicts with the snapshot; discarding it",
+			"index", snapIdx, "ours", atSnap.Term, "snapshot", snapTerm)
+	case last < snapIdx:
+		r.logger.Warn("log ends before the snapshot; discarding it", "last-index", last, "snapshot-index", snapIdx)
+	default:
+		return false // the log starts after the snapshot's entry
 	}
 	if err := r.logs.DeleteRange(first, last); err != nil {
 		r.logger.Error("failed to discard the conflicting log", "error", err)
