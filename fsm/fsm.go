@@ -64,9 +64,46 @@ func (s *state) delLive(e Entry) {
 // concurrent use; ApplyCommand and Restore take the write lock, readers the
 // read lock.
 type FSM struct {
-	mu    sync.RWMutex
-	st    *state
-	watch func(*Result)
+	mu       sync.RWMutex
+	st       *state
+	watch    func(*Result)
+	restored func(RestoreDiff)
+}
+
+// RestoreDiff is what a Restore changed in the live entries: the commands folded into a
+// snapshot never reach the Watch hook, so a node that catches up by InstallSnapshot learns
+// of them here.
+type RestoreDiff struct {
+	From, To uint64  // applied raft index before and after the Restore
+	Gone     []Entry // live before, and not live (or live in another version) after
+	Added    []Entry // live after, and not live (or live in another version) before
+}
+
+// WatchRestore installs fn, called after each successful Restore on the restoring
+// goroutine, outside the lock. fn must not call ApplyCommand or Restore. nil removes the
+// hook. Install it before the FSM is handed to raft.
+func (f *FSM) WatchRestore(fn func(RestoreDiff)) {
+	f.mu.Lock()
+	f.restored = fn
+	f.mu.Unlock()
+}
+
+// diffLive compares the live entries of two states; an entry counts as changed when its
+// txn ID, generation or extent differ.
+func diffLive(old, cur *state) RestoreDiff {
+	d := RestoreDiff{From: old.applied, To: cur.applied}
+	same := func(a, b Entry) bool { return a.TxnID == b.TxnID && a.Gen == b.Gen && a.Extent == b.Extent }
+	for k, e := range old.live {
+		if n, ok := cur.live[k]; !ok || !same(e, n) {
+			d.Gone = append(d.Gone, e)
+		}
+	}
+	for k, e := range cur.live {
+		if o, ok := old.live[k]; !ok || !same(o, e) {
+			d.Added = append(d.Added, e)
+		}
+	}
+	return d
 }
 
 // New returns an empty FSM.

@@ -266,6 +266,37 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// TestWatchRestore: a Restore reports the live entries it removed and added, by version:
+// "a" was removed, "b" replaced by a new generation, "c" added, "d" unchanged.
+func TestWatchRestore(t *testing.T) {
+	f := New()
+	f.ApplyCommand(1, commit(1, ent("a", 1, 1), ent("b", 1, 2), ent("d", 1, 4)))
+	leader := New()
+	leader.ApplyCommand(1, commit(1, ent("a", 1, 1), ent("b", 1, 2), ent("d", 1, 4)))
+	leader.ApplyCommand(2, remove(2, KeyGen{Key: "a"}, KeyGen{Key: "b"}))
+	leader.ApplyCommand(3, commit(3, ent("b", 3, 5), ent("c", 1, 3)))
+	var buf bytes.Buffer
+	if _, err := leader.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var got RestoreDiff
+	f.WatchRestore(func(d RestoreDiff) { got = d })
+	if err := f.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(es []Entry) []string {
+		var ks []string
+		for _, e := range es {
+			ks = append(ks, fmt.Sprintf("%s@%d", e.Key, e.Gen))
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	if got.From != 1 || got.To != 3 || !slices.Equal(keys(got.Gone), []string{"a@1", "b@1"}) || !slices.Equal(keys(got.Added), []string{"b@3", "c@1"}) {
+		t.Fatalf("diff: from %d to %d, gone %v, added %v", got.From, got.To, keys(got.Gone), keys(got.Added))
+	}
+}
+
 func TestStatsForEach(t *testing.T) {
 	f := New()
 	f.ApplyCommand(1, commit(1, ent("c", 1, 1), ent("a", 1, 2), ent("b", 1, 3)))

@@ -153,15 +153,25 @@ func (s *state) encode(w io.Writer) error {
 
 // Restore replaces the state with the snapshot read from r. It builds the new
 // state completely and checks it before swapping it in; on error the FSM is
-// unchanged. The Watch hook is kept and not called.
+// unchanged. The Watch hook is kept and not called; the WatchRestore hook is called
+// with what changed.
 func (f *FSM) Restore(r io.Reader) error {
 	st, err := decodeSnapshot(r)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
+	old := f.st
 	f.st = st
+	fn := f.restored
+	var d RestoreDiff
+	if fn != nil {
+		d = diffLive(old, st)
+	}
 	f.mu.Unlock()
+	if fn != nil {
+		fn(d)
+	}
 	return nil
 }
 

@@ -168,6 +168,7 @@ func (n *Node) openCoordinator() error {
 		return err
 	}
 	n.fsm.Watch(n.coord.OnApplied)
+	n.fsm.WatchRestore(n.coord.OnRestored)
 	if n.cfg.RaftAddr != "" {
 		n.coord.SetRemote(remoteReader{f: n.fsm, peers: n.peers})
 		n.raft.OnLeader(n.announce)

@@ -110,6 +110,7 @@ func newCoordinatorCap(t *testing.T, m Meta, f *fsm.FSM, capacity int64) (*Coord
 		t.Fatal(err)
 	}
 	f.Watch(c.OnApplied)
+	f.WatchRestore(c.OnRestored)
 	if _, err := c.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -386,6 +386,31 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	return out, nil
 }
 
+// OnRestored is called by the metadata layer after its state was replaced by a snapshot
+// (a follower catching up by InstallSnapshot; start-up). The commands folded into the
+// snapshot never went through OnApplied, so the LRU follows the diff, and the local bytes of
+// entries the snapshot no longer holds are freed as OnApplied frees removed ones: only
+// after recovery, and only for a snapshot newer than the state it replaced (an older one
+// would make entries "gone" that the log is about to bring back).
+func (c *Coordinator) OnRestored(d fsm.RestoreDiff) {
+	free := c.recovered.Load() && d.To > d.From
+	for _, e := range d.Gone {
+		if e.Owner != c.cfg.NodeID {
+			continue
+		}
+		c.lru.drop(e.Key, e.Gen)
+		if free {
+			c.stats.removed.Add(1)
+			c.free(bucketExtent(e.Extent))
+		}
+	}
+	for _, e := range d.Added {
+		if e.Owner == c.cfg.NodeID {
+			c.lru.add(e.Key, e.Gen, e.Extent.Length)
+		}
+	}
+}
+
 // OnApplied is called by the metadata layer after each command is applied on this node (in
 // Raft log order). It frees the local bytes of every key a REMOVE removed: the bytes go only
 // after the removal is applied here, and only once no reader pins them. Before recovery has

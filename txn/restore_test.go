@@ -1,0 +1,65 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+// TestSnapshotRestoreFreesRemovedKeys: a node that catches up by installing a snapshot in
+// which its keys were removed frees their bytes and forgets them in the LRU, so its quota
+// is not used up by keys no metadata references. Found by an adversarial review: Restore
+// did not reach the coordinator, the bytes stayed counted until a restart, and every later
+// offload was Rejected "quota".
+func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
+	m := &flakyMeta{f: fsm.New()}
+	const capacity = 16 * 4096
+	c, data := newCoordinatorCap(t, m, m.f, capacity)
+	ctx := context.Background()
+	var kg []fsm.KeyGen
+	for i := range 8 {
+		k := fmt.Sprintf("k%d", i)
+		if _, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj(k, byte(i))}); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := m.f.Lookup(k)
+		kg = append(kg, fsm.KeyGen{Key: k, Gen: e.Gen})
+	}
+	// The leader's state: the same, then a Remove of all eight keys, sent as a snapshot.
+	var buf bytes.Buffer
+	if _, err := m.f.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	lead := fsm.New()
+	if err := lead.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	lead.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: kg, Reason: "remove"}))
+	buf.Reset()
+	if _, err := lead.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.f.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := data.Stats(); st.LiveBytes != 0 {
+		t.Fatalf("after a snapshot without this node's keys: %d live bytes, want 0", st.LiveBytes)
+	}
+	for i := range 20 {
+		res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj(fmt.Sprintf("n%d", i), 1), obj(fmt.Sprintf("n%d.b", i), 2)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Outcome != Stored {
+				t.Fatalf("offload %d: %s %s %s", i, r.Key, r.Outcome, r.Reason)
+			}
+		}
+	}
+	if st, _ := data.Stats(); st.LiveBytes > capacity {
+		t.Fatalf("live bytes %d over the quota %d", st.LiveBytes, capacity)
+	}
+}
