@@ -36,18 +36,23 @@ type Report struct {
 // CheckNode verifies I1, I2, I3, I4 and I12 on an open node at quiescence. acked lists the
 // keys whose offload was acknowledged.
 func CheckNode(ctx context.Context, n *node.Node, w Workload, acked []string) (Report, error) {
-	return checkNode(ctx, n, w, acked, false)
+	return checkNode(ctx, n, w, acked, nil)
 }
 
 // CheckNodeEvicting is CheckNode for a node with a quota, whose eviction removes
 // acknowledged keys: an acknowledged key may be absent, but only with its removal recorded
-// in the metadata (its generation advanced past a committed one, fsm.FSM.Generation > 0).
-// An acknowledged key the metadata never heard of is still an I2 violation.
-func CheckNodeEvicting(ctx context.Context, n *node.Node, w Workload, acked []string) (Report, error) {
-	return checkNode(ctx, n, w, acked, true)
+// in the metadata, that is its generation (fsm.FSM.Generation) advanced past ackedGen[key],
+// the generation live when it was acknowledged (0 if unknown). An acknowledged key whose
+// last committed version vanished without a REMOVE is still an I2 violation.
+func CheckNodeEvicting(ctx context.Context, n *node.Node, w Workload, acked []string, ackedGen map[string]uint64) (Report, error) {
+	if ackedGen == nil {
+		ackedGen = map[string]uint64{}
+	}
+	return checkNode(ctx, n, w, acked, ackedGen)
 }
 
-func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, evicting bool) (Report, error) {
+// checkNode is CheckNode, or CheckNodeEvicting when ackedGen is not nil.
+func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ackedGen map[string]uint64) (Report, error) {
 	acked = slices.Compact(slices.Sorted(slices.Values(acked))) // a shared key is acknowledged once per batch
 	var rep Report
 	var errs []error
@@ -63,7 +68,7 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ev
 	for _, k := range acked {
 		switch _, ok := entries[k]; {
 		case ok:
-		case evicting && n.FSM().Generation(k) > 0:
+		case ackedGen != nil && n.FSM().Generation(k) > ackedGen[k]:
 			rep.Evicted++
 		default:
 			errs = append(errs, fmt.Errorf("I2: acknowledged key %s is not in metadata", k))

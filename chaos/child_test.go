@@ -15,7 +15,8 @@ import (
 
 // The child process: the test binary re-executed with childEnv set. It opens a node (running
 // recovery), offloads batches of 8 x 1 MiB from concurrent writers, and appends every
-// acknowledged key to the ack file, one per line, before moving on. The parent kills it.
+// acknowledged key to the ack file, one "key generation" line each, before moving on. The
+// parent kills it.
 const (
 	childEnv     = "KVOFFLOAD_CHAOS_CHILD" // data directory
 	childAckEnv  = "KVOFFLOAD_CHAOS_ACK"
@@ -89,7 +90,7 @@ func childMain() int {
 				mu.Lock()
 				for _, r := range res {
 					if r.Outcome.OK() {
-						fmt.Fprintln(ack, r.Key)
+						fmt.Fprintln(ack, r.Key, ackedGen(n, r.Key))
 					}
 				}
 				mu.Unlock()
@@ -102,4 +103,12 @@ func childMain() int {
 		return 4
 	}
 	return 0
+}
+
+// ackedGen is the generation of key live on n just after its offload was acknowledged (0 if
+// an eviction already removed it): CheckNodeEvicting accepts the key's absence only with a
+// later generation recorded.
+func ackedGen(n *node.Node, key string) uint64 {
+	e, _ := n.FSM().Lookup(key)
+	return e.Gen
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,11 +96,14 @@ func (h *harness) verify() {
 	h.checkMonotonic(n)
 	_, rec := n.Recovery()
 	acked := h.acked()
-	check := CheckNode
+	w := Workload{Seed: h.seed, BlockSize: childBlock}
+	var rep Report
+	var cerr error
 	if h.quota > 0 {
-		check = CheckNodeEvicting
+		rep, cerr = CheckNodeEvicting(ctx, n, w, acked, h.ackedGens())
+	} else {
+		rep, cerr = CheckNode(ctx, n, w, acked)
 	}
-	rep, cerr := check(ctx, n, Workload{Seed: h.seed, BlockSize: childBlock}, acked)
 	if err := n.Close(); err != nil {
 		h.t.Fatalf("close: %v", err)
 	}
@@ -127,11 +131,31 @@ func (h *harness) acked() []string {
 	var keys []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if k := strings.TrimSpace(sc.Text()); k != "" {
-			keys = append(keys, k)
+		if fields := strings.Fields(sc.Text()); len(fields) > 0 {
+			keys = append(keys, fields[0])
 		}
 	}
 	return keys
+}
+
+// ackedGens reads the ack file's generations: for each key the highest generation live
+// when one of its offloads was acknowledged.
+func (h *harness) ackedGens() map[string]uint64 {
+	data, err := os.ReadFile(h.ack)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.t.Fatal(err)
+	}
+	gens := map[string]uint64{}
+	for line := range strings.Lines(string(data)) {
+		if fields := strings.Fields(line); len(fields) == 2 {
+			g, err := strconv.ParseUint(fields[1], 10, 64)
+			if err != nil {
+				h.t.Fatalf("ack file line %q: %v", line, err)
+			}
+			gens[fields[0]] = max(gens[fields[0]], g)
+		}
+	}
+	return gens
 }
 
 // TestKillAtEveryStep is CASES.md C4 (Mooncake #3089) with SIGKILL: the child dies at each

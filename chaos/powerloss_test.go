@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -121,9 +122,10 @@ func powerLossAt(t *testing.T, p powerLoss, seed uint64) {
 	var img *image
 	var ackedAtCut []string
 	var acked []string
+	gens, gensAtCut := map[string]uint64{}, map[string]uint64{}
 	failpoint.EnableFunc(fp, 3, func() error {
 		i := capture(t, mem, dataDir, mode, rng)
-		img, ackedAtCut = &i, append([]string(nil), acked...)
+		img, ackedAtCut, gensAtCut = &i, append([]string(nil), acked...), maps.Clone(gens)
 		return errPowerCut
 	})
 	for b := 0; b < p.batches && img == nil; b++ {
@@ -139,6 +141,7 @@ func powerLossAt(t *testing.T, p powerLoss, seed uint64) {
 		for _, r := range res {
 			if r.Outcome.OK() && img == nil {
 				acked = append(acked, r.Key)
+				gens[r.Key] = ackedGen(n, r.Key)
 			}
 		}
 	}
@@ -163,11 +166,12 @@ func powerLossAt(t *testing.T, p powerLoss, seed uint64) {
 	}
 	defer rn.Close()
 	totals.recoveries++
-	check := CheckNode
+	var rep Report
 	if p.quota > 0 {
-		check = CheckNodeEvicting
+		rep, err = CheckNodeEvicting(ctx, rn, w, ackedAtCut, gensAtCut)
+	} else {
+		rep, err = CheckNode(ctx, rn, w, ackedAtCut)
 	}
-	rep, err := check(ctx, rn, w, ackedAtCut)
 	if err != nil {
 		t.Fatalf("after a power loss at %s: %v", fp, err)
 	}
