@@ -54,6 +54,7 @@ type Summary struct {
 	P50MS         float64 `json:"p50_ms"`
 	P99MS         float64 `json:"p99_ms"`
 	ReadMBPerSec  float64 `json:"read_mb_per_s"`
+	Verified      bool    `json:"verified"` // the read-back ran (false: interrupted, Missing and Corrupt mean nothing)
 	Missing       int     `json:"missing"`
 	Corrupt       int     `json:"corrupt"`
 	DiskMBPerSec  float64 `json:"disk_mb_per_s,omitempty"`
@@ -78,11 +79,12 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 	s.Seconds = time.Since(start).Seconds()
 	w.fill(&s)
 	s.Requests = int(w.doneReqs.Load())
-	if ctx.Err() != nil {
-		return s, nil // interrupted: nothing to verify against
-	}
 	keys := uniqueKeys(opt.Model, reqs)
 	s.UniqueKeys = len(keys)
+	if ctx.Err() != nil {
+		return s, nil // interrupted: not verified
+	}
+	s.Verified = true
 	rstart := time.Now()
 	readBytes := verify(ctx, t, keys, opt, &s)
 	s.ReadMBPerSec = float64(readBytes) / 1e6 / time.Since(rstart).Seconds()

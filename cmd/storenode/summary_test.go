@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/replay"
+)
+
+// TestPrintSummary: an interrupted replay does not claim "missing 0, corrupt 0", and the
+// disk line explains a missing measurement only where one was to be taken (a new user was
+// told "every key was already stored" by an interrupted run against a cluster).
+func TestPrintSummary(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		s        replay.Summary
+		baseline bool
+		want     []string
+		not      []string
+	}{
+		{"interrupted", replay.Summary{Keys: 44, UniqueKeys: 40}, false,
+			[]string{"not verified"}, []string{"missing         0", "disk limit"}},
+		{"warm embedded", replay.Summary{Keys: 10, AlreadyStored: 10, Verified: true}, true,
+			[]string{"not measured", "missing         0"}, nil},
+		{"warm remote", replay.Summary{Keys: 10, AlreadyStored: 10, Verified: true}, false,
+			[]string{"missing         0"}, []string{"disk limit"}},
+		{"failed batches", replay.Summary{Keys: 10, BatchErrors: 2, Verified: true, Missing: 10}, true,
+			[]string{"missing         10"}, []string{"already stored)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printSummary(&b, c.s, false, c.baseline)
+			for _, w := range c.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("summary lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range c.not {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("summary has %q:\n%s", w, b.String())
+				}
+			}
+		})
+	}
+}
