@@ -16,6 +16,9 @@ var (
 	// ErrSyncFailed reports a failed fdatasync (or directory fsync). It is sticky: the bucket
 	// is never synced again and its records must be treated as lost.
 	ErrSyncFailed = errors.New("bucketstore: sync failed")
+	// ErrNotLive reports a Free of an extent the accounting does not hold (freed already,
+	// or collected as an orphan).
+	ErrNotLive = errors.New("bucketstore: not a live extent")
 	// ErrClosed reports use of a Store after Close.
 	ErrClosed = errors.New("bucketstore: store closed")
 )

@@ -21,7 +21,7 @@ func (s *Store) Free(ext Extent) error {
 	}
 	if b.live[ext.Offset] != ext.Length {
 		s.mu.Unlock()
-		return fmt.Errorf("bucketstore: free %+v: not a live extent", ext)
+		return fmt.Errorf("bucketstore: free %+v: %w", ext, ErrNotLive)
 	}
 	delete(b.live, ext.Offset)
 	b.liveBytes -= ext.Length

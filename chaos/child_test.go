@@ -105,10 +105,12 @@ func childMain() int {
 	return 0
 }
 
-// ackedGen is the generation of key live on n just after its offload was acknowledged (0 if
-// an eviction already removed it): CheckNodeEvicting accepts the key's absence only with a
-// later generation recorded.
+// ackedGen is the generation of key live on n just after its offload was acknowledged, or,
+// if an eviction already removed it, the generation before its removal's tombstone:
+// CheckNodeEvicting accepts the key's absence only with a later generation recorded.
 func ackedGen(n *node.Node, key string) uint64 {
-	e, _ := n.FSM().Lookup(key)
-	return e.Gen
+	if e, ok := n.FSM().Lookup(key); ok {
+		return e.Gen
+	}
+	return max(n.FSM().Generation(key), 1) - 1
 }

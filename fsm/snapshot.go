@@ -164,12 +164,12 @@ func (f *FSM) Restore(r io.Reader) error {
 	old := f.st
 	f.st = st
 	fn := f.restored
-	var d RestoreDiff
-	if fn != nil {
-		d = diffLive(old, st)
-	}
 	f.mu.Unlock()
 	if fn != nil {
+		// Under the read lock, not the write lock: readers are not held up by the diff.
+		f.mu.RLock()
+		d := diffLive(old, st)
+		f.mu.RUnlock()
 		fn(d)
 	}
 	return nil

@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,9 +45,13 @@ type Coordinator struct {
 	failed    atomic.Pointer[error]
 	closed    atomic.Bool
 	recovered atomic.Bool
-	bg        sync.WaitGroup
-	bgCtx     context.Context
-	bgCancel  context.CancelFunc
+	// deferMu orders freeApplied against the end of recovery: an extent whose removal is
+	// applied before recovery has finished is freed when it finishes (deferred), not lost.
+	deferMu  sync.Mutex
+	deferred []bucketstore.Extent
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 
 	stats counters
 }
@@ -169,8 +174,53 @@ func (c *Coordinator) free(ext bucketstore.Extent) {
 	c.freeNow(ext)
 }
 
+// freeApplied frees the bytes of an entry whose removal has been applied (OnApplied,
+// OnRestored). Before recovery has finished it defers them to its end: start-up collection
+// may already have adopted them from a metadata copy taken before the removal.
+func (c *Coordinator) freeApplied(ext bucketstore.Extent) {
+	c.deferMu.Lock()
+	if !c.recovered.Load() {
+		c.deferred = append(c.deferred, ext)
+		c.deferMu.Unlock()
+		return
+	}
+	c.deferMu.Unlock()
+	c.stats.removed.Add(1)
+	c.free(ext)
+}
+
+// endRecovery marks recovery done and frees the extents freeApplied deferred that no live
+// entry references now. Most were collected as orphans already (Free reports ErrNotLive);
+// the others were adopted from a metadata copy taken before their removal applied. The
+// check matters for removals replayed from the Raft log at start-up: one may name an extent
+// of an earlier bucket whose ID a new bucket took, where a live entry now sits.
+func (c *Coordinator) endRecovery() {
+	c.deferMu.Lock()
+	c.recovered.Store(true)
+	deferred := c.deferred
+	c.deferred = nil
+	c.deferMu.Unlock()
+	if len(deferred) == 0 {
+		return
+	}
+	referenced := map[bucketstore.Extent]bool{}
+	c.meta.ForEach(func(e fsm.Entry) bool {
+		if e.Owner == c.cfg.NodeID {
+			referenced[bucketExtent(e.Extent)] = true
+		}
+		return true
+	})
+	for _, ext := range deferred {
+		if !referenced[ext] {
+			c.free(ext)
+		}
+	}
+}
+
 func (c *Coordinator) freeNow(ext bucketstore.Extent) {
-	if err := c.data.Free(ext); err != nil {
+	if err := c.data.Free(ext); errors.Is(err, bucketstore.ErrNotLive) {
+		c.lg.Debug("free: extent already released", "extent", ext)
+	} else if err != nil {
 		// The bytes stay allocated; start-up orphan collection reclaims them.
 		c.lg.Warn("free failed; left for orphan collection", "extent", ext, "err", err)
 	}

@@ -389,19 +389,19 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 // OnRestored is called by the metadata layer after its state was replaced by a snapshot
 // (a follower catching up by InstallSnapshot; start-up). The commands folded into the
 // snapshot never went through OnApplied, so the LRU follows the diff, and the local bytes of
-// entries the snapshot no longer holds are freed as OnApplied frees removed ones: only
-// after recovery, and only for a snapshot newer than the state it replaced (an older one
-// would make entries "gone" that the log is about to bring back).
+// entries the snapshot no longer holds are freed as OnApplied frees removed ones (deferred
+// to the end of recovery), only for a snapshot newer than the state it replaced (an older
+// one would make entries "gone" that the log is about to bring back). An entry both
+// committed and removed within what the snapshot folds, never live here, is not in the
+// diff: its bytes stay until the next start-up's collection.
 func (c *Coordinator) OnRestored(d fsm.RestoreDiff) {
-	free := c.recovered.Load() && d.To > d.From
 	for _, e := range d.Gone {
 		if e.Owner != c.cfg.NodeID {
 			continue
 		}
 		c.lru.drop(e.Key, e.Gen)
-		if free {
-			c.stats.removed.Add(1)
-			c.free(bucketExtent(e.Extent))
+		if d.To > d.From {
+			c.freeApplied(bucketExtent(e.Extent))
 		}
 	}
 	for _, e := range d.Added {
@@ -414,17 +414,15 @@ func (c *Coordinator) OnRestored(d fsm.RestoreDiff) {
 // OnApplied is called by the metadata layer after each command is applied on this node (in
 // Raft log order). It frees the local bytes of every key a REMOVE removed: the bytes go only
 // after the removal is applied here, and only once no reader pins them. Before recovery has
-// finished it does nothing: recovery's orphan collection frees whatever the metadata no
-// longer references.
+// finished they are deferred to its end (freeApplied).
 func (c *Coordinator) OnApplied(res *fsm.Result) {
 	c.trackApplied(res)
-	if !c.recovered.Load() || res.Type != fsm.CmdRemove {
+	if res.Type != fsm.CmdRemove {
 		return
 	}
 	for _, ko := range res.Keys {
 		if ko.Outcome == fsm.OutcomeRemoved && ko.Entry.Owner == c.cfg.NodeID {
-			c.stats.removed.Add(1)
-			c.free(bucketExtent(ko.Entry.Extent))
+			c.freeApplied(bucketExtent(ko.Entry.Extent))
 		}
 	}
 }

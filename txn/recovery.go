@@ -63,7 +63,7 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 		}
 		_ = failpoint.Hit(failpoint.WALTruncateAfter)
 	}
-	c.recovered.Store(true)
+	c.endRecovery()
 	c.stats.recovered.Add(uint64(rep.RolledFwd))
 	c.stats.recoveryAbort.Add(uint64(rep.Aborted))
 	c.stats.orphanBytes.Add(uint64(rep.OrphanBytes))

@@ -84,9 +84,9 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 	if ctx.Err() != nil {
 		return s, nil // interrupted: not verified
 	}
-	s.Verified = true
 	rstart := time.Now()
 	readBytes := verify(ctx, t, keys, opt, &s)
+	s.Verified = ctx.Err() == nil // an interrupted read-back counts cancelled reads as missing
 	s.ReadMBPerSec = float64(readBytes) / 1e6 / time.Since(rstart).Seconds()
 	if s.Seconds > 0 {
 		s.MBPerSec = float64(s.Bytes) / 1e6 / s.Seconds

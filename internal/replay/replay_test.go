@@ -1,0 +1,73 @@
+package replay
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/trace"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// memTarget stores everything; its BatchGet calls onGet first (to simulate a SIGINT that
+// arrives during the read-back) and honours ctx like a real client does.
+type memTarget struct {
+	mu    sync.Mutex
+	m     map[string][]byte
+	onGet func()
+}
+
+func (t *memTarget) BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]txn.KeyResult, len(objs))
+	for i, o := range objs {
+		t.m[o.Key] = o.Value
+		out[i] = txn.KeyResult{Key: o.Key, Outcome: txn.Stored}
+	}
+	return out, nil
+}
+
+func (t *memTarget) BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, error) {
+	t.onGet()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]txn.GetResult, len(keys))
+	for i, k := range keys {
+		out[i] = txn.GetResult{Key: k, Status: txn.Found, Value: t.m[k]}
+	}
+	return out, nil
+}
+
+// TestInterruptedDuringReadBack: a SIGINT during the read-back must not leave Verified true with
+// every unread key counted Missing, although nothing is missing (found by an adversarial review).
+func TestInterruptedDuringReadBack(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tg := &memTarget{m: map[string][]byte{}, onGet: cancel}
+	reqs := []trace.Request{{HashIDs: []int64{1, 2, 3}}, {HashIDs: []int64{4, 5}}}
+	s, err := Run(ctx, tg, reqs, Options{Writers: 1, BlockSize: 16, Model: "m", ReadBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ctx.Err=%v verified=%v missing=%d first=%q", ctx.Err(), s.Verified, s.Missing, s.FirstProblem)
+	if s.Verified && s.Missing > 0 {
+		t.Errorf("interrupted read-back reported as verified with %d missing keys", s.Missing)
+	}
+}
+
+// TestVerifiedReadBack: an uninterrupted replay verifies every key.
+func TestVerifiedReadBack(t *testing.T) {
+	tg := &memTarget{m: map[string][]byte{}, onGet: func() {}}
+	reqs := []trace.Request{{HashIDs: []int64{1, 2, 3}}, {HashIDs: []int64{1, 2, 4}}}
+	s, err := Run(context.Background(), tg, reqs, Options{Writers: 2, BlockSize: 16, Model: "m", ReadBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Verified || s.Missing != 0 || s.Corrupt != 0 || s.UniqueKeys != 4 || s.Keys != 6 {
+		t.Fatalf("summary %+v, want verified, 4 unique of 6 keys, none missing or corrupt", s)
+	}
+}
