@@ -17,7 +17,7 @@ var (
 	// is never synced again and its records must be treated as lost.
 	ErrSyncFailed = errors.New("bucketstore: sync failed")
 	// ErrNotLive reports a Free of an extent the accounting does not hold (freed already,
-	// or collected as an orphan).
+	// collected as an orphan, or in a bucket that no longer exists).
 	ErrNotLive = errors.New("bucketstore: not a live extent")
 	// ErrClosed reports use of a Store after Close.
 	ErrClosed = errors.New("bucketstore: store closed")

@@ -17,6 +17,9 @@ func (s *Store) Free(ext Extent) error {
 	b, err := s.bucketLocked(ext.Bucket)
 	if err != nil {
 		s.mu.Unlock()
+		if !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%w: %w", ErrNotLive, err) // its bucket is gone: nothing in it is live
+		}
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, err)
 	}
 	if b.live[ext.Offset] != ext.Length {

@@ -105,6 +105,26 @@ func TestStoreReserve(t *testing.T) {
 	checkAccounting(t, s, map[Extent]bool{e1: true, e2: true})
 }
 
+// TestFreeNotLive: freeing an extent twice, or one in a bucket that no longer exists, is
+// ErrNotLive (recovery's deferred frees rely on it to stay quiet), and changes no accounting.
+func TestFreeNotLive(t *testing.T) {
+	s := mustOpen(t, memConfig(nil))
+	e, err := s.Reserve(Alignment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Free(e); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Free(e); !errors.Is(err, ErrNotLive) {
+		t.Fatalf("second Free: %v, want ErrNotLive", err)
+	}
+	if err := s.Free(Extent{Bucket: e.Bucket + 7, Offset: 0, Length: Alignment}); !errors.Is(err, ErrNotLive) {
+		t.Fatalf("Free in a missing bucket: %v, want ErrNotLive", err)
+	}
+	checkAccounting(t, s, map[Extent]bool{})
+}
+
 func TestStoreCapacity(t *testing.T) {
 	cfg := memConfig(nil)
 	cfg.Capacity = 8 * Alignment
