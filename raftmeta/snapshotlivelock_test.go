@@ -160,15 +160,15 @@ func copySnapshot(t *testing.T, from, to *raft.InmemSnapshotStore, trans raft.Tr
 
 func waitLeaderOf(t *testing.T, ms ...*livelockMember) *livelockMember {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var lead *livelockMember
+	poll(t, 10*time.Second, func() bool {
 		for _, m := range ms {
 			if m.r.State() == raft.Leader {
-				return m
+				lead = m
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no leader")
-	return nil
+		return false
+	})
+	return lead
 }

@@ -189,29 +189,24 @@ func (c *Coordinator) freeApplied(ext bucketstore.Extent) {
 	c.free(ext)
 }
 
-// endRecovery marks recovery done and frees the extents freeApplied deferred that no live
-// entry references now. Most were collected as orphans already (Free reports ErrNotLive);
-// the others were adopted from a metadata copy taken before their removal applied. The
-// check matters for removals replayed from the Raft log at start-up: one may name an extent
-// of an earlier bucket whose ID a new bucket took, where a live entry now sits.
-func (c *Coordinator) endRecovery() {
+// endRecovery marks recovery done and frees the extents freeApplied deferred that start-up
+// collection adopted (holders: extent -> the key that held it) and whose holder no longer
+// holds them. The others were collected as orphans already; the holder check matters for
+// removals replayed from the Raft log at start-up, which may name an extent of an earlier
+// bucket whose ID a new bucket took, where a live entry now sits. Only the holder can
+// reference an adopted extent: it is live in the accounting, so no new record gets it.
+func (c *Coordinator) endRecovery(holders map[bucketstore.Extent]string) {
 	c.deferMu.Lock()
 	c.recovered.Store(true)
 	deferred := c.deferred
 	c.deferred = nil
 	c.deferMu.Unlock()
-	if len(deferred) == 0 {
-		return
-	}
-	referenced := map[bucketstore.Extent]bool{}
-	c.meta.ForEach(func(e fsm.Entry) bool {
-		if e.Owner == c.cfg.NodeID {
-			referenced[bucketExtent(e.Extent)] = true
-		}
-		return true
-	})
 	for _, ext := range deferred {
-		if !referenced[ext] {
+		key, adopted := holders[ext]
+		if !adopted {
+			continue
+		}
+		if e, ok := c.meta.Lookup(key); !ok || bucketExtent(e.Extent) != ext {
 			c.free(ext)
 		}
 	}

@@ -53,7 +53,8 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 	if err := c.log.Sync(); err != nil {
 		return rep, fmt.Errorf("txn: recovery: %w", err)
 	}
-	if err := c.collect(ctx, &rep); err != nil {
+	holders, err := c.collect(ctx, &rep)
+	if err != nil {
 		return rep, err
 	}
 	if last := c.log.LastIndex(); last > c.log.FirstIndex() {
@@ -63,7 +64,7 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 		}
 		_ = failpoint.Hit(failpoint.WALTruncateAfter)
 	}
-	c.endRecovery()
+	c.endRecovery(holders)
 	c.stats.recovered.Add(uint64(rep.RolledFwd))
 	c.stats.recoveryAbort.Add(uint64(rep.Aborted))
 	c.stats.orphanBytes.Add(uint64(rep.OrphanBytes))
@@ -164,12 +165,15 @@ func (c *Coordinator) verifyIntent(id fsm.TxnID, p pendingIntent) string {
 
 // collect makes the extents the metadata references on this node the live set of each bucket
 // (Collect adopts them into the space accounting) and frees every other byte of the files (orphans of crashed, aborted or superseded transactions).
-func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) error {
+// It returns the key that held each adopted extent.
+func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (map[bucketstore.Extent]string, error) {
 	live := map[uint32][]bucketstore.Extent{}
 	keysOf := map[uint32][]fsm.KeyGen{}
+	holders := map[bucketstore.Extent]string{}
 	c.meta.ForEach(func(e fsm.Entry) bool {
 		if e.Owner == c.cfg.NodeID {
 			c.lru.add(e.Key, e.Gen, e.Extent.Length)
+			holders[bucketExtent(e.Extent)] = e.Key
 			live[e.Extent.Bucket] = append(live[e.Extent.Bucket], bucketExtent(e.Extent))
 			keysOf[e.Extent.Bucket] = append(keysOf[e.Extent.Bucket], fsm.KeyGen{Key: e.Key, Gen: e.Gen})
 		}
@@ -180,7 +184,7 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) error {
 		onDisk[b] = true
 		freed, err := c.data.Collect(b, live[b])
 		if err != nil {
-			return fmt.Errorf("txn: recovery: collecting bucket %d: %w", b, err)
+			return nil, fmt.Errorf("txn: recovery: collecting bucket %d: %w", b, err)
 		}
 		rep.OrphanBytes += freed
 		_ = failpoint.Hit(failpoint.RecoveryGC)
@@ -188,13 +192,13 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) error {
 	for b, exts := range live {
 		if !onDisk[b] {
 			if err := c.dropLost(ctx, b, keysOf[b], rep); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		rep.LiveExtents += len(exts) // Collect adopted them into the accounting
 	}
-	return nil
+	return holders, nil
 }
 
 // dropLost removes the metadata of keys whose bucket file no longer exists (lost outside the
