@@ -1,8 +1,9 @@
 // kvoffload.v1: the wire protocol of kvoffload.
 //
-// KVOffload is the client-facing service. Cluster is the service nodes use among themselves
-// (join, leave, status, forwarded Raft proposals and barriers, owner reads); operators may
-// call Status too.
+// KVOffload is the client-facing service, served on a node's API listener (--api-addr).
+// Cluster is the service nodes use among themselves (join, leave, status, forwarded Raft
+// proposals and barriers, owner reads), served only on the peer listener (--peer-addr), which
+// with TLS on accepts only certificates of the cluster CA (docs/security.md).
 //
 // Large values travel in chunks: an object's bytes are split over consecutive messages of at
 // most 1 MiB, so neither side needs a message as large as a value (values up to 64 MiB) or a
@@ -151,6 +152,9 @@ const (
 	Presence_PRESENCE_PRESENT     Presence = 1
 	Presence_PRESENCE_ABSENT      Presence = 2
 	Presence_PRESENCE_IN_FLIGHT   Presence = 3
+	// The node could not confirm the key's state against the leader (read index failed):
+	// neither "stored" nor "not stored" is claimed.
+	Presence_PRESENCE_UNKNOWN Presence = 4
 )
 
 // Enum value maps for Presence.
@@ -160,12 +164,14 @@ var (
 		1: "PRESENCE_PRESENT",
 		2: "PRESENCE_ABSENT",
 		3: "PRESENCE_IN_FLIGHT",
+		4: "PRESENCE_UNKNOWN",
 	}
 	Presence_value = map[string]int32{
 		"PRESENCE_UNSPECIFIED": 0,
 		"PRESENCE_PRESENT":     1,
 		"PRESENCE_ABSENT":      2,
 		"PRESENCE_IN_FLIGHT":   3,
+		"PRESENCE_UNKNOWN":     4,
 	}
 )
 
@@ -552,6 +558,7 @@ type ExistsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          []Presence             `protobuf:"varint,1,rep,packed,name=keys,proto3,enum=kvoffload.v1.Presence" json:"keys,omitempty"`
 	PrefixPresent uint32                 `protobuf:"varint,2,opt,name=prefix_present,json=prefixPresent,proto3" json:"prefix_present,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // why keys are PRESENCE_UNKNOWN, if any are
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +605,13 @@ func (x *ExistsResponse) GetPrefixPresent() uint32 {
 		return x.PrefixPresent
 	}
 	return 0
+}
+
+func (x *ExistsResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type RemoveRequest struct {
@@ -839,6 +853,8 @@ type JoinRequest struct {
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	PeerAddr      string                 `protobuf:"bytes,4,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`    // the joining node's peer listener (Cluster service)
+	ClusterId     string                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"` // the cluster ID the node already belongs to; empty for a fresh node
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -894,9 +910,24 @@ func (x *JoinRequest) GetApiAddr() string {
 	return ""
 }
 
+func (x *JoinRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 type JoinResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Voter         bool                   `protobuf:"varint,1,opt,name=voter,proto3" json:"voter,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"` // the cluster's ID
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -936,6 +967,13 @@ func (x *JoinResponse) GetVoter() bool {
 		return x.Voter
 	}
 	return false
+}
+
+func (x *JoinResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type LeaveRequest struct {
@@ -1073,6 +1111,7 @@ type Member struct {
 	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
 	Keys          uint64                 `protobuf:"varint,6,opt,name=keys,proto3" json:"keys,omitempty"`   // keys whose bytes the node owns
 	Bytes         uint64                 `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"` // payload bytes the node owns
+	PeerAddr      string                 `protobuf:"bytes,8,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1156,6 +1195,13 @@ func (x *Member) GetBytes() uint64 {
 	return 0
 }
 
+func (x *Member) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
 type StatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
@@ -1163,6 +1209,7 @@ type StatusResponse struct {
 	AppliedIndex  uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	Keys          uint64                 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
 	Bytes         uint64                 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,6,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1230,6 +1277,13 @@ func (x *StatusResponse) GetBytes() uint64 {
 		return x.Bytes
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type ProposeRequest struct {
@@ -1519,10 +1573,11 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x04data\x18\x05 \x01(\fR\x04data\">\n" +
 	"\rExistsRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x19\n" +
-	"\blease_ms\x18\x02 \x01(\rR\aleaseMs\"c\n" +
+	"\blease_ms\x18\x02 \x01(\rR\aleaseMs\"{\n" +
 	"\x0eExistsResponse\x12*\n" +
 	"\x04keys\x18\x01 \x03(\x0e2\x16.kvoffload.v1.PresenceR\x04keys\x12%\n" +
-	"\x0eprefix_present\x18\x02 \x01(\rR\rprefixPresent\":\n" +
+	"\x0eprefix_present\x18\x02 \x01(\rR\rprefixPresent\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\":\n" +
 	"\rRemoveRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x15\n" +
 	"\x06txn_id\x18\x02 \x01(\fR\x05txnId\"*\n" +
@@ -1543,18 +1598,23 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\bcounters\x18\b \x03(\v2).kvoffload.v1.StatsResponse.CountersEntryR\bcounters\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"^\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x9a\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"$\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x1b\n" +
+	"\tpeer_addr\x18\x04 \x01(\tR\bpeerAddr\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\"C\n" +
 	"\fJoinResponse\x12\x14\n" +
-	"\x05voter\x18\x01 \x01(\bR\x05voter\"'\n" +
+	"\x05voter\x18\x01 \x01(\bR\x05voter\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"'\n" +
 	"\fLeaveRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"2\n" +
 	"\rLeaveResponse\x12!\n" +
 	"\fkeys_dropped\x18\x01 \x01(\x04R\vkeysDropped\"\x0f\n" +
-	"\rStatusRequest\"\xb1\x01\n" +
+	"\rStatusRequest\"\xce\x01\n" +
 	"\x06Member\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -1562,13 +1622,16 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x12\n" +
 	"\x04keys\x18\x06 \x01(\x04R\x04keys\x12\x14\n" +
-	"\x05bytes\x18\a \x01(\x04R\x05bytes\"\xac\x01\n" +
+	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x1b\n" +
+	"\tpeer_addr\x18\b \x01(\tR\bpeerAddr\"\xcb\x01\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12.\n" +
 	"\amembers\x18\x02 \x03(\v2\x14.kvoffload.v1.MemberR\amembers\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x12\n" +
 	"\x04keys\x18\x04 \x01(\x04R\x04keys\x12\x14\n" +
-	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\"*\n" +
+	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x06 \x01(\tR\tclusterId\"*\n" +
 	"\x0eProposeRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\")\n" +
 	"\x0fProposeResponse\x12\x16\n" +
@@ -1593,18 +1656,20 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x10GET_STATUS_FOUND\x10\x01\x12\x18\n" +
 	"\x14GET_STATUS_NOT_FOUND\x10\x02\x12\x16\n" +
 	"\x12GET_STATUS_CORRUPT\x10\x03\x12\x1a\n" +
-	"\x16GET_STATUS_UNAVAILABLE\x10\x04*g\n" +
+	"\x16GET_STATUS_UNAVAILABLE\x10\x04*}\n" +
 	"\bPresence\x12\x18\n" +
 	"\x14PRESENCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PRESENCE_PRESENT\x10\x01\x12\x13\n" +
 	"\x0fPRESENCE_ABSENT\x10\x02\x12\x16\n" +
-	"\x12PRESENCE_IN_FLIGHT\x10\x032\xe9\x02\n" +
+	"\x12PRESENCE_IN_FLIGHT\x10\x03\x12\x14\n" +
+	"\x10PRESENCE_UNKNOWN\x10\x042\xae\x03\n" +
 	"\tKVOffload\x12K\n" +
 	"\fBatchOffload\x12\x1a.kvoffload.v1.OffloadChunk\x1a\x1d.kvoffload.v1.OffloadResponse(\x01\x12>\n" +
 	"\bBatchGet\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x01\x12H\n" +
 	"\vBatchExists\x12\x1b.kvoffload.v1.ExistsRequest\x1a\x1c.kvoffload.v1.ExistsResponse\x12C\n" +
 	"\x06Remove\x12\x1b.kvoffload.v1.RemoveRequest\x1a\x1c.kvoffload.v1.RemoveResponse\x12@\n" +
-	"\x05Stats\x12\x1a.kvoffload.v1.StatsRequest\x1a\x1b.kvoffload.v1.StatsResponse2\xee\x03\n" +
+	"\x05Stats\x12\x1a.kvoffload.v1.StatsRequest\x1a\x1b.kvoffload.v1.StatsResponse\x12C\n" +
+	"\x06Status\x12\x1b.kvoffload.v1.StatusRequest\x1a\x1c.kvoffload.v1.StatusResponse2\xee\x03\n" +
 	"\aCluster\x12=\n" +
 	"\x04Join\x12\x19.kvoffload.v1.JoinRequest\x1a\x1a.kvoffload.v1.JoinResponse\x12@\n" +
 	"\x05Leave\x12\x1a.kvoffload.v1.LeaveRequest\x1a\x1b.kvoffload.v1.LeaveResponse\x12C\n" +
@@ -1670,27 +1735,29 @@ var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
 	8,  // 8: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
 	10, // 9: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
 	12, // 10: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
-	14, // 11: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
-	16, // 12: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
-	18, // 13: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
-	21, // 14: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
-	23, // 15: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
-	25, // 16: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
-	6,  // 17: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
-	5,  // 18: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
-	7,  // 19: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
-	9,  // 20: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
-	11, // 21: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
-	13, // 22: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
-	15, // 23: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
-	17, // 24: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
-	20, // 25: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
-	22, // 26: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
-	24, // 27: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
-	26, // 28: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
-	7,  // 29: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
-	18, // [18:30] is the sub-list for method output_type
-	6,  // [6:18] is the sub-list for method input_type
+	18, // 11: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
+	14, // 12: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
+	16, // 13: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
+	18, // 14: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
+	21, // 15: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
+	23, // 16: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
+	25, // 17: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
+	6,  // 18: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
+	5,  // 19: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
+	7,  // 20: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
+	9,  // 21: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
+	11, // 22: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
+	13, // 23: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
+	20, // 24: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
+	15, // 25: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
+	17, // 26: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
+	20, // 27: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
+	22, // 28: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
+	24, // 29: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
+	26, // 30: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
+	7,  // 31: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
+	19, // [19:32] is the sub-list for method output_type
+	6,  // [6:19] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name

@@ -1,8 +1,9 @@
 // kvoffload.v1: the wire protocol of kvoffload.
 //
-// KVOffload is the client-facing service. Cluster is the service nodes use among themselves
-// (join, leave, status, forwarded Raft proposals and barriers, owner reads); operators may
-// call Status too.
+// KVOffload is the client-facing service, served on a node's API listener (--api-addr).
+// Cluster is the service nodes use among themselves (join, leave, status, forwarded Raft
+// proposals and barriers, owner reads), served only on the peer listener (--peer-addr), which
+// with TLS on accepts only certificates of the cluster CA (docs/security.md).
 //
 // Large values travel in chunks: an object's bytes are split over consecutive messages of at
 // most 1 MiB, so neither side needs a message as large as a value (values up to 64 MiB) or a
@@ -34,6 +35,7 @@ const (
 	KVOffload_BatchExists_FullMethodName  = "/kvoffload.v1.KVOffload/BatchExists"
 	KVOffload_Remove_FullMethodName       = "/kvoffload.v1.KVOffload/Remove"
 	KVOffload_Stats_FullMethodName        = "/kvoffload.v1.KVOffload/Stats"
+	KVOffload_Status_FullMethodName       = "/kvoffload.v1.KVOffload/Status"
 )
 
 // KVOffloadClient is the client API for KVOffload service.
@@ -54,6 +56,9 @@ type KVOffloadClient interface {
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
 	// Stats reports this node's counters and space accounting.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// Status describes the members, the leader, and keys and bytes per node (read-only; the
+	// same answer as Cluster/Status).
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type kVOffloadClient struct {
@@ -126,6 +131,16 @@ func (c *kVOffloadClient) Stats(ctx context.Context, in *StatsRequest, opts ...g
 	return out, nil
 }
 
+func (c *kVOffloadClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, KVOffload_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KVOffloadServer is the server API for KVOffload service.
 // All implementations must embed UnimplementedKVOffloadServer
 // for forward compatibility.
@@ -144,6 +159,9 @@ type KVOffloadServer interface {
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
 	// Stats reports this node's counters and space accounting.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// Status describes the members, the leader, and keys and bytes per node (read-only; the
+	// same answer as Cluster/Status).
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedKVOffloadServer()
 }
 
@@ -168,6 +186,9 @@ func (UnimplementedKVOffloadServer) Remove(context.Context, *RemoveRequest) (*Re
 }
 func (UnimplementedKVOffloadServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedKVOffloadServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
 }
 func (UnimplementedKVOffloadServer) mustEmbedUnimplementedKVOffloadServer() {}
 func (UnimplementedKVOffloadServer) testEmbeddedByValue()                   {}
@@ -262,6 +283,24 @@ func _KVOffload_Stats_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KVOffload_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVOffloadServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KVOffload_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVOffloadServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KVOffload_ServiceDesc is the grpc.ServiceDesc for KVOffload service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -280,6 +319,10 @@ var KVOffload_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _KVOffload_Stats_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _KVOffload_Status_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
