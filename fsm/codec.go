@@ -8,10 +8,11 @@ import (
 	"math"
 )
 
-// Command wire format (version 1). The constants below are wire format.
+// Command wire format. The constants below are wire format.
 //
 //	byte 0     CommandType
-//	byte 1     format version (commandVersion)
+//	byte 1     format version: commandVersion (1), or memberVersion (2) for a Member
+//	           command, whose member record carries the peer address too
 //	bytes 2..  body, fields in the order listed, no padding:
 //
 //	Commit: txn [16]byte | node str | n uvarint | n x cmdEntry
@@ -21,12 +22,16 @@ import (
 //
 //	cmdEntry: key str | bucket uvarint | offset varint | length varint |
 //	          size uvarint | sum uint64 little-endian | gen uvarint
-//	member:   node str | raft addr str | api addr str   (node non-empty)
+//	member:   node str | raft addr str | api addr str | peer addr str   (node non-empty;
+//	          version 1 Member commands have no peer addr)
 //	str:      uvarint length | bytes
 //
 // Entry.Owner and Entry.TxnID are not encoded: they come from the command.
 // Encoding is deterministic; Decode rejects trailing bytes.
-const commandVersion = 1
+const (
+	commandVersion = 1
+	memberVersion  = 2
+)
 
 // maxStreamField bounds one string read from a stream (snapshots), so a
 // corrupt length cannot allocate unbounded memory. Commands are bounded by
@@ -75,6 +80,7 @@ func (e *encoder) member(m Member) {
 	e.str(m.NodeID)
 	e.str(m.RaftAddr)
 	e.str(m.APIAddr)
+	e.str(m.PeerAddr)
 }
 
 // EncodeCommit encodes c for raft. Deterministic.
@@ -117,8 +123,9 @@ func EncodeRemove(r Remove) []byte {
 // EncodeSetMember encodes m for raft. Deterministic. Decode (and so Propose)
 // rejects an empty Member.NodeID.
 func EncodeSetMember(m SetMember) []byte {
-	e := encoder{buf: make([]byte, 0, 24+len(m.Member.NodeID)+len(m.Member.RaftAddr)+len(m.Member.APIAddr))}
-	e.header(CmdMember)
+	e := encoder{buf: make([]byte, 0, 24+len(m.Member.NodeID)+len(m.Member.RaftAddr)+len(m.Member.APIAddr)+len(m.Member.PeerAddr))}
+	e.byte1(byte(CmdMember))
+	e.byte1(memberVersion)
 	e.txn(m.TxnID)
 	e.bool1(m.Remove)
 	e.member(m.Member)
@@ -289,9 +296,13 @@ func (d *decoder) cmdEntry() Entry {
 	return x
 }
 
-// member reads a member record; an empty NodeID is malformed.
-func (d *decoder) member() Member {
+// member reads a member record; an empty NodeID is malformed. withPeer: the record has
+// a peer address (Member commands of memberVersion, snapshots of snapshotVersion).
+func (d *decoder) member(withPeer bool) Member {
 	m := Member{NodeID: d.str("member node"), RaftAddr: d.str("member raft addr"), APIAddr: d.str("member api addr")}
+	if withPeer {
+		m.PeerAddr = d.str("member peer addr")
+	}
 	if d.err == nil && m.NodeID == "" {
 		d.fail(fmt.Errorf("%w: member node ID is empty", ErrBadCommand))
 	}
@@ -325,8 +336,8 @@ func Decode(data []byte) (CommandType, any, error) {
 	if t < CmdCommit || t > CmdPrune {
 		return t, nil, fmt.Errorf("%w: %d", ErrUnknownCommand, data[0])
 	}
-	if data[1] != commandVersion {
-		return t, nil, fmt.Errorf("%w: %s version %d, this binary reads version %d", ErrBadCommand, t, data[1], commandVersion)
+	if v := data[1]; v != commandVersion && (t != CmdMember || v != memberVersion) {
+		return t, nil, fmt.Errorf("%w: %s version %d, this binary reads version %d (and %d for members)", ErrBadCommand, t, v, commandVersion, memberVersion)
 	}
 	r := bytes.NewReader(data[2:])
 	d := &decoder{src: r, left: r.Len}
@@ -339,7 +350,7 @@ func Decode(data []byte) (CommandType, any, error) {
 	case CmdRemove:
 		v = d.remove()
 	case CmdMember:
-		v = SetMember{TxnID: d.txn("txn"), Remove: d.bool1("remove"), Member: d.member()}
+		v = SetMember{TxnID: d.txn("txn"), Remove: d.bool1("remove"), Member: d.member(data[1] == memberVersion)}
 	case CmdPrune:
 		v = Prune{TxnID: d.txn("txn"), Before: d.uvarint("before")}
 	}

@@ -83,7 +83,7 @@ func TestMemberResult(t *testing.T) {
 }
 
 func TestDecodeMember(t *testing.T) {
-	sm := SetMember{TxnID: id(3), Member: Member{NodeID: "n1", RaftAddr: "10.0.0.1:7000", APIAddr: "[::1]:8000"}, Remove: true}
+	sm := SetMember{TxnID: id(3), Member: Member{NodeID: "n1", RaftAddr: "10.0.0.1:7000", APIAddr: "[::1]:8000", PeerAddr: "10.0.0.1:7300"}, Remove: true}
 	typ, v, err := Decode(EncodeSetMember(sm))
 	if err != nil || typ != CmdMember || v.(SetMember) != sm {
 		t.Fatalf("Decode = %v %+v %v, want %+v", typ, v, err, sm)
@@ -100,7 +100,8 @@ func TestDecodeMember(t *testing.T) {
 		{"bad remove byte", badBool, ErrBadCommand},
 		{"truncated", valid[:len(valid)-1], ErrShortCommand},
 		{"trailing", append(slices.Clone(valid), 0), ErrBadCommand},
-		{"bad version", []byte{byte(CmdMember), 2}, ErrBadCommand},
+		{"bad version", []byte{byte(CmdMember), 3}, ErrBadCommand},
+		{"member version on a commit", []byte{byte(CmdCommit), memberVersion}, ErrBadCommand},
 		{"unknown type after prune", []byte{byte(CmdPrune) + 1, 1}, ErrUnknownCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,6 +109,21 @@ func TestDecodeMember(t *testing.T) {
 				t.Fatalf("Decode error %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDecodeMemberVersion1 reads a Member command written before the peer address existed:
+// its record has no peer addr, and PeerTarget falls back to the API address.
+func TestDecodeMemberVersion1(t *testing.T) {
+	v1 := append([]byte{byte(CmdMember), commandVersion}, make([]byte, 16)...) // txn
+	v1 = append(v1, 0, 2, 'n', '1', 1, 'r', 1, 'a')                           // remove, node, raft, api
+	_, v, err := Decode(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := v.(SetMember).Member
+	if m != (Member{NodeID: "n1", RaftAddr: "r", APIAddr: "a"}) || m.PeerTarget() != "a" {
+		t.Fatalf("decoded %+v (peer target %q), want n1/r/a with peer target a", m, m.PeerTarget())
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Snapshot wire format (version 2; version 1 had no members section and is
-// refused). The constants are wire format.
+// Snapshot wire format (version 3; version 2 is read too: its member records have no peer
+// addr; version 1 had no members section and is refused). The constants are wire format.
 //
 //	magic   "KVFS" (4 bytes) | version byte (snapshotVersion)
 //	applied uvarint
@@ -28,7 +28,7 @@ import (
 //	fullEntry: cmdEntry (see codec.go) | owner str | txn [16]byte
 //	result:    txn [16]byte | type byte | index uvarint | aborted byte (0/1) |
 //	           n uvarint | n x (key str | outcome byte | fullEntry)
-//	member:    node str | raft addr str | api addr str   (see codec.go)
+//	member:    node str | raft addr str | api addr str | peer addr str   (see codec.go)
 //
 // Derived counters (Stats.Bytes, Owners) are not encoded: Restore recomputes
 // them from the live entries.
@@ -37,7 +37,9 @@ import (
 // Hash means byte-identical snapshots.
 const (
 	snapshotMagic   = "KVFS"
-	snapshotVersion = 2
+	snapshotVersion = 3
+	// snapshotVersionNoPeer is the earlier version still read: members without peer addr.
+	snapshotVersionNoPeer = 2
 	flushAt         = 64 << 10
 )
 
@@ -201,12 +203,12 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	d := &decoder{src: hr}
 	var magic [len(snapshotMagic) + 1]byte
 	d.full("snapshot header", magic[:])
-	if d.err == nil && (string(magic[:4]) != snapshotMagic || magic[4] != snapshotVersion) {
+	if d.err == nil && (string(magic[:4]) != snapshotMagic || magic[4] != snapshotVersion && magic[4] != snapshotVersionNoPeer) {
 		return nil, fmt.Errorf("%w: header %q, want %q version %d", ErrBadSnapshot, magic[:], snapshotMagic, snapshotVersion)
 	}
 	st := newState()
 	st.applied = d.uvarint("applied index")
-	st.decodeBody(d)
+	st.decodeBody(d, magic[4] != snapshotVersionNoPeer)
 	if d.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, d.err)
 	}
@@ -227,8 +229,9 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	return st, nil
 }
 
-// decodeBody reads the four sections, checking strict ordering as it goes.
-func (st *state) decodeBody(d *decoder) {
+// decodeBody reads the four sections, checking strict ordering as it goes. withPeer: the
+// member records carry a peer address (snapshotVersion).
+func (st *state) decodeBody(d *decoder, withPeer bool) {
 	n, _ := d.count("live count", 1)
 	prev := ""
 	for i := 0; i < n && d.err == nil; i++ {
@@ -262,7 +265,7 @@ func (st *state) decodeBody(d *decoder) {
 	}
 	n, _ = d.count("member count", 1)
 	for i := 0; i < n && d.err == nil; i++ {
-		m := d.member()
+		m := d.member(withPeer)
 		if i > 0 && strings.Compare(m.NodeID, prev) <= 0 {
 			d.fail(fmt.Errorf("member %q not after %q", m.NodeID, prev))
 		}

@@ -89,12 +89,22 @@ type Remove struct {
 }
 
 // Member is one node of the cluster as every replica knows it: its raft
-// server ID, the address raft dials, and the address clients and peers use
-// for the node's API.
+// server ID, the address raft dials, the address clients use for the node's
+// API, and the address peers use for its Cluster service ("" in records
+// written before the peer listener existed: peers then use APIAddr).
 type Member struct {
 	NodeID   string
 	RaftAddr string
 	APIAddr  string
+	PeerAddr string
+}
+
+// PeerTarget is the address peers dial for m's Cluster service.
+func (m Member) PeerTarget() string {
+	if m.PeerAddr != "" {
+		return m.PeerAddr
+	}
+	return m.APIAddr
 }
 
 // SetMember records Member under Member.NodeID (replacing any earlier record),
