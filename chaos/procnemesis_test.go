@@ -233,7 +233,7 @@ func startProxiedCluster(t *testing.T, n int) *proxiedCluster {
 	t.Cleanup(c.stopAll)
 	for i := range n {
 		p := &proc{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(base, fmt.Sprintf("n%d", i+1)),
-			raft: freePort(t), api: freePort(t), http: freePort(t)}
+			raft: freePort(t), api: freePort(t), peer: freePort(t), http: freePort(t)}
 		c.procs = append(c.procs, p)
 		c.proxies[p] = startProxy(t, p.raft)
 		p.extraArgs = []string{"--raft-advertise", c.proxies[p].addr(), "--log-level", "error"}

@@ -58,7 +58,7 @@ func freePort(t *testing.T) string {
 
 // proc is one storenode serve process.
 type proc struct {
-	id, data, raft, api, http string
+	id, data, raft, api, peer, http string
 	failpoints                string
 	extraArgs                 []string // more serve flags (a later flag wins)
 	cmd                       *exec.Cmd
@@ -79,7 +79,7 @@ func startCluster(t *testing.T, n int, failpoints string) *cluster {
 	KeepOnFailure(t, base)
 	for i := range n {
 		p := &proc{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(base, fmt.Sprintf("n%d", i+1)),
-			raft: freePort(t), api: freePort(t), http: freePort(t), failpoints: failpoints}
+			raft: freePort(t), api: freePort(t), peer: freePort(t), http: freePort(t), failpoints: failpoints}
 		c.procs = append(c.procs, p)
 		c.start(p)
 		c.waitReady(p, 30*time.Second)
@@ -91,9 +91,9 @@ func startCluster(t *testing.T, n int, failpoints string) *cluster {
 func (c *cluster) start(p *proc) {
 	c.t.Helper()
 	args := []string{"serve", "--id", p.id, "--data", p.data, "--raft-addr", p.raft, "--api-addr", p.api,
-		"--http-addr", p.http, "--log-level", "warn"}
+		"--peer-addr", p.peer, "--http-addr", p.http, "--log-level", "warn"}
 	if p != c.procs[0] {
-		args = append(args, "--join", c.procs[0].api)
+		args = append(args, "--join", c.procs[0].peer)
 	}
 	args = append(args, p.extraArgs...)
 	p.cmd = exec.Command(binary(c.t), args...)

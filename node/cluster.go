@@ -10,6 +10,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -18,23 +23,70 @@ import (
 	"github.com/kvoffload/kvoffload/txn"
 )
 
-// serve starts the gRPC API (KVOffload, Cluster, server reflection) on cfg.APIAddr.
+// Keepalive on both listeners: a connection whose peer stops answering (SIGSTOP, a hung VM,
+// a dead link without a FIN) is closed within about keepaliveTime+keepaliveTimeout, and
+// clients may ping as often as every keepaliveMinPing to detect a stalled member themselves
+// (client.Options.StallTimeout).
+const (
+	keepaliveTime    = 2 * time.Second
+	keepaliveTimeout = 2 * time.Second
+	keepaliveMinPing = 500 * time.Millisecond
+)
+
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
+	}
+}
+
+// serve starts the client API (KVOffload, gRPC health, server reflection) on cfg.APIAddr
+// and, in cluster mode, the peer service (Cluster) on cfg.PeerAddr: two listeners, so that
+// a client of the API cannot reach a single peer RPC (docs/security.md).
 func (n *Node) serve() error {
 	lis, err := net.Listen("tcp", n.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("node: API listener: %w", err)
 	}
 	n.listener = lis
-	n.server = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes))
+	opts := serverOptions()
+	if n.cfg.Security.APITLS {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.apiServer())))
+	}
+	if tokens := n.cfg.Security.APITokens; len(tokens) > 0 {
+		unary, stream := tokenCheck(tokens)
+		opts = append(opts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	}
+	n.server = grpc.NewServer(opts...)
 	pb.RegisterKVOffloadServer(n.server, kvService{n: n})
-	pb.RegisterClusterServer(n.server, clusterService{n: n})
+	n.health = health.NewServer()
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until recovery ends
+	healthpb.RegisterHealthServer(n.server, n.health)
 	reflection.Register(n.server)
-	go func() {
-		if err := n.server.Serve(lis); err != nil {
-			n.log.Error("API server stopped", "err", err)
-		}
-	}()
+	go n.runServer(n.server, lis, "API")
+	if n.cfg.PeerAddr == "" {
+		return nil
+	}
+	plis, err := net.Listen("tcp", n.cfg.PeerAddr)
+	if err != nil {
+		return fmt.Errorf("node: peer listener: %w", err)
+	}
+	n.peerListener = plis
+	popts := serverOptions()
+	if n.tls != nil {
+		popts = append(popts, grpc.Creds(credentials.NewTLS(n.tls.peerServer())))
+	}
+	n.peerServer = grpc.NewServer(popts...)
+	pb.RegisterClusterServer(n.peerServer, clusterService{n: n})
+	go n.runServer(n.peerServer, plis, "peer")
 	return nil
+}
+
+func (n *Node) runServer(s *grpc.Server, lis net.Listener, name string) {
+	if err := s.Serve(lis); err != nil {
+		n.log.Error(name+" server stopped", "err", err)
+	}
 }
 
 // APIAddr is the address the gRPC API listens on ("" without one).
@@ -43,6 +95,14 @@ func (n *Node) APIAddr() string {
 		return ""
 	}
 	return n.listener.Addr().String()
+}
+
+// PeerAddr is the address the peer service listens on ("" without one).
+func (n *Node) PeerAddr() string {
+	if n.peerListener == nil {
+		return ""
+	}
+	return n.peerListener.Addr().String()
 }
 
 // waitReady holds a request until recovery has finished.
@@ -76,18 +136,24 @@ func (n *Node) Ready() error {
 
 // join asks the members in cfg.Join, in turn, to add this node, until one accepts.
 func (n *Node) join(ctx context.Context) error {
-	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), ApiAddr: n.APIAddr()}
+	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), ApiAddr: n.APIAddr(), PeerAddr: n.PeerAddr()}
 	var last error
 	for attempt := 0; ; attempt++ {
-		for _, addr := range n.cfg.Join {
+		addrs := slices.Clone(n.cfg.Join)
+		for i := 0; i < len(addrs); i++ {
+			addr := addrs[i]
 			conn, err := n.peers.conn(addr)
 			if err != nil {
 				last = err
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			resp, err := pb.NewClusterClient(conn).Join(cctx, req)
+			var trailer metadata.MD
+			resp, err := pb.NewClusterClient(conn).Join(cctx, req, grpc.Trailer(&trailer))
 			cancel()
+			if to := trailer.Get(leaderTrailer); len(to) == 1 && !slices.Contains(addrs, to[0]) {
+				addrs = append(addrs, to[0]) // redirected to the leader (TLS: joins are not forwarded)
+			}
 			if err == nil {
 				n.log.Info("joined the cluster", "via", addr, "voter", resp.Voter)
 				return nil
@@ -175,20 +241,21 @@ func (e removedError) Error() string {
 
 func (e removedError) Is(target error) bool { return target == ErrRemoved }
 
-// clusterLists asks the members in cfg.Join and in the member directory for the cluster's
+// clusterLists asks the members in cfg.Join and in the member directory (at their peer
+// addresses) for the cluster's
 // Raft configuration (Cluster/Status), following each answer to the leader it names: only
 // the leader's own answer counts (a lagging follower's configuration may predate this
 // node's join). known reports that the leader answered; listed, that it lists this node.
 func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 	addrs := slices.Clone(n.cfg.Join)
 	for _, m := range n.fsm.Members() {
-		if m.NodeID != n.cfg.ID && m.APIAddr != "" && !slices.Contains(addrs, m.APIAddr) {
-			addrs = append(addrs, m.APIAddr)
+		if a := m.PeerTarget(); m.NodeID != n.cfg.ID && a != "" && !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
 		}
 	}
 	for i := 0; i < len(addrs) && ctx.Err() == nil; i++ {
 		addr := addrs[i]
-		if addr == n.APIAddr() {
+		if addr == n.PeerAddr() {
 			continue
 		}
 		conn, err := n.peers.conn(addr)
@@ -202,9 +269,9 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 			continue
 		}
 		leader := slices.IndexFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == st.LeaderId })
-		if leader < 0 || st.Members[leader].ApiAddr != addr {
-			if leader >= 0 && st.Members[leader].ApiAddr != "" && !slices.Contains(addrs, st.Members[leader].ApiAddr) {
-				addrs = append(addrs, st.Members[leader].ApiAddr) // ask the leader itself
+		if leader < 0 || st.Members[leader].PeerAddr != addr {
+			if leader >= 0 && st.Members[leader].PeerAddr != "" && !slices.Contains(addrs, st.Members[leader].PeerAddr) {
+				addrs = append(addrs, st.Members[leader].PeerAddr) // ask the leader itself
 			}
 			continue
 		}
@@ -230,7 +297,7 @@ func (n *Node) checkNoPriorKeys(ctx context.Context) error {
 // announce records this node's addresses in the member directory when it becomes leader
 // (the bootstrap node has no one else to do it; a restarted leader may have moved).
 func (n *Node) announce() {
-	me := fsm.Member{NodeID: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), APIAddr: n.APIAddr()}
+	me := fsm.Member{NodeID: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), APIAddr: n.APIAddr(), PeerAddr: n.PeerAddr()}
 	if cur, ok := n.fsm.Member(n.cfg.ID); ok && cur == me {
 		return
 	}
@@ -245,6 +312,9 @@ func (n *Node) announce() {
 // Shutdown stops the node gracefully: no new requests are accepted, requests in flight
 // finish (or ctx ends), leadership moves to another voter, then the node closes.
 func (n *Node) Shutdown(ctx context.Context) error {
+	if n.health != nil {
+		n.health.Shutdown() // health checks say NOT_SERVING while requests drain
+	}
 	if n.server != nil {
 		done := make(chan struct{})
 		go func() { n.server.GracefulStop(); close(done) }()

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
@@ -22,12 +23,22 @@ type clusterService struct {
 	n *Node
 }
 
-// Join adds a node; a member that is not the leader forwards the request to the leader.
+// Join adds a node; a member that is not the leader forwards the request to the leader, or,
+// with TLS, redirects the caller there (redirect). With TLS, a node joins only as itself: the
+// node ID must be its certificate's.
 func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
-	if req.NodeId == "" || req.RaftAddr == "" || req.ApiAddr == "" {
-		return nil, status.Error(codes.InvalidArgument, "join needs node_id, raft_addr and api_addr")
+	if req.NodeId == "" || req.RaftAddr == "" || req.ApiAddr == "" || req.PeerAddr == "" {
+		return nil, status.Error(codes.InvalidArgument, "join needs node_id, raft_addr, api_addr and peer_addr")
+	}
+	caller := callerOf(ctx)
+	if s.n.tls != nil && (caller.name != req.NodeId || caller.operator) {
+		s.n.log.Warn("join refused: the certificate is not the joining node's", "id", req.NodeId, "by", caller)
+		return nil, status.Errorf(codes.PermissionDenied, "join of node %q by %s: a node joins only with its own certificate", req.NodeId, caller)
 	}
 	if !s.n.raft.IsLeader() {
+		if s.n.tls != nil {
+			return nil, s.redirect(ctx)
+		}
 		cl, err := s.n.cmeta().leaderClient(ctx)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
@@ -47,11 +58,11 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 	if err != nil {
 		return nil, raftError(err)
 	}
-	mem := fsm.Member{NodeID: req.NodeId, RaftAddr: req.RaftAddr, APIAddr: req.ApiAddr}
+	mem := fsm.Member{NodeID: req.NodeId, RaftAddr: req.RaftAddr, APIAddr: req.ApiAddr, PeerAddr: req.PeerAddr}
 	if _, err := s.n.raft.Propose(ctx, fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: mem})); err != nil {
 		return nil, raftError(err)
 	}
-	s.n.log.Info("member joined", "id", req.NodeId, "raft", req.RaftAddr, "api", req.ApiAddr, "voter", voter)
+	s.n.log.Info("member joined", "id", req.NodeId, "raft", req.RaftAddr, "api", req.ApiAddr, "peer", req.PeerAddr, "voter", voter, "by", callerOf(ctx))
 	return &pb.JoinResponse{Voter: voter}, nil
 }
 
@@ -62,7 +73,16 @@ const leaveRemoveBatch = 4096
 // keys whose bytes it held from the metadata (dropOwnerKeys). The leader leaving hands
 // leadership over first, so the new leader records the removal. A node that is no longer a
 // member but still owns keys (an earlier Leave cut short) gets its keys dropped again.
+//
+// With TLS, only the node itself or an operator (OperatorUnit) may ask, and a member that is
+// not the leader redirects the caller to it instead of forwarding (forwarding would put this
+// member's identity in place of the caller's).
 func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
+	caller := callerOf(ctx)
+	if s.n.tls != nil && caller.name != req.NodeId && !caller.operator {
+		s.n.log.Warn("leave refused", "id", req.NodeId, "by", caller)
+		return nil, status.Errorf(codes.PermissionDenied, "leave of node %q by %s: only the node itself or an operator certificate (OU %s) may remove a member", req.NodeId, caller, OperatorUnit)
+	}
 	_, member := s.n.fsm.Member(req.NodeId)
 	if !member && s.n.fsm.Owners()[req.NodeId].Keys == 0 {
 		return nil, status.Errorf(codes.NotFound, "node ID %s is not a member", req.NodeId)
@@ -73,6 +93,9 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 		}
 	}
 	if !s.n.raft.IsLeader() {
+		if s.n.tls != nil {
+			return nil, s.redirect(ctx)
+		}
 		cl, err := s.n.cmeta().leaderClient(ctx)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
@@ -92,7 +115,7 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 	if err != nil {
 		return nil, err
 	}
-	s.n.log.Info("member left", "id", req.NodeId, "keys_dropped", dropped)
+	s.n.log.Info("member left", "id", req.NodeId, "keys_dropped", dropped, "by", caller)
 	return &pb.LeaveResponse{KeysDropped: dropped}, nil
 }
 
@@ -143,7 +166,7 @@ func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.St
 		m := dir[sv.ID]
 		o := owners[sv.ID]
 		out.Members = append(out.Members, &pb.Member{
-			NodeId: sv.ID, RaftAddr: sv.Address, ApiAddr: m.APIAddr, Voter: sv.Voter,
+			NodeId: sv.ID, RaftAddr: sv.Address, ApiAddr: m.APIAddr, PeerAddr: m.PeerTarget(), Voter: sv.Voter,
 			Leader: sv.ID == leader, Keys: uint64(o.Keys), Bytes: uint64(o.Bytes),
 		})
 	}
@@ -182,6 +205,9 @@ func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.
 // the Raft configuration (removed, but still running) is refused: it would wait for entries
 // it no longer receives.
 func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
+	if caller := callerOf(ctx); s.n.tls != nil && caller.name != req.NodeId {
+		return nil, status.Errorf(codes.PermissionDenied, "read index for node %q asked by %s", req.NodeId, caller)
+	}
 	if err := s.refuseNonMember(req.NodeId); err != nil {
 		return nil, err
 	}
@@ -190,6 +216,21 @@ func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest)
 		return nil, raftError(err)
 	}
 	return &pb.ReadIndexResponse{ReadIndex: index}, nil
+}
+
+// leaderTrailer is the trailer key of a redirect: the leader's peer address.
+const leaderTrailer = "kvoffload-leader-peer"
+
+// redirect answers a call this member will not forward: FailedPrecondition naming the
+// leader's peer address, which is also sent in the leaderTrailer trailer for programs.
+func (s clusterService) redirect(ctx context.Context) error {
+	id, _ := s.n.raft.Leader()
+	mem, ok := s.n.fsm.Member(id)
+	if id == "" || !ok || mem.PeerTarget() == "" {
+		return status.Error(codes.Unavailable, "this member is not the leader and knows no leader yet: retry")
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(leaderTrailer, mem.PeerTarget()))
+	return status.Errorf(codes.FailedPrecondition, "not the leader: call the leader %s at its peer address %s", id, mem.PeerTarget())
 }
 
 // refuseNonMember, on the leader, returns PermissionDenied for a node that is not in the Raft

@@ -32,9 +32,9 @@ func openCluster(t *testing.T, n int) []*Node {
 		cfg := testConfig(filepath.Join(base, string(rune('a'+i))))
 		cfg.ID = string(rune('a' + i))
 		cfg.Txn.NodeID = cfg.ID
-		cfg.RaftAddr, cfg.APIAddr = freeAddr(t), freeAddr(t)
+		cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
 		if i > 0 {
-			cfg.Join = []string{nodes[0].APIAddr()}
+			cfg.Join = []string{nodes[0].PeerAddr()}
 		}
 		nodes = append(nodes, mustOpen(t, cfg))
 	}
@@ -124,8 +124,8 @@ func TestJoinUnderExistingIDRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.DataDir = t.TempDir() // the disk was lost
-	cfg.RaftAddr, cfg.APIAddr = freeAddr(t), freeAddr(t)
-	cfg.Join = []string{nodes[0].APIAddr()}
+	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.Join = []string{nodes[0].PeerAddr()}
 	jctx, jcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer jcancel()
 	if n, err := Open(jctx, cfg); err == nil {

@@ -37,9 +37,16 @@ type Config struct {
 	// RaftAdvertise is the host:port other members dial to reach this node's Raft transport
 	// (for example a proxy in front of it); empty means RaftAddr.
 	RaftAdvertise string
-	// APIAddr is the host:port the gRPC API listens on; empty means no API server.
+	// APIAddr is the host:port the client API (KVOffload, gRPC health, reflection) listens
+	// on; empty means no API server.
 	APIAddr string
-	// Join lists API addresses of existing members. When set and the node has no Raft state
+	// PeerAddr is the host:port the peer service (Cluster: Join, Leave, Propose, Barrier,
+	// ReadIndex, ReadLocal, Status) listens on; required in cluster mode. Clients on the API
+	// port cannot reach it.
+	PeerAddr string
+	// Security: TLS for peers, Raft and optionally the client API, and API bearer tokens.
+	Security Security
+	// Join lists peer addresses (PeerAddr) of existing members. When set and the node has no Raft state
 	// yet, it joins through one of them instead of bootstrapping a new cluster.
 	Join []string
 	// Registry receives the node's Prometheus metrics; nil means they are not registered.
@@ -93,5 +100,12 @@ func (c Config) Validate() error {
 	if c.RaftAddr != "" && c.APIAddr == "" {
 		errs = append(errs, errors.New("node: a cluster member (RaftAddr set) needs APIAddr"))
 	}
+	if c.RaftAddr != "" && c.PeerAddr == "" {
+		errs = append(errs, errors.New("node: a cluster member (RaftAddr set) needs PeerAddr"))
+	}
+	if c.RaftAddr == "" && c.PeerAddr != "" {
+		errs = append(errs, errors.New("node: PeerAddr needs RaftAddr (cluster mode)"))
+	}
+	errs = append(errs, c.Security.validate(c)...)
 	return errors.Join(errs...)
 }

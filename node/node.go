@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
@@ -41,12 +43,17 @@ type Node struct {
 	coord    *txn.Coordinator
 	peers    *peers
 	metrics  *metrics
-	server   *grpc.Server
+	tls      *tlsMaterial // nil without TLS
+	server   *grpc.Server // the client API
 	listener net.Listener
-	ready    chan struct{} // closed when recovery has finished
-	closing  chan struct{}
-	repair   wal.RepairReport
-	recovery txn.RecoveryReport
+	health   *health.Server
+	// peerServer serves the Cluster service on peerListener (cluster mode only).
+	peerServer   *grpc.Server
+	peerListener net.Listener
+	ready        chan struct{} // closed when recovery has finished
+	closing      chan struct{}
+	repair       wal.RepairReport
+	recovery     txn.RecoveryReport
 }
 
 // Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs
@@ -60,7 +67,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), peers: newPeers(),
+	tm, err := loadTLS(cfg.Security, cfg.ID)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), peers: newPeers(tm), tls: tm,
 		ready: make(chan struct{}), closing: make(chan struct{})}
 	n.metrics = newMetrics(cfg.Registry, n)
 	defer func() {
@@ -117,8 +128,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	close(n.ready)
+	if n.health != nil {
+		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	}
 	go n.pruneLoop()
-	n.log.Info("node ready", "api", n.APIAddr(), "raft", cfg.RaftAddr)
+	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", tm != nil)
 	return n, nil
 }
 
@@ -149,6 +163,9 @@ func (n *Node) openRaft(bootstrap bool) error {
 	rcfg := raftmeta.DefaultConfig(n.cfg.ID, filepath.Join(n.cfg.DataDir, "raft"))
 	rcfg.Bootstrap, rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = bootstrap, n.log, n.cfg.RaftAddr, n.cfg.RaftAdvertise
 	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
+	if n.cfg.RaftAddr != "" {
+		rcfg.TLS = n.tls.raft()
+	}
 	var err error
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -210,6 +227,9 @@ func (n *Node) Close() error {
 	}
 	if n.server != nil {
 		n.server.Stop()
+	}
+	if n.peerServer != nil {
+		n.peerServer.Stop()
 	}
 	var errs []error
 	if n.coord != nil {

@@ -11,7 +11,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
@@ -37,16 +39,17 @@ const (
 	leaderWait = 10 * time.Second
 )
 
-// peers holds one gRPC connection per other node, by API address, and remembers which
+// peers holds one gRPC connection per other node, by peer address, and remembers which
 // owners recently failed to answer in time.
 type peers struct {
+	tls     *tlsMaterial // nil: plaintext
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
 	suspect map[string]time.Time // owner -> until when its reads get the short deadline
 }
 
-func newPeers() *peers {
-	return &peers{conns: map[string]*grpc.ClientConn{}, suspect: map[string]time.Time{}}
+func newPeers(tm *tlsMaterial) *peers {
+	return &peers{tls: tm, conns: map[string]*grpc.ClientConn{}, suspect: map[string]time.Time{}}
 }
 
 // readBase returns the size-independent deadline for a read from owner.
@@ -76,8 +79,13 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
+	creds := insecure.NewCredentials()
+	if p.tls != nil {
+		creds = credentials.NewTLS(p.tls.peerClient())
+	}
 	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("node: dialing %s: %w", addr, err)
@@ -191,8 +199,8 @@ func (m clusterMeta) leaderClient(ctx context.Context) (pb.ClusterClient, error)
 	deadline := time.Now().Add(leaderWait)
 	for {
 		if id, _ := m.r.Leader(); id != "" {
-			if mem, ok := m.f.Member(id); ok && mem.APIAddr != "" {
-				c, err := m.peers.conn(mem.APIAddr)
+			if mem, ok := m.f.Member(id); ok && mem.PeerTarget() != "" {
+				c, err := m.peers.conn(mem.PeerTarget())
 				if err != nil {
 					return nil, err
 				}
@@ -225,10 +233,10 @@ func (r remoteReader) ReadRemote(ctx context.Context, owner string, keys []strin
 		return out
 	}
 	mem, ok := r.f.Member(owner)
-	if !ok || mem.APIAddr == "" {
+	if !ok || mem.PeerTarget() == "" {
 		return fail("owner " + owner + " is not a known member")
 	}
-	conn, err := r.peers.conn(mem.APIAddr)
+	conn, err := r.peers.conn(mem.PeerTarget())
 	if err != nil {
 		return fail(err.Error())
 	}

@@ -38,7 +38,7 @@ func TestRemovedNodeRestartRefused(t *testing.T) {
 			mustOffload(t, gone, objects(3, 8<<10, keyOf("rj", 0)))
 			cfg := gone.cfg
 			if len(cfg.Join) == 0 {
-				cfg.Join = []string{leader.APIAddr()}
+				cfg.Join = []string{leader.PeerAddr()}
 			}
 			if down {
 				mustClose(t, gone)
@@ -115,7 +115,7 @@ func TestFirstJoinCutShortRejoins(t *testing.T) {
 	nodes := openCluster(t, 2)
 	cfg := testConfig(filepath.Join(t.TempDir(), "c"))
 	cfg.ID, cfg.Txn.NodeID = "c", "c"
-	cfg.RaftAddr, cfg.APIAddr = freeAddr(t), freeAddr(t)
+	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
 	cfg.Join = []string{freeAddr(t)} // nobody listens there
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	n, err := Open(ctx, cfg)
@@ -129,7 +129,7 @@ func TestFirstJoinCutShortRejoins(t *testing.T) {
 	}
 	t.Logf("first join cut short: %v", err)
 
-	cfg.Join = []string{nodes[1].APIAddr()}
+	cfg.Join = []string{nodes[1].PeerAddr()}
 	c := mustOpen(t, cfg)
 	keys := []string{keyOf("cs", 0)}
 	mustOffload(t, c, objects(4, 8<<10, keys...))

@@ -30,6 +30,10 @@ type Config struct {
 	// Default: BindAddr (then BindAddr must not be a wildcard; port 0 is
 	// fine, the bound port is advertised). Only with a BindAddr.
 	AdvertiseAddr string
+	// TLS, when set, makes the TCP transport mutual TLS (tlsStreamLayer): Raft traffic is
+	// accepted only from, and sent only to, holders of a certificate of the cluster CA. Only
+	// with a BindAddr. nil: plain TCP.
+	TLS *TLS
 	// Bootstrap bootstraps a one-voter cluster (this node, at its advertised
 	// address) if Dir holds no raft state yet; ignored when state exists.
 	// Exactly one member of a new cluster bootstraps; the others are added
@@ -152,10 +156,16 @@ func (c Config) Validate() error {
 // validateAddrs checks BindAddr and AdvertiseAddr without resolving names.
 func (c Config) validateAddrs(bad func(format string, args ...any)) {
 	if c.BindAddr == "" {
+		if c.TLS != nil {
+			bad("TLS needs a BindAddr (the in-memory transport has no network)")
+		}
 		if c.AdvertiseAddr != "" {
 			bad("AdvertiseAddr %q needs a BindAddr (the in-memory transport is not dialable)", c.AdvertiseAddr)
 		}
 		return
+	}
+	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Client == nil) {
+		bad("TLS needs both a Server and a Client tls.Config")
 	}
 	host, _, err := net.SplitHostPort(c.BindAddr)
 	if err != nil {

@@ -133,6 +133,10 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 		}
 		advertise = a
 	}
+	if cfg.TLS != nil {
+		return newTLSTransport(cfg, advertise, &raft.NetworkTransportConfig{
+			MaxPool: tcpMaxPool, Timeout: tcpTimeout, Logger: hl.Named("transport")})
+	}
 	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, advertise, tcpMaxPool, tcpTimeout, hl.Named("transport"))
 	if err != nil {
 		return nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)

@@ -17,7 +17,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(replayCmd(), serveCmd(), statusCmd())
+	root.AddCommand(replayCmd(), serveCmd(), statusCmd(), certsCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "storenode:", err)
 		os.Exit(1)

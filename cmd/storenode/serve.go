@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -29,9 +30,16 @@ var serveSettings = []struct{ name, def, usage string }{
 	{"data", "./storenode-data", "data directory (WAL, buckets, Raft state); not the replay's ./kvoffload-data, whose embedded node is no cluster member"},
 	{"raft-addr", "127.0.0.1:7000", "host:port the Raft transport listens on"},
 	{"raft-advertise", "", "host:port other nodes dial for Raft (empty = --raft-addr)"},
-	{"api-addr", "127.0.0.1:7100", "host:port of the gRPC API"},
+	{"api-addr", "127.0.0.1:7100", "host:port of the client API (KVOffload, gRPC health, reflection)"},
+	{"peer-addr", "127.0.0.1:7300", "host:port of the peer service other members call (Join, Leave, Propose, reads)"},
+	{"tls-cert", "", "this node's certificate (PEM, Common Name = --id): mutual TLS for peer and Raft traffic (docs/security.md)"},
+	{"tls-key", "", "the key of --tls-cert (PEM)"},
+	{"tls-ca", "", "the cluster CA's certificate (PEM); peers must present a certificate it signed"},
+	{"api-tls", "false", "serve the client API over TLS too, with --tls-cert"},
+	{"api-token-file", "", "file of bearer tokens the client API accepts, one per line (empty = no token needed)"},
+	{"insecure", "false", "allow peer and Raft listeners on non-loopback addresses without TLS (a network you trust)"},
 	{"http-addr", "127.0.0.1:7200", "host:port of /metrics, /healthz and /readyz (empty = off)"},
-	{"join", "", "comma-separated API addresses of existing members; empty = bootstrap a new cluster"},
+	{"join", "", "comma-separated peer addresses (--peer-addr) of existing members; empty = bootstrap a new cluster"},
 	{"capacity", "0", "quota on live bucket bytes, e.g. 64GiB (0 = unlimited)"},
 	{"log-level", "info", "debug, info, warn or error"},
 }
@@ -110,6 +118,12 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 	cfg := node.DefaultConfig(vals["data"])
 	cfg.ID, cfg.Txn.NodeID = vals["id"], vals["id"]
 	cfg.RaftAddr, cfg.RaftAdvertise, cfg.APIAddr = vals["raft-addr"], vals["raft-advertise"], vals["api-addr"]
+	cfg.PeerAddr = vals["peer-addr"]
+	sec, err := securityConfig(vals)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Security = sec
 	if j := strings.TrimSpace(vals["join"]); j != "" {
 		cfg.Join = strings.Split(j, ",")
 	}
@@ -124,6 +138,33 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 		return cfg, errors.New("--raft-addr is required for serve")
 	}
 	return cfg, cfg.Validate()
+}
+
+// securityConfig reads the TLS and token settings.
+func securityConfig(vals map[string]string) (node.Security, error) {
+	sec := node.Security{CertFile: vals["tls-cert"], KeyFile: vals["tls-key"], CAFile: vals["tls-ca"]}
+	var err error
+	if sec.APITLS, err = strconv.ParseBool(vals["api-tls"]); err != nil {
+		return sec, fmt.Errorf("--api-tls: %w", err)
+	}
+	if sec.Insecure, err = strconv.ParseBool(vals["insecure"]); err != nil {
+		return sec, fmt.Errorf("--insecure: %w", err)
+	}
+	if f := vals["api-token-file"]; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return sec, fmt.Errorf("--api-token-file: %w", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+				sec.APITokens = append(sec.APITokens, t)
+			}
+		}
+		if len(sec.APITokens) == 0 {
+			return sec, fmt.Errorf("--api-token-file %s holds no token", f)
+		}
+	}
+	return sec, nil
 }
 
 func runServe(ctx context.Context, vals map[string]string) error {
@@ -161,7 +202,7 @@ func runServe(ctx context.Context, vals map[string]string) error {
 		return err
 	}
 	current.Store(n)
-	fmt.Fprintf(os.Stderr, "storenode %s ready: api %s, raft %s\n", cfg.ID, n.APIAddr(), cfg.RaftAddr)
+	fmt.Fprintf(os.Stderr, "storenode %s ready: api %s, peer %s, raft %s\n", cfg.ID, n.APIAddr(), n.PeerAddr(), cfg.RaftAddr)
 	<-ctx.Done()
 	fmt.Fprintf(os.Stderr, "storenode %s: shutting down\n", cfg.ID)
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,0 +1,225 @@
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvoffload/kvoffload/internal/devca"
+	"github.com/kvoffload/kvoffload/raftmeta"
+)
+
+// Security configures who may talk to a node (docs/security.md). With CertFile, KeyFile and
+// CAFile set, the peer listener and the Raft transport are mutual TLS: only holders of a
+// certificate signed by the cluster CA get in, and a peer's identity is its certificate's
+// Subject Common Name (a node ID), checked on Join, Leave, every forwarded COMMIT and ABORT,
+// and ReadIndex. Without them the node serves plaintext and trusts the network: allowed only
+// on loopback addresses unless Insecure is set.
+type Security struct {
+	// CertFile and KeyFile are this node's certificate and key (PEM); the certificate's
+	// Common Name must be the node's ID. CAFile is the cluster CA's certificate (PEM). All
+	// three or none.
+	CertFile, KeyFile, CAFile string
+	// APITLS serves the client API over TLS with the node's certificate (clients verify it
+	// against the cluster CA; they need no certificate of their own).
+	APITLS bool
+	// APITokens, when not empty, are the bearer tokens the client API accepts (gRPC metadata
+	// "authorization: Bearer <token>"); a call without one of them is Unauthenticated.
+	// Health checks and reflection need no token.
+	APITokens []string
+	// Insecure allows peer and Raft listeners on non-loopback addresses without TLS.
+	Insecure bool
+}
+
+// OperatorUnit is the Subject Organizational Unit of an operator's certificate: its holder may
+// call Leave for any node. A node's certificate may Leave only for itself.
+const OperatorUnit = devca.OperatorUnit
+
+// tlsOn reports whether the node has TLS material.
+func (s Security) tlsOn() bool { return s.CertFile != "" || s.KeyFile != "" || s.CAFile != "" }
+
+// validate reports a partial TLS setup and plaintext peer listeners off loopback.
+func (s Security) validate(c Config) []error {
+	var errs []error
+	if s.tlsOn() && (s.CertFile == "" || s.KeyFile == "" || s.CAFile == "") {
+		errs = append(errs, errors.New("node: TLS needs CertFile, KeyFile and CAFile together"))
+	}
+	if s.APITLS && !s.tlsOn() {
+		errs = append(errs, errors.New("node: APITLS needs CertFile, KeyFile and CAFile"))
+	}
+	if s.tlsOn() || s.Insecure {
+		return errs
+	}
+	for _, a := range []struct{ name, addr string }{{"RaftAddr", c.RaftAddr}, {"PeerAddr", c.PeerAddr}} {
+		if a.addr != "" && !loopback(a.addr) {
+			errs = append(errs, fmt.Errorf("node: %s %s is not a loopback address and no TLS is configured: anyone who can reach it could join, propose metadata or read keys; set the TLS files (docs/security.md) or, on a network you trust, Insecure (--insecure)", a.name, a.addr))
+		}
+	}
+	return errs
+}
+
+// loopback reports whether host:port names a loopback host (an IP or "localhost").
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tlsMaterial is the loaded certificates.
+type tlsMaterial struct {
+	cert tls.Certificate
+	ca   *x509.CertPool
+}
+
+func loadTLS(s Security, id string) (*tlsMaterial, error) {
+	if !s.tlsOn() {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("node: loading the node certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("node: parsing %s: %w", s.CertFile, err)
+	}
+	if leaf.Subject.CommonName != id {
+		return nil, fmt.Errorf("node: the certificate in %s is for %q, not this node's ID %q (its Common Name is the node's identity)", s.CertFile, leaf.Subject.CommonName, id)
+	}
+	pem, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("node: reading the CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("node: %s holds no PEM certificate", s.CAFile)
+	}
+	return &tlsMaterial{cert: cert, ca: pool}, nil
+}
+
+// peerServer requires and verifies a client certificate of the cluster CA.
+func (m *tlsMaterial) peerServer() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{m.cert},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: m.ca}
+}
+
+// apiServer presents the node certificate and asks clients for none.
+func (m *tlsMaterial) apiServer() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{m.cert}}
+}
+
+// peerClient presents this node's certificate and verifies the server's chain against the
+// cluster CA. Members are dialed by address (often an IP, a proxy, a NAT), so the identity
+// checked is the CA's signature, not the host name: hostname verification is replaced by
+// chain verification in VerifyConnection (the pattern of crypto/tls's own
+// ExampleConfig_verifyConnection).
+func (m *tlsMaterial) peerClient() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{m.cert},
+		InsecureSkipVerify: true, // replaced by VerifyConnection below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("node: the peer presented no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: m.ca, Intermediates: x509.NewCertPool(),
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(opts)
+			return err
+		}}
+}
+
+func (m *tlsMaterial) raft() *raftmeta.TLS {
+	if m == nil {
+		return nil
+	}
+	return &raftmeta.TLS{Server: m.peerServer(), Client: m.peerClient()}
+}
+
+// identity is who called a peer RPC, from its verified certificate.
+type identity struct {
+	name     string // the certificate's Common Name: a node ID, or an operator's name
+	operator bool   // OperatorUnit is among the certificate's Organizational Units
+}
+
+// String names the caller in logs and refusals.
+func (id identity) String() string {
+	switch {
+	case id.name == "":
+		return "an unauthenticated peer"
+	case id.operator:
+		return "operator " + id.name
+	}
+	return "node " + id.name
+}
+
+// callerOf returns the verified identity of ctx's peer; the zero identity without TLS.
+func callerOf(ctx context.Context) identity {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return identity{}
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return identity{}
+	}
+	leaf := ti.State.VerifiedChains[0][0]
+	return identity{name: leaf.Subject.CommonName, operator: slices.Contains(leaf.Subject.OrganizationalUnit, OperatorUnit)}
+}
+
+// tokenCheck returns interceptors that refuse client API calls without one of tokens. The
+// comparison takes the same time whatever the token's content (crypto/subtle).
+func tokenCheck(tokens []string) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	check := func(ctx context.Context, method string) error {
+		if strings.HasPrefix(method, "/grpc.health.") || strings.HasPrefix(method, "/grpc.reflection.") {
+			return nil
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		for _, v := range md.Get("authorization") {
+			got, ok := strings.CutPrefix(v, "Bearer ")
+			if !ok {
+				continue
+			}
+			for _, t := range tokens {
+				if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
+					return nil
+				}
+			}
+		}
+		return status.Error(codes.Unauthenticated, "this node's client API needs a bearer token (authorization: Bearer <token>)")
+	}
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+	return unary, stream
+}

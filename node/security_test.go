@@ -1,0 +1,223 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/devca"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// peerCalls calls every Cluster RPC once on conn and returns each one's error.
+func peerCalls(ctx context.Context, conn *grpc.ClientConn, id string) map[string]error {
+	cl := pb.NewClusterClient(conn)
+	out := map[string]error{}
+	_, out["Join"] = cl.Join(ctx, &pb.JoinRequest{NodeId: "intruder", RaftAddr: "127.0.0.1:1", ApiAddr: "127.0.0.1:1", PeerAddr: "127.0.0.1:1"})
+	_, out["Leave"] = cl.Leave(ctx, &pb.LeaveRequest{NodeId: id})
+	_, out["Status"] = cl.Status(ctx, &pb.StatusRequest{})
+	commit := fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: id, Entries: []fsm.Entry{{Key: "forged", Size: 1, Gen: 1,
+		Extent: fsm.Extent{Bucket: 1, Offset: 0, Length: 4096}}}})
+	_, out["Propose"] = cl.Propose(ctx, &pb.ProposeRequest{Command: commit})
+	_, out["Barrier"] = cl.Barrier(ctx, &pb.BarrierRequest{})
+	_, out["ReadIndex"] = cl.ReadIndex(ctx, &pb.ReadIndexRequest{NodeId: id})
+	st, err := cl.ReadLocal(ctx, &pb.GetRequest{Keys: []string{"k"}})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	out["ReadLocal"] = err
+	return out
+}
+
+// TestPeerServiceNotOnAPIPort: a client on the API port reaches no peer RPC (Unimplemented),
+// and the peer port serves them.
+func TestPeerServiceNotOnAPIPort(t *testing.T) {
+	nodes := openCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(nodes[0].APIAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for rpc, err := range peerCalls(ctx, conn, nodes[0].cfg.ID) {
+		if status.Code(err) != codes.Unimplemented {
+			t.Errorf("Cluster/%s on the API port: %v, want Unimplemented", rpc, err)
+		}
+	}
+	if _, err := pb.NewKVOffloadClient(conn).Status(ctx, &pb.StatusRequest{}); err != nil {
+		t.Errorf("KVOffload/Status on the API port: %v", err)
+	}
+	peer, err := grpc.NewClient(nodes[0].PeerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if _, err := pb.NewClusterClient(peer).Status(ctx, &pb.StatusRequest{}); err != nil {
+		t.Errorf("Cluster/Status on the peer port: %v", err)
+	}
+}
+
+// tlsDirs makes a cluster CA with certificates for ids and the operator "ops", and a second,
+// foreign CA with a certificate for "a" (same ID, other cluster).
+func tlsDirs(t *testing.T, ids ...string) (dir, foreign string) {
+	t.Helper()
+	dir, foreign = filepath.Join(t.TempDir(), "ca"), filepath.Join(t.TempDir(), "foreign")
+	if err := devca.Make(devca.Options{Dir: dir, Nodes: ids, Operators: []string{"ops"}, Hosts: []string{"127.0.0.1"}, Valid: time.Hour}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := devca.Make(devca.Options{Dir: foreign, Nodes: []string{"a"}, Hosts: []string{"127.0.0.1"}, Valid: time.Hour}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return dir, foreign
+}
+
+func tlsSecurity(dir, id string) Security {
+	return Security{CertFile: filepath.Join(dir, id+".crt"), KeyFile: filepath.Join(dir, id+".key"), CAFile: filepath.Join(dir, "ca.crt")}
+}
+
+// dialAs connects to addr presenting the certificate name from dir (none when name is ""),
+// trusting the CA in trustDir.
+func dialAs(t *testing.T, addr, dir, name, trustDir string) *grpc.ClientConn {
+	t.Helper()
+	pemCA, err := os.ReadFile(filepath.Join(trustDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemCA)
+	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+	if name != "" {
+		c, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestTLSCluster: with TLS on, members join, replicate and forward commits over mutual TLS;
+// a peer without a certificate of the cluster CA cannot join, propose or read; one with
+// another node's certificate cannot join as someone else, remove another node or ask a read
+// index in its name; an operator's certificate may remove a member.
+func TestTLSCluster(t *testing.T) {
+	dir, foreign := tlsDirs(t, "a", "b", "c")
+	base := t.TempDir()
+	var nodes []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		cfg := testConfig(filepath.Join(base, id))
+		cfg.ID, cfg.Txn.NodeID = id, id
+		cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+		cfg.Security = tlsSecurity(dir, id)
+		if len(nodes) > 0 {
+			cfg.Join = []string{nodes[len(nodes)-1].PeerAddr()} // c joins through b, a follower: redirected
+		}
+		nodes = append(nodes, mustOpen(t, cfg))
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			_ = nd.Close()
+		}
+	})
+	leader := leaderOf(t, nodes...)
+	var follower *Node
+	for _, nd := range nodes {
+		if nd != leader {
+			follower = nd
+		}
+	}
+	keys := []string{keyOf("tls", 0), keyOf("tls", 1)}
+	mustOffload(t, follower, objects(7, 8<<10, keys...)) // a forwarded COMMIT over mTLS
+	for _, nd := range nodes {
+		waitApplied(t, nd, follower)
+		checkReadable(t, nd, 7, 8<<10, keys...)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for name, conn := range map[string]*grpc.ClientConn{
+		"no certificate":         dialAs(t, leader.PeerAddr(), "", "", dir),
+		"another cluster's cert": dialAs(t, leader.PeerAddr(), foreign, "a", dir),
+	} {
+		for rpc, err := range peerCalls(ctx, conn, follower.cfg.ID) {
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("%s: Cluster/%s: %v, want Unavailable (TLS handshake refused)", name, rpc, err)
+			}
+		}
+	}
+	other := dialAs(t, leader.PeerAddr(), dir, follower.cfg.ID, dir) // a member's own certificate
+	cl := pb.NewClusterClient(other)
+	if _, err := cl.Join(ctx, &pb.JoinRequest{NodeId: "z", RaftAddr: "127.0.0.1:1", ApiAddr: "127.0.0.1:1", PeerAddr: "127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("join of z with %s's certificate: %v, want PermissionDenied", follower.cfg.ID, err)
+	}
+	if _, err := cl.Leave(ctx, &pb.LeaveRequest{NodeId: leader.cfg.ID}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("leave of %s with %s's certificate: %v, want PermissionDenied", leader.cfg.ID, follower.cfg.ID, err)
+	}
+	if _, err := cl.ReadIndex(ctx, &pb.ReadIndexRequest{NodeId: leader.cfg.ID}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("read index in %s's name with %s's certificate: %v, want PermissionDenied", leader.cfg.ID, follower.cfg.ID, err)
+	}
+	if n := len(mustServers(t, leader)); n != 3 {
+		t.Fatalf("the leader's configuration has %d servers after the refused calls, want 3", n)
+	}
+	ops := pb.NewClusterClient(dialAs(t, leader.PeerAddr(), dir, "ops", dir))
+	if _, err := ops.Leave(ctx, &pb.LeaveRequest{NodeId: follower.cfg.ID}); err != nil {
+		t.Fatalf("leave of %s with the operator's certificate: %v", follower.cfg.ID, err)
+	}
+	if n := len(mustServers(t, leader)); n != 2 {
+		t.Fatalf("the leader's configuration has %d servers after the operator's Leave, want 2", n)
+	}
+}
+
+func mustServers(t *testing.T, n *Node) []string {
+	t.Helper()
+	svs, err := n.raft.Servers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range svs {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+// TestPlaintextOffLoopbackRefused: a peer or Raft listener off loopback without TLS is a
+// configuration error unless Insecure is set; with TLS it is fine.
+func TestPlaintextOffLoopbackRefused(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = "127.0.0.1:7000", "0.0.0.0:7100", "0.0.0.0:7300"
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("a plaintext peer listener on 0.0.0.0 validated")
+	}
+	cfg.Security.Insecure = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("with Insecure: %v", err)
+	}
+	cfg.Security = Security{CertFile: "x.crt", KeyFile: "x.key", CAFile: "ca.crt"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("with TLS files: %v", err)
+	}
+	cfg.Security = Security{CertFile: "x.crt"}
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("a partial TLS setup validated")
+	}
+}
