@@ -33,10 +33,16 @@ type Config struct {
 	// pin keys against eviction indefinitely.
 	MaxLease time.Duration
 	// ReadIndexTimeout bounds each Meta.ReadIndex (cluster members only): a read confirming a
-	// miss (past it the key is Unavailable from BatchGet, Absent from BatchExists) and the
+	// miss (past it the key is Unavailable from BatchGet, Unknown from BatchExists) and the
 	// catch-up at the start of a batch offload (past it the call fails with ErrIndeterminate,
 	// having written nothing).
 	ReadIndexTimeout time.Duration
+	// MaxBufferedBytes bounds the value bytes the node's gRPC service holds in memory at once
+	// across all requests: BatchOffload's reassembled objects and BatchGet's results, each
+	// held until its response is sent. A request that would go over it waits for bytes to be
+	// released (back-pressure, until its context ends) rather than failing. 0 means twice
+	// MaxBatchBytes. The coordinator itself does not use it.
+	MaxBufferedBytes int64
 	// TruncateEvery is how many WAL entries may accumulate before resolved history is
 	// dropped from the front of the log.
 	TruncateEvery uint64
@@ -56,6 +62,7 @@ func DefaultConfig(id string) Config {
 		CommitTimeout:    10 * time.Second,
 		ReadIndexTimeout: time.Second,
 		MaxLease:         10 * time.Minute,
+		MaxBufferedBytes: 2 << 30,
 		TruncateEvery:    4096,
 	}
 }
@@ -80,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlight < 1 {
 		errs = append(errs, fmt.Errorf("txn: MaxInFlight %d < 1", c.MaxInFlight))
+	}
+	if c.MaxBufferedBytes < 0 {
+		errs = append(errs, fmt.Errorf("txn: MaxBufferedBytes %d is negative", c.MaxBufferedBytes))
 	}
 	if c.Capacity < 0 {
 		errs = append(errs, errors.New("txn: Capacity must not be negative"))

@@ -85,14 +85,17 @@ func signature(objs []Object, sums []uint64) uint64 {
 // checkBatch enforces the per-request limits.
 func (c *Coordinator) checkBatch(objs []Object) error {
 	if len(objs) > c.cfg.MaxBatchKeys {
-		return fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(objs), c.cfg.MaxBatchKeys)
+		return BatchKeysError(int64(len(objs)), objs[c.cfg.MaxBatchKeys].Key, c.cfg.MaxBatchKeys)
 	}
 	var total int64
-	for _, o := range objs {
-		total += int64(len(o.Value))
+	over := -1 // the object at which the total first went over
+	for i, o := range objs {
+		if total += int64(len(o.Value)); total > c.cfg.MaxBatchBytes && over < 0 {
+			over = i
+		}
 	}
-	if total > c.cfg.MaxBatchBytes {
-		return fmt.Errorf("%w: %d bytes exceeds the limit of %d", ErrBatchTooLarge, total, c.cfg.MaxBatchBytes)
+	if over >= 0 {
+		return BatchBytesError(total, objs[over].Key, c.cfg.MaxBatchBytes)
 	}
 	return nil
 }
@@ -106,7 +109,7 @@ func (c *Coordinator) invalid(o Object) string {
 	case len(o.Value) == 0:
 		return "invalid value: empty"
 	case int64(len(o.Value)) > c.cfg.MaxObjectBytes:
-		return fmt.Sprintf("too large: %d bytes exceeds the limit of %d", len(o.Value), c.cfg.MaxObjectBytes)
+		return ObjectTooLarge(int64(len(o.Value)), c.cfg.MaxObjectBytes)
 	}
 	return ""
 }

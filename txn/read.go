@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/internal/mutant"
 )
 
 func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
@@ -246,144 +244,6 @@ func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
 	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
 		c.lg.Warn("repair of a corrupt key failed; it stays Corrupt until retried", "key", key, "err", err)
 	}
-}
-
-// BatchExists reports, per key, whether it is committed (Present), being written (InFlight) or
-// neither (Absent), and the number of leading Present keys. It reads local metadata; keys
-// absent from it are looked up again after a read index (see BatchGet), so a key
-// acknowledged through any node before the call is Present. If the read index fails within
-// ReadIndexTimeout they stay Absent.
-func (c *Coordinator) BatchExists(ctx context.Context, keys []string) ExistsResult {
-	return c.BatchExistsLease(ctx, keys, 0)
-}
-
-// BatchExistsLease is BatchExists that also pins, for lease, the Present keys whose bytes
-// this node owns: eviction skips them until the lease ends, so a caller that saw Present can
-// read them in that time (cases.md C11 with eviction running). Keys owned by other nodes are
-// reported but not pinned. Remove still removes a leased key. A lease longer than MaxLease
-// is shortened to it.
-func (c *Coordinator) BatchExistsLease(ctx context.Context, keys []string, lease time.Duration) ExistsResult {
-	res := c.batchExists(keys, nil)
-	var misses []int
-	for i, p := range res.Keys {
-		if p == Absent {
-			misses = append(misses, i)
-		}
-	}
-	entries := make([]fsm.Entry, len(keys))
-	if len(misses) > 0 && c.confirmMisses(ctx, keys, misses, entries) == nil {
-		res = c.batchExists(keys, res.Keys)
-	}
-	if lease > 0 {
-		c.leasePresent(keys, &res, time.Now().Add(min(lease, c.cfg.MaxLease)))
-	}
-	return res
-}
-
-// leasePresent leases the Present keys this node owns until until. A key an eviction has
-// already chosen, or removed since it was looked up, is reported Absent instead: a Present
-// answer with a lease must stay readable for the lease (cases.md C11).
-func (c *Coordinator) leasePresent(keys []string, res *ExistsResult, until time.Time) {
-	res.PrefixPresent = 0
-	prefix := true
-	for i, k := range keys {
-		if res.Keys[i] == Present {
-			if e, ok := c.meta.Lookup(k); !ok {
-				res.Keys[i] = Absent // removed since it was looked up
-			} else if e.Owner == c.cfg.NodeID {
-				// Lease, then look again: a key still live in the same version after a lease
-				// that took cannot be chosen by an eviction until the lease ends.
-				leased := c.lru.lease(k, until)
-				if cur, still := c.meta.Lookup(k); !leased || !still || cur.Gen != e.Gen {
-					res.Keys[i] = Absent
-				}
-			}
-		}
-		if prefix && res.Keys[i] == Present {
-			res.PrefixPresent++
-		} else {
-			prefix = false
-		}
-	}
-}
-
-// batchExists classifies keys; with prev set, only the keys prev has Absent are looked up
-// again (the others keep their answer).
-func (c *Coordinator) batchExists(keys []string, prev []Presence) ExistsResult {
-	res := ExistsResult{Keys: make([]Presence, len(keys))}
-	prefix := true
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	present := func(k string) bool { _, ok := c.meta.Lookup(k); return ok }
-	for i, k := range keys {
-		switch {
-		case prev != nil && prev[i] != Absent:
-			res.Keys[i] = prev[i]
-		case present(k):
-			res.Keys[i] = Present
-		case c.flights[k] != nil:
-			res.Keys[i] = InFlight
-		default:
-			res.Keys[i] = Absent
-		}
-		if prefix && res.Keys[i] == Present {
-			res.PrefixPresent++
-		} else {
-			prefix = false
-		}
-	}
-	return res
-}
-
-// Remove deletes keys: the metadata removal is committed through Raft first, and the bytes
-// are freed only after it is applied and the readers holding them have finished. A removed
-// key's generation advances, so an offload that was in flight before the removal cannot
-// commit its older version afterwards.
-func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult, error) {
-	return c.RemoveTxn(ctx, NewTxnID(), keys)
-}
-
-// RemoveTxn is Remove under a caller-chosen txn ID: a retry with the same ID returns the
-// original answer and removes nothing more (a key stored again in between stays). Keys that
-// can never be stored (empty, longer than MaxKeyBytes, not UTF-8, control characters) are
-// answered not removed without going through Raft.
-func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string) ([]RemoveResult, error) {
-	if err := c.usable(); err != nil {
-		return nil, err
-	}
-	if len(keys) > c.cfg.MaxBatchKeys {
-		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
-	}
-	out := make([]RemoveResult, len(keys))
-	var kg []fsm.KeyGen
-	var at []int // index in keys of each kg entry
-	for i, k := range keys {
-		out[i].Key = k
-		if c.invalidKey(k) != "" {
-			continue // never stored: nothing to remove, and no generation burnt for it
-		}
-		kg, at = append(kg, fsm.KeyGen{Key: k}), append(at, i)
-		if mutant.On(mutant.FreeBeforeRemove) { // mutation test only: freed before the REMOVE is applied
-			if e, ok := c.meta.Lookup(k); ok && e.Owner == c.cfg.NodeID {
-				c.free(bucketExtent(e.Extent))
-			}
-		}
-	}
-	if len(kg) == 0 {
-		return out, nil
-	}
-	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "remove"}))
-	if err != nil {
-		return nil, fmt.Errorf("txn: remove: %w", err)
-	}
-	removed := make(map[string]bool, len(res.Keys)) // by key: a retry gets the original result
-	for _, ko := range res.Keys {
-		removed[ko.Key] = removed[ko.Key] || ko.Outcome == fsm.OutcomeRemoved
-	}
-	for _, i := range at {
-		out[i].Removed = removed[keys[i]]
-	}
-	return out, nil
 }
 
 // OnRestored is called by the metadata layer after its state was replaced by a snapshot

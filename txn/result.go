@@ -1,6 +1,10 @@
 package txn
 
-import "github.com/kvoffload/kvoffload/fsm"
+import (
+	"fmt"
+
+	"github.com/kvoffload/kvoffload/fsm"
+)
 
 // Outcome is the final state of one key of a batch offload.
 type Outcome uint8
@@ -92,8 +96,11 @@ type Presence uint8
 
 const (
 	Present  Presence = iota + 1 // committed and readable
-	Absent                       // not committed
+	Absent                       // not committed (confirmed against the leader in a cluster)
 	InFlight                     // being written by a transaction that has not finished
+	// Unknown: the node could not confirm the key's state (its read index failed or timed
+	// out), so it claims neither "stored" nor "not stored"; ExistsResult.Reason says why.
+	Unknown
 )
 
 func (p Presence) String() string {
@@ -104,15 +111,20 @@ func (p Presence) String() string {
 		return "Absent"
 	case InFlight:
 		return "InFlight"
+	case Unknown:
+		return "Unknown"
 	}
-	return "Unknown"
+	return fmt.Sprintf("Presence(%d)", uint8(p))
 }
 
 // ExistsResult answers BatchExists: one Presence per key, in input order, and the number of
-// leading Present keys (the prefix-cache hit length in blocks).
+// leading Present keys (the prefix-cache hit length in blocks; it stops at the first key
+// that is not Present, Unknown included).
 type ExistsResult struct {
 	Keys          []Presence
 	PrefixPresent int
+	// Reason says why keys are Unknown (empty when none is).
+	Reason string
 }
 
 // RemoveResult says whether a key was removed (false: it was not committed).

@@ -21,7 +21,7 @@ type Stats struct {
 	OrphanBytes   uint64 // bytes freed by start-up orphan collection
 	Evicted       uint64 // keys evicted to stay within the capacity
 	// ReadIndexFailed counts reads whose misses could not be confirmed with the leader
-	// within ReadIndexTimeout (answered Unavailable by BatchGet, Absent by BatchExists).
+	// within ReadIndexTimeout (answered Unavailable by BatchGet, Unknown by BatchExists).
 	ReadIndexFailed uint64
 }
 
