@@ -177,10 +177,12 @@ func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.St
 // Raft configuration (removed, its process still running) is refused: Leave has dropped or
 // is dropping that node's keys, and new ones would point at bytes no member serves.
 func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
-	if typ, cmd, err := fsm.Decode(req.Command); err == nil && typ == fsm.CmdCommit {
-		if err := s.refuseNonMember(cmd.(fsm.Commit).Node); err != nil {
-			return nil, err
-		}
+	typ, cmd, err := fsm.Decode(req.Command)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "propose: %v", err)
+	}
+	if err := s.authorize(ctx, typ, cmd); err != nil {
+		return nil, err
 	}
 	res, err := s.n.raft.Propose(ctx, req.Command)
 	if err != nil {
@@ -216,6 +218,35 @@ func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest)
 		return nil, raftError(err)
 	}
 	return &pb.ReadIndexResponse{ReadIndex: index}, nil
+}
+
+// authorize decides whether the caller may propose cmd. Members forward only COMMIT, ABORT
+// and REMOVE commands (txn.Meta); membership changes go through Join and Leave, and pruning
+// is the leader's own, so a forwarded Member or Prune command is refused. A COMMIT from a
+// node outside the configuration is refused (refuseNonMember). With TLS, a COMMIT or ABORT
+// must be in the caller's own name: a node cannot record keys as another node's bytes.
+func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd any) error {
+	caller := callerOf(ctx)
+	var node string
+	switch typ {
+	case fsm.CmdCommit:
+		node = cmd.(fsm.Commit).Node
+		if err := s.refuseNonMember(node); err != nil {
+			return err
+		}
+	case fsm.CmdAbort:
+		node = cmd.(fsm.Abort).Node
+	case fsm.CmdRemove:
+		return nil
+	default:
+		s.n.log.Warn("forwarded command refused", "type", typ, "by", caller)
+		return status.Errorf(codes.PermissionDenied, "a %s command is not accepted from peers (membership changes go through Join and Leave)", typ)
+	}
+	if s.n.tls != nil && (caller.name != node || caller.operator) {
+		s.n.log.Warn("forwarded command refused: not in the caller's name", "type", typ, "node", node, "by", caller)
+		return status.Errorf(codes.PermissionDenied, "a %s in the name of node %q from %s: a node proposes only its own transactions", typ, node, caller)
+	}
+	return nil
 }
 
 // leaderTrailer is the trailer key of a redirect: the leader's peer address.

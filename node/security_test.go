@@ -175,6 +175,18 @@ func TestTLSCluster(t *testing.T) {
 	if _, err := cl.ReadIndex(ctx, &pb.ReadIndexRequest{NodeId: leader.cfg.ID}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("read index in %s's name with %s's certificate: %v, want PermissionDenied", leader.cfg.ID, follower.cfg.ID, err)
 	}
+	forged := fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: leader.cfg.ID, Entries: []fsm.Entry{{Key: "forged", Size: 1, Gen: 1,
+		Extent: fsm.Extent{Bucket: 1, Offset: 0, Length: 4096}}}})
+	if _, err := cl.Propose(ctx, &pb.ProposeRequest{Command: forged}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a COMMIT in %s's name with %s's certificate: %v, want PermissionDenied", leader.cfg.ID, follower.cfg.ID, err)
+	}
+	member := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: fsm.Member{NodeID: "z", RaftAddr: "127.0.0.1:1"}})
+	if _, err := cl.Propose(ctx, &pb.ProposeRequest{Command: member}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a forwarded Member command: %v, want PermissionDenied", err)
+	}
+	if _, ok := leader.fsm.Lookup("forged"); ok {
+		t.Error("the forged COMMIT's key is in the metadata")
+	}
 	if n := len(mustServers(t, leader)); n != 3 {
 		t.Fatalf("the leader's configuration has %d servers after the refused calls, want 3", n)
 	}
