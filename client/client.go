@@ -12,7 +12,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 )
@@ -22,19 +25,28 @@ import (
 type Client struct {
 	opt     Options
 	lg      *slog.Logger
-	members []member
+	members []*member
 	cur     atomic.Int64 // index of the member calls go to
 	closed  atomic.Bool
+	// epoch is the origin of the monotonic times the stall watch keeps (see stall.go).
+	epoch time.Time
+	// bg ends with Close; liveness probes run under it.
+	bg     context.Context
+	stopBG context.CancelFunc
 }
 
 // member is one address the client may talk to.
 type member struct {
-	addr string
-	cc   *grpc.ClientConn
-	kv   kvoffloadv1.KVOffloadClient
-	cl   kvoffloadv1.ClusterClient
+	addr   string
+	cc     *grpc.ClientConn
+	kv     kvoffloadv1.KVOffloadClient
+	health healthpb.HealthClient // the liveness probe (stall.go)
 	// dialErr is the last error connecting to addr, for Dial's error message.
 	dialErr *atomic.Pointer[error]
+	// heard is when the member last showed it is alive (a message received or a probe
+	// answered), in nanoseconds since Client.epoch.
+	heard   atomic.Int64
+	probing atomic.Bool // a liveness probe is in flight
 }
 
 // recordingDialer dials TCP and keeps the last error in last.
@@ -69,20 +81,17 @@ func DialOptions(ctx context.Context, opt Options, addrs ...string) (*Client, er
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{opt: opt, lg: lg.With("pkg", "client")}
-	limit := opt.ChunkSize + messageSlack
+	c := &Client{opt: opt, lg: lg.With("pkg", "client"), epoch: time.Now()}
+	c.bg, c.stopBG = context.WithCancel(context.Background())
 	for _, a := range addrs {
 		dialErr := new(atomic.Pointer[error])
-		cc, err := grpc.NewClient(a,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(recordingDialer(dialErr)),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(limit), grpc.MaxCallRecvMsgSize(limit)))
+		cc, err := grpc.NewClient(a, append(dialOptions(opt), grpc.WithContextDialer(recordingDialer(dialErr)))...)
 		if err != nil {
 			_ = c.closeConns()
 			return nil, fmt.Errorf("client: address %q: %w", a, err)
 		}
-		c.members = append(c.members, member{addr: a, cc: cc, dialErr: dialErr,
-			kv: kvoffloadv1.NewKVOffloadClient(cc), cl: kvoffloadv1.NewClusterClient(cc)})
+		c.members = append(c.members, &member{addr: a, cc: cc, dialErr: dialErr,
+			kv: kvoffloadv1.NewKVOffloadClient(cc), health: healthpb.NewHealthClient(cc)})
 	}
 	var errs []error
 	for i, m := range c.members {
@@ -102,8 +111,48 @@ func DialOptions(ctx context.Context, opt Options, addrs ...string) (*Client, er
 	return nil, fmt.Errorf("%w: %w", ErrUnreachable, errors.Join(errs...))
 }
 
+// keepaliveTime is the idle time after which the transport pings the member: the smallest
+// interval grpc-go allows (WithKeepaliveParams raises anything below 10 s to 10 s,
+// google.golang.org/grpc dialoptions.go). Stalls within a call are found sooner, by the stall
+// watch (stall.go); keepalive closes idle connections to a member that stopped answering.
+// The server's keepalive.EnforcementPolicy must permit it: MinTime at most 10 s and
+// PermitWithoutStream true, or it ends the connection with GOAWAY "too_many_pings".
+const keepaliveTime = 10 * time.Second
+
+// dialOptions are the gRPC options of every member's connection.
+func dialOptions(opt Options) []grpc.DialOption {
+	limit := opt.ChunkSize + messageSlack
+	creds := insecure.NewCredentials()
+	if opt.TLS != nil {
+		creds = credentials.NewTLS(opt.TLS)
+	}
+	dos := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(limit), grpc.MaxCallRecvMsgSize(limit)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: keepaliveTime, Timeout: opt.StallTimeout, PermitWithoutStream: true,
+		}),
+	}
+	if opt.Token != "" {
+		dos = append(dos, grpc.WithPerRPCCredentials(bearer{token: opt.Token, secure: !opt.InsecureToken}))
+	}
+	return dos
+}
+
+// bearer sends a token as "authorization: Bearer <token>" (RFC 6750 §2.1) with every call.
+type bearer struct {
+	token  string
+	secure bool // refuse to send it over a connection without transport security
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
 // waitReady connects m and waits until it is ready, fails, or timeout passes.
-func waitReady(ctx context.Context, m member, timeout time.Duration) error {
+func waitReady(ctx context.Context, m *member, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	m.cc.Connect()
@@ -136,6 +185,7 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) closeConns() error {
+	c.stopBG()
 	var errs []error
 	for _, m := range c.members {
 		errs = append(errs, m.cc.Close())

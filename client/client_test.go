@@ -146,8 +146,9 @@ func TestStrings(t *testing.T) {
 		client.Stored: "Stored", client.AlreadyStored: "AlreadyStored", client.Conflict: "Conflict",
 		client.Rejected: "Rejected", client.Failed: "Failed", client.Outcome(0): "Unknown",
 		client.Found: "Found", client.NotFound: "NotFound", client.Corrupt: "Corrupt",
-		client.Unavailable: "Unavailable", client.GetStatus(9): "Unknown",
-		client.Present: "Present", client.Absent: "Absent", client.InFlight: "InFlight", client.Presence(0): "Unknown",
+		client.Unavailable: "Unavailable", client.InvalidKey: "InvalidKey", client.GetStatus(9): "Unknown",
+		client.Present: "Present", client.Absent: "Absent", client.InFlight: "InFlight", client.Unknown: "Unknown",
+		client.Presence(0): "Presence(0)",
 	} {
 		if v.String() != want {
 			t.Errorf("%v: %q, want %q", v, v.String(), want)

@@ -16,11 +16,15 @@ var (
 	// same TxnID resolves it.
 	ErrIndeterminate = errors.New("client: outcome unknown")
 	// ErrInvalidArgument wraps a request the cluster refused as malformed (gRPC
-	// InvalidArgument or FailedPrecondition).
+	// InvalidArgument, or FailedPrecondition other than "not the leader", such as a reused
+	// txn ID), or one gRPC could not encode. Such a request is never retried.
 	ErrInvalidArgument = errors.New("client: invalid request")
 	// ErrTooLarge wraps a request over a cluster limit (gRPC ResourceExhausted: batch too
-	// large).
+	// large). It is never retried.
 	ErrTooLarge = errors.New("client: request too large")
+	// ErrDenied wraps a request the cluster refused for its credentials (gRPC Unauthenticated
+	// or PermissionDenied: see Options.TLS and Options.Token). It is never retried.
+	ErrDenied = errors.New("client: request denied")
 	// ErrProtocol is returned when a member's reply violates the wire protocol (wrong number
 	// of results, chunks out of order).
 	ErrProtocol = errors.New("client: protocol violation")

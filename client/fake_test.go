@@ -17,12 +17,11 @@ import (
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 )
 
-// fakeCluster is an in-memory kvoffload member: it implements KVOffload and Cluster over real
-// gRPC on 127.0.0.1:0, de-duplicates offloads by txn ID like the real store, and records what
+// fakeCluster is an in-memory kvoffload member: it implements KVOffload (not the peer-only
+// Cluster service, which the client must never need) over real gRPC on 127.0.0.1:0, de-duplicates offloads by txn ID like the real store, and records what
 // it received. Several fakeNodes may serve one fakeCluster (the members of one cluster).
 type fakeCluster struct {
 	kvoffloadv1.UnimplementedKVOffloadServer
-	kvoffloadv1.UnimplementedClusterServer
 
 	getChunk int // value bytes per GetChunk the fake sends
 
@@ -63,7 +62,6 @@ func startNode(f *fakeCluster) (*fakeNode, error) {
 	}
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(8 << 20))
 	kvoffloadv1.RegisterKVOffloadServer(srv, f)
-	kvoffloadv1.RegisterClusterServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	return &fakeNode{addr: lis.Addr().String(), srv: srv}, nil
 }

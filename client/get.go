@@ -11,17 +11,31 @@ import (
 // BatchGet reads keys and returns one result per key, in request order. A value whose byte
 // count differs from the size the member announced is reported Unavailable, never returned
 // truncated. Calls that fail with Unavailable (or another unknown-outcome error, or a stream
-// that ends before every key was answered) are retried on the next member until ctx ends.
+// that ends before every key was answered) are retried on the next member until ctx ends. A
+// key that is not valid UTF-8 is InvalidKey at once and not sent; the other keys are read.
 func (c *Client) BatchGet(ctx context.Context, keys []string) ([]GetResult, error) {
+	return sendOnly(keys, self,
+		func(k string) GetResult { return GetResult{Key: k, Status: InvalidKey, Reason: invalidKeyReason} },
+		func(keys []string) ([]GetResult, error) { return c.batchGet(ctx, keys) })
+}
+
+// batchGet runs BatchGet for keys that can all be sent.
+func (c *Client) batchGet(ctx context.Context, keys []string) ([]GetResult, error) {
 	var out []GetResult
-	err := c.retry(ctx, "BatchGet", false, func(ctx context.Context, m member, _ int) error {
+	err := c.retry(ctx, "BatchGet", false, func(ctx context.Context, a *attempt) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		st, err := m.kv.BatchGet(ctx, &kvoffloadv1.GetRequest{Keys: keys})
+		st, err := a.m.kv.BatchGet(ctx, &kvoffloadv1.GetRequest{Keys: keys})
 		if err != nil {
 			return err
 		}
-		res, err := collect(st.Recv, keys)
+		res, err := collect(func() (*kvoffloadv1.GetChunk, error) {
+			ch, err := st.Recv()
+			if err == nil {
+				a.received()
+			}
+			return ch, err
+		}, keys)
 		if err != nil {
 			return err
 		}

@@ -15,23 +15,34 @@ import (
 // retried attempt finds id aborted, the batch is sent once more under a fresh ID and the
 // results are that transaction's. The values must not be modified until the call returns.
 //
-// The error is non-nil only when no results could be obtained: ErrInvalidArgument or
-// ErrTooLarge when the cluster refused the request (nothing was stored), ErrIndeterminate
-// (with the context's error) when ctx ended while the outcome was unknown.
+// A key that is not valid UTF-8 is Rejected at once and not sent; the other objects are sent
+// as the batch (if none is left, nothing is sent).
+//
+// The error is non-nil only when no results could be obtained: ErrInvalidArgument,
+// ErrTooLarge or ErrDenied when the cluster refused the request (nothing was stored; such a
+// request is not retried), ErrIndeterminate (with the context's error) when ctx ended while
+// the outcome was unknown.
 func (c *Client) BatchOffload(ctx context.Context, id TxnID, objs []Object) ([]KeyResult, error) {
 	for i, o := range objs {
 		if o.Key == "" {
 			return nil, fmt.Errorf("%w: BatchOffload: object %d has an empty key", ErrInvalidArgument, i)
 		}
 	}
+	return sendOnly(objs, func(o Object) string { return o.Key },
+		func(o Object) KeyResult { return KeyResult{Key: o.Key, Outcome: Rejected, Reason: invalidKeyReason} },
+		func(objs []Object) ([]KeyResult, error) { return c.batchOffload(ctx, id, objs) })
+}
+
+// batchOffload runs BatchOffload for objects whose keys can all be sent.
+func (c *Client) batchOffload(ctx context.Context, id TxnID, objs []Object) ([]KeyResult, error) {
 	var out []KeyResult
 	renewed := false
-	err := c.retry(ctx, "BatchOffload", true, func(ctx context.Context, m member, attempt int) error {
-		res, err := c.offloadOnce(ctx, m, id, objs)
+	err := c.retry(ctx, "BatchOffload", true, func(ctx context.Context, a *attempt) error {
+		res, err := c.offloadOnce(ctx, a, id, objs)
 		if err != nil {
 			return err
 		}
-		if attempt > 1 && !renewed && allAborted(res) {
+		if a.n > 1 && !renewed && allAborted(res) {
 			// An earlier attempt was cut off and the cluster aborted that transaction: it
 			// stored nothing, and its ID now answers "aborted" for ever. Start afresh.
 			old := id
@@ -52,15 +63,21 @@ func (c *Client) BatchOffload(ctx context.Context, id TxnID, objs []Object) ([]K
 	return out, nil
 }
 
-// offloadOnce streams the batch to m once.
-func (c *Client) offloadOnce(ctx context.Context, m member, id TxnID, objs []Object) ([]KeyResult, error) {
+// offloadOnce streams the batch to the attempt's member once.
+func (c *Client) offloadOnce(ctx context.Context, a *attempt, id TxnID, objs []Object) ([]KeyResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // tears the stream down on every early return
-	st, err := m.kv.BatchOffload(ctx)
+	st, err := a.m.kv.BatchOffload(ctx)
 	if err != nil {
 		return nil, err
 	}
-	send := func(ch *kvoffloadv1.OffloadChunk) error { return st.Send(ch) }
+	send := func(ch *kvoffloadv1.OffloadChunk) error {
+		err := st.Send(ch)
+		if err == nil {
+			a.sent()
+		}
+		return err
+	}
 	if err := sendObjects(send, id, objs, c.opt.ChunkSize); err != nil {
 		if !isEOF(err) {
 			return nil, err
@@ -75,6 +92,7 @@ func (c *Client) offloadOnce(ctx context.Context, m member, id TxnID, objs []Obj
 	if err != nil {
 		return nil, err
 	}
+	a.received()
 	return keyResults(resp, objs)
 }
 
@@ -150,4 +168,61 @@ func allAborted(res []KeyResult) bool {
 		}
 	}
 	return true
+}
+
+// sendOnly calls call with the items whose keys can be sent (if any) and returns its answers
+// with each other item answered by unsent, in the order of items.
+func sendOnly[T, R any](items []T, key func(T) string, unsent func(T) R, call func([]T) ([]R, error)) ([]R, error) {
+	send, pos := partition(items, key)
+	if pos == nil {
+		return call(items)
+	}
+	var got []R
+	if len(send) > 0 {
+		var err error
+		if got, err = call(send); err != nil {
+			return nil, err
+		}
+	}
+	return spread(items, got, pos, unsent), nil
+}
+
+// partition returns the items whose keys can be sent and, when some cannot, the position in
+// items of each one returned (pos is nil when every key can be sent: items itself is
+// returned).
+func partition[T any](items []T, key func(T) string) (send []T, pos []int) {
+	for i, it := range items {
+		if sendable(key(it)) {
+			if pos != nil {
+				send, pos = append(send, it), append(pos, i)
+			}
+			continue
+		}
+		if pos == nil {
+			send, pos = append([]T(nil), items[:i]...), make([]int, i, len(items))
+			for j := range pos {
+				pos[j] = j
+			}
+		}
+	}
+	if pos == nil {
+		return items, nil
+	}
+	return send, pos
+}
+
+// spread places the answers for the sent items (got[j] answers items[pos[j]]) at their
+// positions, and answers each item that was not sent with unsent.
+func spread[T, R any](items []T, got []R, pos []int, unsent func(T) R) []R {
+	out := make([]R, len(items))
+	done := make([]bool, len(items))
+	for j, p := range pos {
+		out[p], done[p] = got[j], true
+	}
+	for i, it := range items {
+		if !done[i] {
+			out[i] = unsent(it)
+		}
+	}
+	return out
 }

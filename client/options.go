@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,27 @@ type Options struct {
 	// MaxAttempts bounds the attempts of one call; 0 (the default) retries until the call's
 	// context ends.
 	MaxAttempts int
+	// StallTimeout is how long one attempt may go without progress before it is cancelled
+	// and retried on the next member (default 2 s; must be positive). Progress is a message
+	// received, a message the transport accepted for sending, or an answer from the member to
+	// the liveness probe the client sends while an attempt waits (a gRPC health check, see
+	// the package doc). So a member that stops answering while its TCP connection stays open
+	// (SIGSTOP, a long GC pause, a frozen VM) is left after about StallTimeout, while a live
+	// member that takes long to answer, or a large transfer that keeps moving, is not cut off:
+	// the total time of an attempt is bounded only by the caller's context. The same value is
+	// the gRPC keepalive timeout (how long a keepalive ping may go unanswered).
+	StallTimeout time.Duration
+	// TLS, when set, secures the connections with TLS using this configuration (it is cloned;
+	// an empty ServerName is taken from the address). nil (the default) connects in plaintext.
+	TLS *tls.Config
+	// Token, when set, is sent with every call as gRPC per-RPC credentials, in the metadata
+	// "authorization: Bearer <Token>" (RFC 6750 §2.1; the token must have its b64token syntax).
+	// It requires TLS, since a token sent in plaintext can be read by anyone on the path,
+	// unless InsecureToken is set.
+	Token string
+	// InsecureToken allows Token over a plaintext connection (for tests and loopback
+	// set-ups only).
+	InsecureToken bool
 	// Logger receives retries and failovers (Debug) and transaction renewals (Warn); nil
 	// discards them.
 	Logger *slog.Logger
@@ -34,6 +56,7 @@ func DefaultOptions() Options {
 		DialTimeout:  2 * time.Second,
 		RetryBackoff: 50 * time.Millisecond,
 		MaxBackoff:   2 * time.Second,
+		StallTimeout: 2 * time.Second,
 	}
 }
 
@@ -63,5 +86,40 @@ func (o Options) Validate() error {
 	if o.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("client: MaxAttempts %d < 0", o.MaxAttempts))
 	}
+	if o.StallTimeout <= 0 {
+		errs = append(errs, errors.New("client: StallTimeout must be positive"))
+	}
+	if o.TLS != nil && o.TLS.MinVersion != 0 && o.TLS.MinVersion < tls.VersionTLS12 {
+		errs = append(errs, fmt.Errorf("client: TLS.MinVersion %s is below TLS 1.2, which gRPC requires", tls.VersionName(o.TLS.MinVersion)))
+	}
+	if o.Token != "" {
+		if !isB64Token(o.Token) {
+			errs = append(errs, errors.New("client: Token is not an RFC 6750 b64token (letters, digits and -._~+/, then optional '=' padding)"))
+		}
+		if o.TLS == nil && !o.InsecureToken {
+			errs = append(errs, errors.New("client: Token without TLS would be sent in plaintext; set TLS, or InsecureToken on purpose"))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// isB64Token reports whether s has the b64token syntax of RFC 6750 §2.1:
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func isB64Token(s string) bool {
+	i := 0
+	for ; i < len(s); i++ {
+		b := s[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '.' || b == '_' || b == '~' || b == '+' || b == '/') {
+			break
+		}
+	}
+	if i == 0 {
+		return false
+	}
+	for ; i < len(s); i++ {
+		if s[i] != '=' {
+			return false
+		}
+	}
+	return true
 }

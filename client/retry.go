@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -14,9 +15,10 @@ import (
 
 // retryable reports whether err leaves the call's outcome unknown, so that the same request
 // (with the same transaction ID) should be sent again to the next member. The caller has
-// already checked that its context is still live, so DeadlineExceeded here is the member's.
+// already checked that its context is still live, so DeadlineExceeded and Canceled here are
+// the member's (or the stall watch's).
 func retryable(err error) bool {
-	if errors.Is(err, errStreamEnded) {
+	if errors.Is(err, errStreamEnded) || errors.Is(err, errStalled) {
 		return true
 	}
 	s, ok := status.FromError(err)
@@ -24,24 +26,47 @@ func retryable(err error) bool {
 		return false
 	}
 	switch s.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Unknown, codes.Internal:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Canceled:
 		return true
+	case codes.Unknown, codes.Internal:
+		return !unsendable(s)
+	case codes.FailedPrecondition:
+		return leaderChange(s)
 	}
 	return false
 }
 
-// permanent wraps an error whose outcome is known (the member refused the request) with the
-// sentinel that names its class.
+// unsendable reports the status gRPC gives a request it could not encode (rpc_util.go in
+// google.golang.org/grpc: "grpc: error while marshaling"): nothing of it left the client, so
+// a retry fails the same way.
+func unsendable(s *status.Status) bool {
+	return s.Code() == codes.Internal && strings.HasPrefix(s.Message(), "grpc: error while marshaling")
+}
+
+// leaderChange reports a FailedPrecondition that says the member was not (or no longer) the
+// leader (raftmeta.ErrNotLeader, "raftmeta: not the leader", as node/cluster_service.go maps
+// it): another member, or the same one later, may accept the request.
+func leaderChange(s *status.Status) bool {
+	return strings.Contains(s.Message(), "not the leader")
+}
+
+// permanent wraps an error whose outcome is known (the member refused the request, or the
+// client could not send it) with the sentinel that names its class.
 func permanent(name string, err error) error {
 	s, ok := status.FromError(err)
 	if !ok {
 		return err // the client's own error, already named
+	}
+	if unsendable(s) {
+		return fmt.Errorf("%w: %s: %w", ErrInvalidArgument, name, err)
 	}
 	switch s.Code() {
 	case codes.InvalidArgument, codes.FailedPrecondition:
 		return fmt.Errorf("%w: %s: %w", ErrInvalidArgument, name, err)
 	case codes.ResourceExhausted:
 		return fmt.Errorf("%w: %s: %w", ErrTooLarge, name, err)
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return fmt.Errorf("%w: %s: %w", ErrDenied, name, err)
 	}
 	return fmt.Errorf("client: %s: %w", name, err)
 }
@@ -75,7 +100,10 @@ var errRenew = errors.New("client: renew transaction")
 // outcome is known, or ctx ends (or Options.MaxAttempts is spent). Errors whose outcome is
 // unknown move the call to the next member after a backoff. For a write, ending while the
 // outcome is unknown wraps ErrIndeterminate.
-func (c *Client) retry(ctx context.Context, name string, write bool, op func(ctx context.Context, m member, attempt int) error) error {
+//
+// Each attempt runs under a stall watch (stall.go): one that makes no progress for
+// Options.StallTimeout is cancelled and counts as an unknown outcome.
+func (c *Client) retry(ctx context.Context, name string, write bool, op func(ctx context.Context, a *attempt) error) error {
 	backoff := c.opt.RetryBackoff
 	var last error
 	for attempt := 1; ; attempt++ {
@@ -89,7 +117,8 @@ func (c *Client) retry(ctx context.Context, name string, write bool, op func(ctx
 			return giveUp(name, write, err, last)
 		}
 		i := int(c.cur.Load())
-		err := op(ctx, c.members[i], attempt)
+		a, actx, stop := c.watch(ctx, c.members[i], attempt)
+		err := stop(op(actx, a))
 		if err == nil {
 			return nil
 		}

@@ -3,6 +3,8 @@ package client
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"unicode/utf8"
 )
 
 // TxnID names one transaction (a batch offload). A retry with the same TxnID is answered with
@@ -37,7 +39,9 @@ const (
 	AlreadyStored
 	// Conflict: the key is committed with different bytes.
 	Conflict
-	// Rejected: the key was refused before anything was written (Reason says why).
+	// Rejected: the key was refused before anything was written (Reason says why). A key
+	// that is not valid UTF-8 is Rejected by the client itself and never sent (the protocol's
+	// keys are proto3 strings, which must be UTF-8).
 	Rejected
 	// Failed: an error stopped the transaction (Reason says which); the key is not stored.
 	Failed
@@ -79,6 +83,9 @@ const (
 	NotFound                         // no committed record for the key
 	Corrupt                          // the record failed verification
 	Unavailable                      // the bytes could not be served now (Reason says why)
+	// InvalidKey: the key can never name an object (it is not valid UTF-8): the client
+	// answered for it without sending it, and Reason says why.
+	InvalidKey
 )
 
 func (s GetStatus) String() string {
@@ -91,6 +98,8 @@ func (s GetStatus) String() string {
 		return "Corrupt"
 	case Unavailable:
 		return "Unavailable"
+	case InvalidKey:
+		return "InvalidKey"
 	}
 	return "Unknown"
 }
@@ -108,8 +117,12 @@ type Presence int
 
 const (
 	Present  Presence = iota + 1 // committed and readable
-	Absent                       // not committed
+	Absent                       // not committed (or not valid UTF-8, so never storable)
 	InFlight                     // being written by a transaction that has not finished
+	// Unknown: the member could not confirm the key's state (its read index through the
+	// leader failed); neither "stored" nor "not stored" is claimed. ExistsResult.Reason says
+	// why. An answer the client does not recognize is Unknown too.
+	Unknown
 )
 
 func (p Presence) String() string {
@@ -120,13 +133,27 @@ func (p Presence) String() string {
 		return "Absent"
 	case InFlight:
 		return "InFlight"
+	case Unknown:
+		return "Unknown"
 	}
-	return "Unknown"
+	return fmt.Sprintf("Presence(%d)", int(p))
 }
 
 // ExistsResult answers BatchExists: one Presence per key, in request order, and the number of
-// leading Present keys (the prefix-cache hit length in blocks).
+// leading Present keys (the prefix-cache hit length in blocks): the count stops at the first
+// key that is not Present, Unknown included.
 type ExistsResult struct {
 	Keys          []Presence
 	PrefixPresent int
+	// Reason says why keys are Unknown, when some are.
+	Reason string
 }
+
+// invalidKeyReason is the Reason of a key the client does not send.
+const invalidKeyReason = "invalid key: not valid UTF-8 (the protocol's keys are strings); not sent"
+
+// sendable reports whether key can travel in the protocol's string fields.
+func sendable(key string) bool { return utf8.ValidString(key) }
+
+// self is the key of a key (for sendOnly).
+func self(k string) string { return k }
