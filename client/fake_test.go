@@ -26,7 +26,8 @@ type fakeCluster struct {
 	getChunk int // value bytes per GetChunk the fake sends
 
 	mu           sync.Mutex
-	txns         []string // hex txn ID of every BatchOffload call, in order
+	txns         []string // txn ID of every BatchOffload call, in order
+	keysSeen     []string // every key the fake received, in any call
 	dataSizes    []int    // len(data) of every OffloadChunk received
 	idMsgs       int      // OffloadChunks that carried a txn ID
 	stored       map[string][]byte
@@ -54,21 +55,21 @@ type fakeNode struct {
 	srv  *grpc.Server
 }
 
-// startNode serves f on a fresh 127.0.0.1 port.
-func startNode(f *fakeCluster) (*fakeNode, error) {
+// startNode serves f on a fresh 127.0.0.1 port, with opts added to the server's options.
+func startNode(f *fakeCluster, opts ...grpc.ServerOption) (*fakeNode, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(8 << 20))
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(8 << 20)}, opts...)...)
 	kvoffloadv1.RegisterKVOffloadServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	return &fakeNode{addr: lis.Addr().String(), srv: srv}, nil
 }
 
-func mustStartNode(t *testing.T, f *fakeCluster) *fakeNode {
+func mustStartNode(t *testing.T, f *fakeCluster, opts ...grpc.ServerOption) *fakeNode {
 	t.Helper()
-	n, err := startNode(f)
+	n, err := startNode(f, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +141,9 @@ func (f *fakeCluster) note(m *kvoffloadv1.OffloadChunk, msgs int, id *string) er
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dataSizes = append(f.dataSizes, len(m.GetData()))
+	if m.GetKey() != "" {
+		f.keysSeen = append(f.keysSeen, m.GetKey())
+	}
 	if len(m.GetTxnId()) > 0 {
 		f.idMsgs++
 	}
@@ -197,6 +201,7 @@ func (f *fakeCluster) BatchGet(req *kvoffloadv1.GetRequest, st grpc.ServerStream
 	f.mu.Lock()
 	f.getCalls++
 	call, hook := f.getCalls, f.getHook
+	f.keysSeen = append(f.keysSeen, req.GetKeys()...)
 	f.mu.Unlock()
 	if hook != nil {
 		if err := hook(call, req, st); !errors.Is(err, errDefault) {
@@ -234,6 +239,7 @@ func (f *fakeCluster) sendValue(st grpc.ServerStreamingServer[kvoffloadv1.GetChu
 func (f *fakeCluster) BatchExists(_ context.Context, req *kvoffloadv1.ExistsRequest) (*kvoffloadv1.ExistsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.keysSeen = append(f.keysSeen, req.GetKeys()...)
 	resp := &kvoffloadv1.ExistsResponse{}
 	prefix := true
 	for _, k := range req.GetKeys() {
@@ -242,8 +248,12 @@ func (f *fakeCluster) BatchExists(_ context.Context, req *kvoffloadv1.ExistsRequ
 			p = kvoffloadv1.Presence_PRESENCE_PRESENT
 		} else if strings.HasPrefix(k, "inflight/") {
 			p = kvoffloadv1.Presence_PRESENCE_IN_FLIGHT
+		} else if strings.HasPrefix(k, "unknown/") {
+			p, resp.Reason = kvoffloadv1.Presence_PRESENCE_UNKNOWN, "read index: no leader"
 		}
-		prefix = prefix && p == kvoffloadv1.Presence_PRESENCE_PRESENT
+		// Unknown keys count towards the fake's prefix, as a careless member might count
+		// them: the client must stop at the first key that is not Present all the same.
+		prefix = prefix && (p == kvoffloadv1.Presence_PRESENCE_PRESENT || p == kvoffloadv1.Presence_PRESENCE_UNKNOWN)
 		if prefix {
 			resp.PrefixPresent++
 		}
@@ -255,6 +265,7 @@ func (f *fakeCluster) BatchExists(_ context.Context, req *kvoffloadv1.ExistsRequ
 func (f *fakeCluster) Remove(_ context.Context, req *kvoffloadv1.RemoveRequest) (*kvoffloadv1.RemoveResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.keysSeen = append(f.keysSeen, req.GetKeys()...)
 	resp := &kvoffloadv1.RemoveResponse{}
 	for _, k := range req.GetKeys() {
 		_, ok := f.stored[k]
@@ -306,6 +317,13 @@ func (f *fakeCluster) calls() (offload, get int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.offloadCalls, f.getCalls
+}
+
+// seen returns every key the fake received.
+func (f *fakeCluster) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.keysSeen...)
 }
 
 func (f *fakeCluster) val(key string) []byte { v, _ := f.value(key); return v }

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"math/rand/v2"
@@ -57,4 +58,20 @@ func randBytes(r *rand.Rand, n int) []byte {
 		b[i] = byte(r.Uint32())
 	}
 	return b
+}
+
+// checkRetriedOn checks that a one-object batch (key "k", value val) under txn id was Stored
+// exactly, after two attempts that both carried id, and that the client now talks to addr.
+func checkRetriedOn(t *testing.T, f *fakeCluster, c *client.Client, res []client.KeyResult, id client.TxnID, val []byte, addr string) {
+	t.Helper()
+	if res[0].Outcome != client.Stored || !bytes.Equal(f.val("k"), val) {
+		t.Fatalf("%+v", res)
+	}
+	txns, _, _ := f.snapshot()
+	if len(txns) != 2 || txns[0] != string(id[:]) || txns[1] != string(id[:]) {
+		t.Fatalf("txn IDs %x, want twice %x", txns, id)
+	}
+	if c.Addr() != addr {
+		t.Fatalf("client uses %s after the failover, want %s", c.Addr(), addr)
+	}
 }

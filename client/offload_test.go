@@ -159,16 +159,7 @@ func TestOffloadRetryAfterDisconnectKeepsTxnID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Outcome != client.Stored || !bytes.Equal(f.val("k"), val) {
-		t.Fatalf("%+v", res)
-	}
-	txns, _, _ := f.snapshot()
-	if len(txns) != 2 || txns[0] != string(id[:]) || txns[1] != string(id[:]) {
-		t.Fatalf("txn IDs %x, want twice %x", txns, id)
-	}
-	if c.Addr() != n2.addr {
-		t.Fatalf("client uses %s after the failover, want %s", c.Addr(), n2.addr)
-	}
+	checkRetriedOn(t, f, c, res, id, val, n2.addr)
 }
 
 // When the retried txn comes back aborted (the cluster rolled the cut-off attempt back), the
@@ -213,47 +204,6 @@ func TestOffloadAbortedFirstAttemptIsReturned(t *testing.T) {
 	}
 	if txns, _, _ := f.snapshot(); len(txns) != 1 {
 		t.Fatalf("%d calls, want 1", len(txns))
-	}
-}
-
-func TestOffloadErrorClasses(t *testing.T) {
-	cases := []struct {
-		name    string
-		err     error
-		want    error
-		retried bool
-	}{
-		{"invalid argument", status.Error(codes.InvalidArgument, "bad key"), client.ErrInvalidArgument, false},
-		{"failed precondition", status.Error(codes.FailedPrecondition, "no"), client.ErrInvalidArgument, false},
-		{"batch too large", status.Error(codes.ResourceExhausted, "batch too large"), client.ErrTooLarge, false},
-		{"aborted", status.Error(codes.Aborted, "leadership lost"), nil, true},
-		{"internal", status.Error(codes.Internal, "stream broke"), nil, true},
-		{"unknown", status.Error(codes.Unknown, "?"), nil, true},
-		{"server deadline", status.Error(codes.DeadlineExceeded, "commit timeout"), nil, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFake()
-			n := mustStartNode(t, f)
-			c := mustDial(t, testOptions(), n.addr)
-			f.setOffloadHook(func(_ context.Context, call, _ int, _ string) error {
-				if call == 1 {
-					return tc.err
-				}
-				return nil
-			})
-			res, err := c.BatchOffload(testCtx(t), client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}})
-			txns, _, _ := f.snapshot()
-			if tc.retried {
-				if err != nil || res[0].Outcome != client.Stored || len(txns) != 2 || txns[0] != txns[1] {
-					t.Fatalf("%+v %v, %d calls", res, err, len(txns))
-				}
-				return
-			}
-			if !errors.Is(err, tc.want) || status.Code(err) != status.Code(tc.err) || len(txns) != 1 {
-				t.Fatalf("err %v (want %v wrapping %s), %d calls", err, tc.want, status.Code(tc.err), len(txns))
-			}
-		})
 	}
 }
 
