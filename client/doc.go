@@ -1,6 +1,7 @@
 // Package client is the Go transactional client of a kvoffload cluster.
 //
-// A Client talks gRPC (kvoffload.v1) to any member of the cluster: the members forward what
+// A Client talks gRPC (the KVOffload service of kvoffload.v1, on the members' API listeners;
+// never the peer-only Cluster service) to any member of the cluster: the members forward what
 // they cannot serve themselves, so the client needs no knowledge of leaders or owners. Dial
 // probes the addresses in order and uses the first reachable one; when a call finds that
 // member unavailable, the client fails over to the next address.
@@ -17,6 +18,38 @@
 // attempt was cut off and the cluster rolled it back, storing nothing), the client retries once
 // more with a fresh TxnID. If the context ends first, the error wraps both the context's error
 // and ErrIndeterminate: the batch may or may not have been stored.
+//
+// # Stalled members
+//
+// A member can stop answering without closing its connections (SIGSTOP, a long GC pause, a
+// frozen VM): no error ever arrives. Each attempt therefore runs under a stall watch: an
+// attempt that makes no progress for Options.StallTimeout (default 2 s) is cancelled and
+// retried on the next member like Unavailable, with the same TxnID. Progress is a message
+// received, a message the transport accepted for sending, or an answer from the member to a
+// gRPC health check (grpc.health.v1.Health/Check) that the client sends on the same
+// connection while the attempt has been idle for half of StallTimeout; any answer counts,
+// Unimplemented included, so the member need not register the health service. A live member
+// that takes long (a large fdatasync, a Raft election) keeps its calls; the total time of an
+// attempt is bounded only by the caller's context. gRPC keepalive pings (every 10 s of
+// silence, grpc-go's minimum; unanswered after StallTimeout, the connection is closed) also
+// close idle connections to such a member. The server must permit them: its
+// keepalive.EnforcementPolicy needs MinTime at most 10 s and PermitWithoutStream true.
+//
+// # Refusals and invalid keys
+//
+// A request the cluster refused (gRPC InvalidArgument, ResourceExhausted, PermissionDenied,
+// Unauthenticated, or FailedPrecondition other than "not the leader") is returned at once
+// with ErrInvalidArgument, ErrTooLarge or ErrDenied, never retried. The protocol's keys are
+// proto3 strings, which must be valid UTF-8 (gRPC refuses to encode anything else), so a key
+// that is not is answered per key by the client without being sent: Rejected by
+// BatchOffload, InvalidKey by BatchGet, Absent by BatchExists, false by Remove; the other keys
+// of the call are sent as usual.
+//
+// # Credentials
+//
+// Options.TLS secures the connections; Options.Token sends a bearer token with every call
+// ("authorization: Bearer <token>", RFC 6750), and requires TLS unless Options.InsecureToken
+// is set.
 //
 // Begin, Put and Commit stage an explicit transaction on the client and send it as one
 // BatchOffload with the transaction's ID; Abort discards it (nothing was sent).
@@ -37,6 +70,7 @@
 //
 // # Logging
 //
-// Options.Logger (nil discards) receives Debug lines for each retry and failover and Warn
-// lines when the client switches to a fresh TxnID after an aborted attempt.
+// Options.Logger (nil discards) receives Debug lines for each retry and failover (a stalled
+// attempt included) and Warn lines when the client switches to a fresh TxnID after an
+// aborted attempt.
 package client
