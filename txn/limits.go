@@ -6,24 +6,24 @@ import "fmt"
 // names the size reached, the key at which it was reached, the limit and its value, e.g.
 // `batch of 4294971393 bytes at key "k7" exceeds MaxBatchBytes 1073741824`, so an operator
 // or a client can tell which request and which setting without reading the source.
-func batchLimitError(size int64, unit, key, limit string, value int64) error {
+func batchLimitError(size uint64, unit, key, limit string, value int64) error {
 	return fmt.Errorf("%w: batch of %d %s at key %q exceeds %s %d", ErrBatchTooLarge, size, unit, key, limit, value)
 }
 
 // BatchKeysError refuses a batch whose keys number n, reached at key, over MaxBatchKeys
 // (value); the gRPC service uses it while a batch is still arriving.
-func BatchKeysError(n int64, key string, value int) error {
+func BatchKeysError(n uint64, key string, value int) error {
 	return batchLimitError(n, "keys", key, "MaxBatchKeys", int64(value))
 }
 
 // BatchBytesError refuses a batch whose payloads total n bytes, reached at key, over
 // MaxBatchBytes (value).
-func BatchBytesError(n int64, key string, value int64) error {
+func BatchBytesError(n uint64, key string, value int64) error {
 	return batchLimitError(n, "bytes", key, "MaxBatchBytes", value)
 }
 
 // ObjectTooLarge is the per-key Rejected reason of an object of size bytes over
 // MaxObjectBytes (value).
-func ObjectTooLarge(size, value int64) string {
+func ObjectTooLarge(size uint64, value int64) string {
 	return fmt.Sprintf("too large: %d bytes exceeds MaxObjectBytes %d", size, value)
 }

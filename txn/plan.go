@@ -85,7 +85,7 @@ func signature(objs []Object, sums []uint64) uint64 {
 // checkBatch enforces the per-request limits.
 func (c *Coordinator) checkBatch(objs []Object) error {
 	if len(objs) > c.cfg.MaxBatchKeys {
-		return BatchKeysError(int64(len(objs)), objs[c.cfg.MaxBatchKeys].Key, c.cfg.MaxBatchKeys)
+		return BatchKeysError(uint64(len(objs)), objs[c.cfg.MaxBatchKeys].Key, c.cfg.MaxBatchKeys)
 	}
 	var total int64
 	over := -1 // the object at which the total first went over
@@ -95,7 +95,7 @@ func (c *Coordinator) checkBatch(objs []Object) error {
 		}
 	}
 	if over >= 0 {
-		return BatchBytesError(total, objs[over].Key, c.cfg.MaxBatchBytes)
+		return BatchBytesError(uint64(total), objs[over].Key, c.cfg.MaxBatchBytes)
 	}
 	return nil
 }
@@ -109,7 +109,7 @@ func (c *Coordinator) invalid(o Object) string {
 	case len(o.Value) == 0:
 		return "invalid value: empty"
 	case int64(len(o.Value)) > c.cfg.MaxObjectBytes:
-		return ObjectTooLarge(int64(len(o.Value)), c.cfg.MaxObjectBytes)
+		return ObjectTooLarge(uint64(len(o.Value)), c.cfg.MaxObjectBytes)
 	}
 	return ""
 }

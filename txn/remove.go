@@ -30,7 +30,7 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {
-		return nil, BatchKeysError(int64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
+		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
 	}
 	out := make([]RemoveResult, len(keys))
 	var kg []fsm.KeyGen
