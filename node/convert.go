@@ -65,8 +65,11 @@ func toPBPresence(p txn.Presence) pb.Presence {
 		return pb.Presence_PRESENCE_PRESENT
 	case txn.InFlight:
 		return pb.Presence_PRESENCE_IN_FLIGHT
+	case txn.Absent:
+		return pb.Presence_PRESENCE_ABSENT
 	}
-	return pb.Presence_PRESENCE_ABSENT
+	// Unknown, and any presence this build does not know: never claim "not stored".
+	return pb.Presence_PRESENCE_UNKNOWN
 }
 
 // grpcError maps coordinator errors onto gRPC status codes the client understands:

@@ -1,21 +1,39 @@
 package node
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/txn"
 )
 
 // metrics are the node's Prometheus metrics. Counters that the coordinator already keeps are
-// exported by a collector reading Stats at scrape time; latencies are observed here.
+// exported by a collector reading Stats at scrape time; latencies and per-key outcomes are
+// observed here. Label values are snake_case, like kvoffload_txn_events_total's kinds, and
+// every series of a labelled counter exists from start-up at zero (so a rate() over a
+// failure that has never happened yet is 0, not absent).
 type metrics struct {
 	offloadSeconds prometheus.Histogram
 	offloadKeys    *prometheus.CounterVec
 	offloadBytes   prometheus.Counter
+	getSeconds     prometheus.Histogram
 	getKeys        *prometheus.CounterVec
 	getBytes       prometheus.Counter
+	existsKeys     *prometheus.CounterVec
+	keyFailures    *prometheus.CounterVec
+	bufferedBytes  prometheus.Gauge
+	bufferWaits    prometheus.Counter
+
+	// buffers is the node-wide bound on the bytes the gRPC service buffers (budget.go); it
+	// lives here, with its gauge, because every request of the service reaches it through
+	// the node's metrics.
+	buffers *budget
+	log     *slog.Logger
+	logs    *logLimiter
 }
 
 func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
@@ -30,34 +48,127 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		offloadBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvoffload_offload_bytes_total", Help: "Payload bytes of keys this node stored.",
 		}),
+		getSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvoffload_get_batch_seconds", Help: "Latency of BatchGet requests served by this node, until the last byte is sent.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
 		getKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvoffload_get_keys_total", Help: "Keys read through this node, by status.",
 		}, []string{"status"}),
 		getBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvoffload_get_bytes_total", Help: "Payload bytes returned by reads through this node.",
 		}),
+		existsKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvoffload_exists_keys_total", Help: "Keys asked about by BatchExists through this node, by presence (unknown: not confirmed with the leader).",
+		}, []string{"presence"}),
+		keyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvoffload_key_failures_total", Help: "Keys of offloads and reads through this node that did not succeed, by operation, outcome and reason class.",
+		}, []string{"op", "outcome", "reason"}),
+		bufferedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvoffload_buffered_bytes", Help: "Value bytes the gRPC service holds for requests in progress (bounded by MaxBufferedBytes).",
+		}),
+		bufferWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvoffload_buffer_waits_total", Help: "Requests that waited for buffer space (MaxBufferedBytes reached: back-pressure).",
+		}),
+		log:  n.log,
+		logs: newLogLimiter(failureLogRate, failureLogBurst),
+	}
+	m.buffers = newBudget(bufferLimit(n.cfg.Txn), m.bufferedBytes, m.bufferWaits)
+	for _, o := range []txn.Outcome{txn.Stored, txn.AlreadyStored, txn.Conflict, txn.Rejected, txn.Failed} {
+		m.offloadKeys.WithLabelValues(outcomeLabel(o))
+	}
+	for _, st := range []txn.GetStatus{txn.Found, txn.NotFound, txn.Corrupt, txn.Unavailable} {
+		m.getKeys.WithLabelValues(statusLabel(st))
+	}
+	for _, p := range []txn.Presence{txn.Present, txn.Absent, txn.InFlight, txn.Unknown} {
+		m.existsKeys.WithLabelValues(presenceLabel(p))
+	}
+	for _, fk := range failureKinds {
+		for _, rc := range fk.classes {
+			m.keyFailures.WithLabelValues(fk.op, fk.outcome, rc.name)
+		}
+		m.keyFailures.WithLabelValues(fk.op, fk.outcome, otherReason)
 	}
 	if reg != nil {
-		reg.MustRegister(m.offloadSeconds, m.offloadKeys, m.offloadBytes, m.getKeys, m.getBytes, stateCollector{n})
+		reg.MustRegister(m.offloadSeconds, m.offloadKeys, m.offloadBytes, m.getSeconds, m.getKeys, m.getBytes,
+			m.existsKeys, m.keyFailures, m.bufferedBytes, m.bufferWaits, stateCollector{n})
 	}
 	return m
 }
 
-func (m *metrics) observeOffload(res []txn.KeyResult, objs []txn.Object, d time.Duration) {
+// observeOffload counts one BatchOffload's outcomes; each key that is not OK is also counted
+// by reason class and logged (rate-limited) with the txn ID, key, outcome and reason.
+func (m *metrics) observeOffload(id fsm.TxnID, res []txn.KeyResult, objs []txn.Object, d time.Duration) {
 	m.offloadSeconds.Observe(d.Seconds())
 	for i, r := range res {
-		m.offloadKeys.WithLabelValues(r.Outcome.String()).Inc()
+		m.offloadKeys.WithLabelValues(outcomeLabel(r.Outcome)).Inc()
 		if r.Outcome == txn.Stored && i < len(objs) {
 			m.offloadBytes.Add(float64(len(objs[i].Value)))
+		}
+		if !r.Outcome.OK() {
+			m.keyFailed("offload", id.String(), r.Key, outcomeLabel(r.Outcome), r.Reason, r.Outcome == txn.Failed)
 		}
 	}
 }
 
-func (m *metrics) observeGets(res []txn.GetResult) {
+// observeGets counts one BatchGet's statuses; Corrupt and Unavailable keys are also counted
+// by reason class and logged (rate-limited).
+func (m *metrics) observeGets(res []txn.GetResult, d time.Duration) {
+	m.getSeconds.Observe(d.Seconds())
 	for _, r := range res {
-		m.getKeys.WithLabelValues(r.Status.String()).Inc()
+		m.getKeys.WithLabelValues(statusLabel(r.Status)).Inc()
 		m.getBytes.Add(float64(len(r.Value)))
+		if r.Status == txn.Corrupt || r.Status == txn.Unavailable {
+			m.keyFailed("get", "", r.Key, statusLabel(r.Status), r.Reason, true)
+		}
 	}
+}
+
+// observeExists counts one BatchExists's answers; Unknown ones are logged (rate-limited).
+func (m *metrics) observeExists(keys []string, ex txn.ExistsResult) {
+	unknown := 0
+	for _, p := range ex.Keys {
+		m.existsKeys.WithLabelValues(presenceLabel(p)).Inc()
+		if p == txn.Unknown {
+			unknown++
+		}
+	}
+	if unknown > 0 {
+		if ok, dropped := m.logs.allow(); ok {
+			m.log.Warn("exists: keys not confirmed with the leader", "keys", len(keys), "unknown", unknown,
+				"reason", ex.Reason, "suppressed", dropped)
+		}
+	}
+}
+
+// keyFailed counts and logs one key that did not succeed; severe outcomes (the store's own
+// failures, not the caller's) are logged as warnings, the others at info.
+func (m *metrics) keyFailed(op, txnID, key, outcome, reason string, severe bool) {
+	class := reasonClassOf(op, outcome, reason)
+	m.keyFailures.WithLabelValues(op, outcome, class).Inc()
+	ok, dropped := m.logs.allow()
+	if !ok {
+		return
+	}
+	level := slog.LevelInfo
+	if severe {
+		level = slog.LevelWarn
+	}
+	attrs := []any{"op", op, "key", key, "outcome", outcome, "reason_class", class, "reason", reason}
+	if txnID != "" {
+		attrs = append(attrs, "txn", txnID)
+	}
+	if dropped > 0 {
+		attrs = append(attrs, "suppressed", dropped)
+	}
+	m.log.Log(context.Background(), level, "key not "+okWord(op), attrs...)
+}
+
+func okWord(op string) string {
+	if op == "get" {
+		return "read"
+	}
+	return "stored"
 }
 
 // stateCollector exports the node's state at scrape time.

@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,14 +21,16 @@ type kvService struct {
 	n *Node
 }
 
-// BatchOffload reassembles the chunked objects (each value buffered once, preallocated to its
-// announced size) and runs them as one transaction.
+// BatchOffload reassembles the chunked objects (each value buffered once, within the node's
+// buffer budget) and runs them as one transaction.
 func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChunk, pb.OffloadResponse]) error {
 	if err := s.n.waitReady(stream.Context()); err != nil {
 		return err
 	}
 	start := time.Now()
-	id, objs, tooLarge, err := s.recvBatch(stream)
+	buf := s.n.metrics.buffers.newHold()
+	defer buf.release() // after the response is sent: the coordinator may hold the values until then
+	id, objs, tooLarge, err := s.recvBatch(stream, buf)
 	if err != nil {
 		return err
 	}
@@ -35,19 +39,27 @@ func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChun
 		return grpcError(err)
 	}
 	out := &pb.OffloadResponse{Results: make([]*pb.KeyResult, len(res))}
-	for i, r := range res {
+	for i := range res {
+		r := &res[i]
 		if reason, ok := tooLarge[i]; ok {
 			r.Outcome, r.Reason = txn.Rejected, reason
 		}
 		out.Results[i] = &pb.KeyResult{Key: r.Key, Outcome: toPBOutcome(r.Outcome), Joined: r.Joined, Reason: r.Reason}
 	}
-	s.n.metrics.observeOffload(res, objs, time.Since(start))
+	s.n.metrics.observeOffload(id, res, objs, time.Since(start))
 	return stream.SendAndClose(out)
 }
 
+// firstValueBytes is the first allocation for an object's value; it doubles from there as
+// bytes arrive, up to the announced size.
+const firstValueBytes = 8 << 20
+
 // recvBatch reads the whole client stream. Objects over the size limit are not buffered:
-// their bytes are discarded and the key is reported Rejected.
-func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, pb.OffloadResponse]) (fsm.TxnID, []txn.Object, map[int]string, error) {
+// their bytes are discarded and the key is reported Rejected. A value's buffer is allocated
+// as its bytes arrive, not when its size is announced (a stream announcing 64 MiB and sending
+// nothing reserves nothing), and each allocation is acquired from buf first, waiting while
+// the node's budget is taken (the stream is not read meanwhile: back-pressure on the client).
+func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, pb.OffloadResponse], buf *hold) (fsm.TxnID, []txn.Object, map[int]string, error) {
 	var id fsm.TxnID
 	var objs []txn.Object
 	tooLarge := map[int]string{}
@@ -76,20 +88,16 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 				return id, nil, nil, invalid("object %q ended %d bytes short", objs[len(objs)-1].Key, remaining)
 			}
 			if len(objs) >= lim.MaxBatchKeys {
-				return id, nil, nil, grpcError(txn.ErrBatchTooLarge)
+				return id, nil, nil, grpcError(txn.BatchKeysError(uint64(len(objs)+1), ch.Key, lim.MaxBatchKeys))
 			}
 			objs = append(objs, txn.Object{Key: ch.Key})
 			remaining = ch.Size
-			if total += ch.Size; total > uint64(lim.MaxBatchBytes) {
-				return id, nil, nil, grpcError(txn.ErrBatchTooLarge)
+			if ch.Size > uint64(lim.MaxBatchBytes)-total { // total <= MaxBatchBytes here: no overflow
+				return id, nil, nil, grpcError(txn.BatchBytesError(satAdd(total, ch.Size), ch.Key, lim.MaxBatchBytes))
 			}
+			total += ch.Size
 			if ch.Size > uint64(lim.MaxObjectBytes) {
-				tooLarge[len(objs)-1] = "too large: exceeds the limit on object bytes"
-			} else {
-				// Grow as bytes arrive beyond a first 8 MiB: an announced size costs no
-				// memory until the data comes (a stream announcing 64 MiB and sending
-				// nothing must not reserve 64 MiB).
-				objs[len(objs)-1].Value = make([]byte, 0, min(ch.Size, 8<<20))
+				tooLarge[len(objs)-1] = txn.ObjectTooLarge(ch.Size, lim.MaxObjectBytes)
 			}
 		}
 		if len(ch.Data) == 0 {
@@ -99,9 +107,21 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			return id, nil, nil, invalid("data beyond the announced object size")
 		}
 		remaining -= uint64(len(ch.Data))
-		if _, big := tooLarge[len(objs)-1]; !big {
-			objs[len(objs)-1].Value = append(objs[len(objs)-1].Value, ch.Data...)
+		if _, big := tooLarge[len(objs)-1]; big {
+			continue
 		}
+		o := &objs[len(objs)-1]
+		if need := len(o.Value) + len(ch.Data); need > cap(o.Value) {
+			size := need + int(remaining) // the announced size
+			grown := min(size, max(need, 2*cap(o.Value), firstValueBytes))
+			if err := buf.acquire(stream.Context(), int64(grown-cap(o.Value))); err != nil {
+				return id, nil, nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) at key %q: %w", s.n.metrics.buffers.limit, o.Key, err))
+			}
+			v := make([]byte, len(o.Value), grown)
+			copy(v, o.Value)
+			o.Value = v
+		}
+		o.Value = append(o.Value, ch.Data...)
 	}
 	if remaining != 0 {
 		return id, nil, nil, invalid("the stream ended %d bytes short", remaining)
@@ -109,16 +129,49 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 	return id, objs, tooLarge, nil
 }
 
+// satAdd is a+b, or the largest uint64 if that overflows.
+func satAdd(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// BatchGet reads the keys and streams their values back. The bytes the results will hold are
+// acquired from the node's buffer budget before anything is read (the sizes the local
+// metadata gives, at most MaxBatchBytes), waiting while it is taken, and released once the
+// last chunk is sent: two stalled readers of 16 positions of a 64 MiB key held 2 GiB before
+// (issue 7). Keys found only after the read index, or stored since the lookup, are added to
+// the hold when read, without waiting (the bytes are in memory by then).
 func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
-	if err := s.n.waitReady(stream.Context()); err != nil {
+	ctx := stream.Context()
+	if err := s.n.waitReady(ctx); err != nil {
 		return err
 	}
-	res, err := s.n.coord.BatchGet(stream.Context(), req.Keys)
+	start := time.Now()
+	buf := s.n.metrics.buffers.newHold()
+	defer buf.release()
+	var want int64
+	for _, k := range req.Keys {
+		if e, ok := s.n.fsm.Lookup(k); ok {
+			want += int64(e.Size)
+		}
+	}
+	if err := buf.acquire(ctx, min(want, s.n.cfg.Txn.MaxBatchBytes)); err != nil {
+		return grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, want, err))
+	}
+	res, err := s.n.coord.BatchGet(ctx, req.Keys)
 	if err != nil {
 		return grpcError(err)
 	}
-	s.n.metrics.observeGets(res)
-	return sendGets(stream.Send, res)
+	var got int64
+	for _, r := range res {
+		got += int64(len(r.Value))
+	}
+	buf.add(got - buf.n)
+	err = sendGets(stream.Send, res)
+	s.n.metrics.observeGets(res, time.Since(start))
+	return err
 }
 
 func (s kvService) BatchExists(ctx context.Context, req *pb.ExistsRequest) (*pb.ExistsResponse, error) {
@@ -126,11 +179,18 @@ func (s kvService) BatchExists(ctx context.Context, req *pb.ExistsRequest) (*pb.
 		return nil, err
 	}
 	ex := s.n.coord.BatchExistsLease(ctx, req.Keys, time.Duration(req.LeaseMs)*time.Millisecond)
-	out := &pb.ExistsResponse{Keys: make([]pb.Presence, len(ex.Keys)), PrefixPresent: uint32(ex.PrefixPresent)}
+	out := &pb.ExistsResponse{Keys: make([]pb.Presence, len(ex.Keys)), PrefixPresent: uint32(ex.PrefixPresent), Reason: ex.Reason}
 	for i, p := range ex.Keys {
 		out.Keys[i] = toPBPresence(p)
 	}
+	s.n.metrics.observeExists(req.Keys, ex)
 	return out, nil
+}
+
+// Status is Cluster/Status on the client API (read-only: members, leader, keys and bytes
+// per node), so clients and `storenode status` need no access to the peer listener.
+func (s kvService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return clusterService{n: s.n}.Status(ctx, req)
 }
 
 func (s kvService) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.RemoveResponse, error) {

@@ -1,0 +1,209 @@
+package node
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+)
+
+func testBudget(limit int64) *budget {
+	return newBudget(limit, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "c"}))
+}
+
+// Two requests that each hold part of the budget and wait for more (hold-and-wait) do not
+// deadlock: the oldest is let over the limit, finishes, and the other follows.
+func TestBudgetHoldAndWait(t *testing.T) {
+	b := testBudget(100)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h1, h2 := b.newHold(), b.newHold()
+	if err := h1.acquire(ctx, 60); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.acquire(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() { done <- h2.acquire(ctx, 50) }() // waits: h1 holds bytes and is not waiting
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("h2 was granted over the limit while h1 could still release: %v", err)
+	default:
+	}
+	go func() { done <- h1.acquire(ctx, 50) }() // now both wait: h1, the oldest, goes over
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if h1.n != 110 || b.used != 150 {
+		t.Fatalf("h1 holds %d, used %d; want h1 over the limit (110), used 150", h1.n, b.used)
+	}
+	h1.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h2.release()
+	if b.used != 0 || b.holders != 0 || b.stuck != 0 || len(b.queue) != 0 {
+		t.Fatalf("after release: used %d holders %d stuck %d queue %d", b.used, b.holders, b.stuck, len(b.queue))
+	}
+}
+
+// A waiter whose context ends leaves the queue and returns its error; what it held stays held.
+func TestBudgetWaitCanceled(t *testing.T) {
+	b := testBudget(10)
+	h1, h2 := b.newHold(), b.newHold()
+	if err := h1.acquire(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := h2.acquire(ctx, 1); err == nil {
+		t.Fatal("granted over a full budget")
+	}
+	if len(b.queue) != 0 || metricValue(t, b.waits) != 1 {
+		t.Fatalf("queue %d waits %v", len(b.queue), metricValue(t, b.waits))
+	}
+	h1.release()
+	if err := h2.acquire(context.Background(), 10); err != nil || b.used != 10 {
+		t.Fatalf("after release: %v used %d", err, b.used)
+	}
+}
+
+// Randomized: requests acquire in random steps and release; every one finishes (no
+// deadlock), and the bytes held never exceed the limit by more than one request's total.
+func TestBudgetRandomized(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	const limit, maxReq = 1000, 600
+	b := testBudget(limit)
+	var peak atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for r := range 40 {
+		steps := make([]int64, 1+rng.IntN(5))
+		left := int64(1 + rng.IntN(maxReq))
+		for i := range steps {
+			steps[i] = left / int64(len(steps)-i)
+			left -= steps[i]
+		}
+		pause := time.Duration(rng.IntN(300)) * time.Microsecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := b.newHold()
+			defer h.release()
+			for _, n := range steps {
+				if err := h.acquire(ctx, n); err != nil {
+					t.Errorf("request %d: %v (deadlock?)", r, err)
+					return
+				}
+				b.mu.Lock()
+				u := b.used
+				b.mu.Unlock()
+				for p := peak.Load(); u > p && !peak.CompareAndSwap(p, u); p = peak.Load() {
+				}
+				time.Sleep(pause)
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit+maxReq {
+		t.Fatalf("peak %d bytes held, over limit %d + one request %d", p, limit, maxReq)
+	}
+	if b.used != 0 {
+		t.Fatalf("%d bytes still held", b.used)
+	}
+}
+
+// TestBufferBudgetStalledReaders: two BatchGet streams of 16 positions of one key that never
+// read their responses hold no more than MaxBufferedBytes together (issue 7: two such
+// streams of a 64 MiB key took a server from 340 MiB to 2.1 GiB). The second waits for the
+// budget (counted), and is served once the first goes away.
+func TestBufferBudgetStalledReaders(t *testing.T) {
+	const size = 1 << 20
+	cfg := testConfig(t.TempDir())
+	cfg.APIAddr = freeAddr(t)
+	cfg.Txn.MaxBatchBytes, cfg.Txn.MaxBufferedBytes = 16*size, 16*size
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	key := keyOf("budget", 0)
+	mustOffload(t, n, objects(3, size, key))
+	keys := make([]string, 16)
+	for i := range keys {
+		keys[i] = key
+	}
+	conn, err := grpc.NewClient(n.APIAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cl := pb.NewKVOffloadClient(conn)
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	if _, err := cl.BatchGet(ctx1, &pb.GetRequest{Keys: keys}); err != nil { // never read
+		t.Fatal(err)
+	}
+	m := n.metrics
+	waitFor(t, "the first stream to hold its bytes", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	st2, err := cl.BatchGet(ctx2, &pb.GetRequest{Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second stream to wait", func() bool { return metricValue(t, m.bufferWaits) >= 1 })
+	time.Sleep(100 * time.Millisecond)
+	if got := metricValue(t, m.bufferedBytes); got > 16*size {
+		t.Fatalf("%v bytes buffered, over MaxBufferedBytes %d", got, 16*size)
+	}
+	cancel1()
+	var got int
+	for {
+		ch, err := st2.Recv()
+		if err != nil {
+			break
+		}
+		got += len(ch.Data)
+	}
+	if got != 16*size {
+		t.Fatalf("second stream: %d bytes, want %d", got, 16*size)
+	}
+	waitFor(t, "every byte released", func() bool { return metricValue(t, m.bufferedBytes) == 0 })
+	checkReadable(t, n, 3, size, key)
+}
+
+// metricValue is the value of a counter or gauge.
+func metricValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Counter != nil {
+		return out.Counter.GetValue()
+	}
+	return out.Gauge.GetValue()
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
