@@ -74,6 +74,13 @@ type cluster struct {
 // startCluster starts n nodes: the first bootstraps, the others join through it.
 func startCluster(t *testing.T, n int, failpoints string) *cluster {
 	t.Helper()
+	return startClusterWith(t, n, failpoints, nil)
+}
+
+// startClusterWith is startCluster with configure (if not nil) called on each proc before it
+// starts, to add serve flags.
+func startClusterWith(t *testing.T, n int, failpoints string, configure func(*proc)) *cluster {
+	t.Helper()
 	c := &cluster{t: t}
 	base := t.TempDir()
 	KeepOnFailure(t, base)
@@ -81,6 +88,9 @@ func startCluster(t *testing.T, n int, failpoints string) *cluster {
 		p := &proc{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(base, fmt.Sprintf("n%d", i+1)),
 			raft: freePort(t), api: freePort(t), peer: freePort(t), http: freePort(t), failpoints: failpoints}
 		c.procs = append(c.procs, p)
+		if configure != nil {
+			configure(p)
+		}
 		c.start(p)
 		c.waitReady(p, 30*time.Second)
 	}
