@@ -19,6 +19,10 @@ const (
 	MaxKeyLen = 1024
 	// MaxPayloadLen bounds payloads (the KV-cache blocks are at most 64 MiB).
 	MaxPayloadLen = 1 << 30
+	// MaxRecordLen is the largest extent a record can fill, RecordSize(MaxKeyLen,
+	// MaxPayloadLen): 1 GiB + 4 KiB. Read refuses a longer extent as corrupt before allocating
+	// anything, so a metadata entry with a huge length cannot exhaust memory.
+	MaxRecordLen = (headerLen + MaxKeyLen + MaxPayloadLen + Alignment - 1) &^ (Alignment - 1)
 
 	recordVersion   = 1
 	headerLen       = 56

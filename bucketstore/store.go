@@ -160,12 +160,21 @@ func (s *Store) writableBucket(ext Extent) (*bucket, error) {
 }
 
 // Read reads the record at ext and verifies it against want: key, TxnID, Generation,
-// PayloadLen and PayloadSum, besides the record's own checksums. Any mismatch, a short file
-// or a missing bucket yields an error wrapping ErrCorrupt. I/O errors are returned wrapped
+// PayloadLen and PayloadSum, besides the record's own checksums. Any mismatch, a short file,
+// a missing bucket, or an extent no record can have (not aligned to Alignment, longer than
+// MaxRecordLen or than the record want describes, past the end of the file) yields an error
+// wrapping ErrCorrupt: the extent comes from metadata, so a bad one is corrupt metadata, and
+// it is refused before a buffer of its length is allocated. I/O errors are returned wrapped
 // as they are. The payload is a fresh slice owned by the caller.
 func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
 	if err := checkExtent(ext); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if ext.Length > MaxRecordLen {
+		return nil, corruptf("read %+v: length exceeds the largest record, %d bytes", ext, int64(MaxRecordLen))
+	}
+	if n := RecordSize(len(want.Key), int(want.PayloadLen)); ext.Length != n {
+		return nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes", ext, len(want.Key), want.PayloadLen, n)
 	}
 	s.mu.Lock()
 	b, err := s.bucketLocked(ext.Bucket)
@@ -175,6 +184,9 @@ func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
 	}
 	if err != nil {
 		return nil, corruptf("read %+v: bucket missing", ext)
+	}
+	if size, err := b.f.Size(); err == nil && ext.End() > size {
+		return nil, corruptf("read %+v: past the end of the file (%d bytes)", ext, size)
 	}
 	h, payload, err := readRecord(b.f, ext, nil)
 	if err != nil {

@@ -22,8 +22,9 @@ type state struct {
 
 	// Derived from live (not encoded, rebuilt on restore), kept up to date
 	// by addLive and delLive so readers need not scan.
-	bytes  int64                 // sum of Size over live
-	owners map[string]OwnerStats // Entry.Owner -> its live keys and bytes; no zero entries
+	bytes   int64                 // sum of Size over live
+	owners  map[string]OwnerStats // Entry.Owner -> its live keys and bytes; no zero entries
+	extents map[chunkKey][]string // the extent index (extent.go)
 }
 
 func newState() *state {
@@ -33,6 +34,7 @@ func newState() *state {
 		txns:    make(map[TxnID]*Result),
 		members: make(map[string]Member),
 		owners:  make(map[string]OwnerStats),
+		extents: make(map[chunkKey][]string),
 	}
 }
 
@@ -44,10 +46,12 @@ func (s *state) addLive(e Entry) {
 	o.Keys++
 	o.Bytes += int64(e.Size)
 	s.owners[e.Owner] = o
+	s.indexAdd(e)
 }
 
 // delLive removes the live entry e and uncounts it.
 func (s *state) delLive(e Entry) {
+	s.indexDel(e)
 	delete(s.live, e.Key)
 	s.bytes -= int64(e.Size)
 	o := s.owners[e.Owner]
@@ -77,6 +81,9 @@ type RestoreDiff struct {
 	From, To uint64  // applied raft index before and after the Restore
 	Gone     []Entry // live before, and not live (or live in another version) after
 	Added    []Entry // live after, and not live (or live in another version) before
+	// Shared are the entries of Gone whose extent overlaps an entry live after the Restore
+	// (same owner and bucket): their bytes are still referenced and must not be freed.
+	Shared []Entry
 }
 
 // WatchRestore installs fn, called after each successful Restore on the restoring
@@ -96,6 +103,9 @@ func diffLive(old, cur *state) RestoreDiff {
 	for k, e := range old.live {
 		if n, ok := cur.live[k]; !ok || !same(e, n) {
 			d.Gone = append(d.Gone, e)
+			if _, shared := cur.overlapping(e.Owner, e.Extent, ""); shared {
+				d.Shared = append(d.Shared, e)
+			}
 		}
 	}
 	for k, e := range cur.live {
@@ -207,6 +217,8 @@ func (s *state) applyCommit(index uint64, c Commit) *Result {
 			}
 		} else if e.Gen <= s.gens[e.Key] {
 			ko.Outcome = OutcomeStale
+		} else if s.refused(e) {
+			ko.Outcome = OutcomeInvalid
 		} else {
 			s.addLive(e)
 			s.gens[e.Key] = e.Gen
@@ -215,6 +227,20 @@ func (s *state) applyCommit(index uint64, c Commit) *Result {
 		res.Keys = append(res.Keys, ko)
 	}
 	return res
+}
+
+// refused reports whether apply refuses to make e live: its extent is out of the bounds of
+// any record (negative, or longer than MaxRecordLength), or it overlaps the extent of a live
+// entry of the same owner and bucket (CheckCommit). These are the deterministic checks; the
+// format checks of CheckEntry stay with the leader and the readers, so a command that
+// predates them applies as it did.
+func (s *state) refused(e Entry) bool {
+	x := e.Extent
+	if x.Offset < 0 || x.Length < 0 || x.Length > MaxRecordLength || x.Offset > 1<<62 {
+		return true
+	}
+	_, overlap := s.overlapping(e.Owner, x, e.Key)
+	return overlap
 }
 
 func (s *state) applyRemove(index uint64, r Remove) *Result {
@@ -232,6 +258,7 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 			s.delLive(cur)
 			s.gens[kg.Key] = max(s.gens[kg.Key], cur.Gen) + 1
 			ko.Outcome, ko.Entry = OutcomeRemoved, cur
+			_, ko.Shared = s.overlapping(cur.Owner, cur.Extent, "")
 		}
 		res.Keys = append(res.Keys, ko)
 	}

@@ -1,10 +1,23 @@
 package fsm
 
+import "hash/fnv"
+
 // id returns a TxnID whose first byte is n.
 func id(n byte) TxnID { return TxnID{n} }
 
-// ent builds an entry; the extent is derived from sum so equal sums mean equal bytes.
+// ent builds an entry; the extent is derived from key and sum, so equal sums of one key mean
+// equal bytes and different keys never share bytes (their buckets differ).
 func ent(key string, gen, sum uint64) Entry {
+	e := entShared(key, gen, sum)
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	e.Extent.Bucket = h.Sum32()
+	return e
+}
+
+// entShared is ent with every key in bucket 1: entries of different keys with equal sums name
+// the same bytes, which apply refuses (OutcomeInvalid) while the first is live.
+func entShared(key string, gen, sum uint64) Entry {
 	return Entry{Key: key, Gen: gen, Sum: sum, Size: 10, Extent: Extent{Bucket: 1, Offset: int64(sum) * 10, Length: 10}}
 }
 

@@ -49,7 +49,7 @@ func genCommand(t *rapid.T) []byte {
 		n := rapid.IntRange(0, 4).Draw(t, "nentries")
 		var es []Entry
 		for range n {
-			e := ent(rapid.SampledFrom(propKeys).Draw(t, "key"),
+			e := entShared(rapid.SampledFrom(propKeys).Draw(t, "key"),
 				rapid.Uint64Range(0, 6).Draw(t, "gen"), rapid.Uint64Range(1, 2).Draw(t, "sum"))
 			es = append(es, e)
 		}
@@ -163,7 +163,7 @@ func TestRandomLog(t *testing.T) {
 			log[i] = remove(txn, KeyGen{Key: key(), Gen: uint64(rng.IntN(3))}, KeyGen{Key: key()})
 		default:
 			log[i] = EncodeCommit(Commit{TxnID: id(txn), Node: fmt.Sprintf("n%d", rng.IntN(4)), Entries: []Entry{
-				ent(key(), uint64(rng.IntN(40)), uint64(rng.IntN(2))), ent(key(), uint64(rng.IntN(40)), 1)}})
+				entShared(key(), uint64(rng.IntN(40)), uint64(rng.IntN(2))), ent(key(), uint64(rng.IntN(40)), 1)}})
 		}
 	}
 	live, replica := New(), New()
@@ -218,6 +218,18 @@ func (m *model) owners() map[string]OwnerStats {
 	return out
 }
 
+// overlapped reports, by a scan of every live entry, whether x overlaps a live extent of
+// owner: the model of the FSM's extent index.
+func (m *model) overlapped(owner string, x Extent) bool {
+	for _, e := range m.live {
+		if e.Owner == owner && e.Extent.Bucket == x.Bucket && x.Length > 0 && e.Extent.Length > 0 &&
+			x.Offset < e.Extent.Offset+e.Extent.Length && e.Extent.Offset < x.Offset+x.Length {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *model) sortedMembers() []Member {
 	var out []Member
 	for _, k := range slices.Sorted(maps.Keys(m.members)) {
@@ -243,14 +255,16 @@ func (m *model) apply(index uint64, data []byte) *Result {
 			cur, ok := m.live[e.Key]
 			switch {
 			case ok && cur.Sum == e.Sum && cur.Size == e.Size:
-				r.Keys = append(r.Keys, KeyOutcome{e.Key, OutcomeAlreadyStored, cur})
+				r.Keys = append(r.Keys, KeyOutcome{Key: e.Key, Outcome: OutcomeAlreadyStored, Entry: cur})
 			case ok:
-				r.Keys = append(r.Keys, KeyOutcome{e.Key, OutcomeConflict, cur})
+				r.Keys = append(r.Keys, KeyOutcome{Key: e.Key, Outcome: OutcomeConflict, Entry: cur})
 			case e.Gen <= m.gens[e.Key]:
 				r.Keys = append(r.Keys, KeyOutcome{Key: e.Key, Outcome: OutcomeStale})
+			case m.overlapped(e.Owner, e.Extent):
+				r.Keys = append(r.Keys, KeyOutcome{Key: e.Key, Outcome: OutcomeInvalid})
 			default:
 				m.live[e.Key], m.gens[e.Key] = e, e.Gen
-				r.Keys = append(r.Keys, KeyOutcome{e.Key, OutcomeStored, e})
+				r.Keys = append(r.Keys, KeyOutcome{Key: e.Key, Outcome: OutcomeStored, Entry: e})
 			}
 		}
 	case Abort:
@@ -262,7 +276,7 @@ func (m *model) apply(index uint64, data []byte) *Result {
 			if ok && (kg.Gen == 0 || kg.Gen == cur.Gen) {
 				delete(m.live, kg.Key)
 				m.gens[kg.Key] = max(m.gens[kg.Key], cur.Gen) + 1
-				r.Keys = append(r.Keys, KeyOutcome{kg.Key, OutcomeRemoved, cur})
+				r.Keys = append(r.Keys, KeyOutcome{Key: kg.Key, Outcome: OutcomeRemoved, Entry: cur, Shared: m.overlapped(cur.Owner, cur.Extent)})
 				continue
 			}
 			if !ok {

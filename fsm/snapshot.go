@@ -318,6 +318,9 @@ func (st *state) check() error {
 	if !maps.Equal(owners, st.owners) {
 		errs = append(errs, fmt.Errorf("owner counters %v, live entries count %v", st.owners, owners))
 	}
+	if err := st.checkIndex(); err != nil {
+		errs = append(errs, err)
+	}
 	for k, m := range st.members {
 		if m.NodeID != k || k == "" {
 			errs = append(errs, fmt.Errorf("members[%q] holds node %q", k, m.NodeID))
@@ -334,7 +337,7 @@ func (st *state) check() error {
 			errs = append(errs, fmt.Errorf("txn %s: member result has %d keys", id, len(r.Keys)))
 		}
 		for _, ko := range r.Keys {
-			if ko.Outcome < OutcomeStored || ko.Outcome > OutcomeAbsent {
+			if ko.Outcome < OutcomeStored || ko.Outcome > OutcomeInvalid {
 				errs = append(errs, fmt.Errorf("txn %s key %q: outcome %d", id, ko.Key, ko.Outcome))
 			}
 		}

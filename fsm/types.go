@@ -135,6 +135,7 @@ const (
 	OutcomeAborted                          // the txn was aborted
 	OutcomeRemoved                          // remove: the key was live and is now gone
 	OutcomeAbsent                           // remove: nothing live to remove (or Gen did not match)
+	OutcomeInvalid                          // commit refused: the extent is out of bounds or overlaps a live entry's (extent.go)
 )
 
 // String returns the outcome's name.
@@ -154,16 +155,23 @@ func (o Outcome) String() string {
 		return "removed"
 	case OutcomeAbsent:
 		return "absent"
+	case OutcomeInvalid:
+		return "invalid"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
 // KeyOutcome is the result for one key of a command. Entry is the live entry
-// (Stored, AlreadyStored, Conflict), the removed one (Removed), or zero.
+// (Stored, AlreadyStored, Conflict), the removed one (Removed), or zero (Stale, Absent,
+// Invalid).
 type KeyOutcome struct {
 	Key     string
 	Outcome Outcome
 	Entry   Entry
+	// Shared (Removed only): a live entry of the same owner still overlaps Entry.Extent, so
+	// the owner must not free those bytes. Derived when the command is applied; not part of
+	// snapshots or Hash (a Result read back from a snapshot has it false).
+	Shared bool
 }
 
 // Result is the recorded outcome of a transaction (a member command's Result

@@ -66,7 +66,7 @@ func TestExistsInFlightConfirmed(t *testing.T) {
 	// Another member commits "k" (same bytes) and "p"; this replica has not applied them.
 	other := func(key string, b byte) fsm.Entry {
 		v := obj(key, b).Value
-		return fsm.Entry{Key: key, Extent: fsm.Extent{Bucket: 1, Length: 4096}, Size: uint32(len(v)), Sum: xxhashOf(v), Gen: 1}
+		return fsm.Entry{Key: key, Extent: fsm.Extent{Bucket: 1, Offset: int64(b) * 4096, Length: 4096}, Size: uint32(len(v)), Sum: xxhashOf(v), Gen: 1}
 	}
 	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeCommit(fsm.Commit{TxnID: NewTxnID(), Node: "n2",
 		Entries: []fsm.Entry{other("k", 1), other("p", 2)}}))

@@ -1,0 +1,221 @@
+package fsm
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// The record format of bucketstore (bucketstore/record.go, docs/format.md), restated here
+// because this package is pure and imports no I/O package; txn's tests check that the two
+// agree. An extent that breaks them cannot hold a record, so an entry naming it is corrupt
+// metadata, whoever proposed it.
+const (
+	// ExtentAlignment is bucketstore.Alignment: every record starts at a multiple of it and
+	// is padded to one.
+	ExtentAlignment = 4096
+	// MaxKeyLen is bucketstore.MaxKeyLen, the longest key a record holds.
+	MaxKeyLen = 1024
+	// MaxPayloadLen is bucketstore.MaxPayloadLen, the largest payload a record holds.
+	MaxPayloadLen = 1 << 30
+	// MaxRecordLength is bucketstore.MaxRecordLen, RecordLength(MaxKeyLen, MaxPayloadLen):
+	// 1 GiB + 4 KiB, the longest extent an entry can name.
+	MaxRecordLength = (recordHeaderLen + MaxKeyLen + MaxPayloadLen + ExtentAlignment - 1) &^ (ExtentAlignment - 1)
+
+	recordHeaderLen = 56
+)
+
+// RecordLength is bucketstore.RecordSize: the padded length of the record of a keyLen-byte
+// key and a size-byte payload, the only Extent.Length an entry with that key and Size can
+// have.
+func RecordLength(keyLen int, size uint32) int64 {
+	return (int64(recordHeaderLen+keyLen) + int64(size) + ExtentAlignment - 1) &^ (ExtentAlignment - 1)
+}
+
+// ErrInvalidEntry: an entry names an extent no record can have, or bytes a live entry of the
+// same owner already holds (CheckEntry, FSM.CheckCommit).
+var ErrInvalidEntry = errors.New("fsm: invalid entry")
+
+// CheckEntry reports why e cannot describe a record: an empty or over-long key, a payload
+// over MaxPayloadLen, an extent not aligned to ExtentAlignment, or a Length other than
+// RecordLength(len(Key), Size) (a Size inconsistent with the Length, or a Length over
+// MaxRecordLength). The error wraps ErrInvalidEntry and names the limit and its value. Reads
+// and start-up collection treat such an entry as corrupt metadata; the leader refuses a
+// COMMIT holding one (CheckCommit).
+func CheckEntry(e Entry) error {
+	x := e.Extent
+	switch {
+	case e.Key == "" || len(e.Key) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes, the limit is 1 to %d", ErrInvalidEntry, len(e.Key), MaxKeyLen)
+	case e.Size > MaxPayloadLen:
+		return fmt.Errorf("%w: key %q: size %d exceeds the largest payload, %d bytes", ErrInvalidEntry, e.Key, e.Size, MaxPayloadLen)
+	case x.Offset < 0 || x.Offset%ExtentAlignment != 0 || x.Length%ExtentAlignment != 0:
+		return fmt.Errorf("%w: key %q: extent %+v is not aligned to %d", ErrInvalidEntry, e.Key, x, ExtentAlignment)
+	case x.Length > MaxRecordLength:
+		return fmt.Errorf("%w: key %q: extent length %d exceeds the largest record, %d bytes", ErrInvalidEntry, e.Key, x.Length, MaxRecordLength)
+	case x.Length != RecordLength(len(e.Key), e.Size):
+		return fmt.Errorf("%w: key %q: extent length %d, but a record of a %d-byte key and a %d-byte payload is %d bytes",
+			ErrInvalidEntry, e.Key, x.Length, len(e.Key), e.Size, RecordLength(len(e.Key), e.Size))
+	}
+	return nil
+}
+
+// CheckCommit is the leader's check of a COMMIT another node forwarded, before it is proposed.
+// It refuses (an error wrapping ErrInvalidEntry, naming the limit and its value):
+//   - an owner (c.Node) other than proposer, the authenticated identity of the node that
+//     forwarded it ("" when the peer is not authenticated: not checked);
+//   - an entry CheckEntry refuses, or whose Length exceeds maxLength (the record of the
+//     largest object the cluster accepts; 0 means MaxRecordLength);
+//   - two entries whose extents overlap, or an entry whose extent overlaps the extent of a
+//     live entry of another key with the same owner and bucket: the bucket store never hands
+//     out bytes that are live, so such an entry names another key's record.
+//
+// Apply refuses the last two as well (OutcomeInvalid), so every replica agrees even on a
+// COMMIT that bypassed this check; the rest depend on configuration and on who asked, which
+// apply cannot know.
+func (f *FSM) CheckCommit(c Commit, proposer string, maxLength int64) error {
+	if proposer != "" && c.Node != proposer {
+		return fmt.Errorf("%w: a COMMIT for owner %q forwarded by node %q: a node commits only its own bytes", ErrInvalidEntry, c.Node, proposer)
+	}
+	if maxLength <= 0 || maxLength > MaxRecordLength {
+		maxLength = MaxRecordLength
+	}
+	for _, e := range c.Entries {
+		if err := CheckEntry(e); err != nil {
+			return err
+		}
+		if e.Extent.Length > maxLength {
+			return fmt.Errorf("%w: key %q: extent length %d exceeds the record of the largest object accepted, %d bytes",
+				ErrInvalidEntry, e.Key, e.Extent.Length, maxLength)
+		}
+	}
+	sorted := slices.SortedFunc(slices.Values(c.Entries), func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Extent.Bucket, b.Extent.Bucket), cmp.Compare(a.Extent.Offset, b.Extent.Offset))
+	})
+	for i, far := 1, 0; i < len(sorted); i++ { // far: the entry reaching furthest so far
+		if a, b := sorted[far], sorted[i]; a.Key != b.Key && overlaps(a.Extent, b.Extent) {
+			return fmt.Errorf("%w: keys %q and %q name overlapping extents %+v and %+v", ErrInvalidEntry, a.Key, b.Key, a.Extent, b.Extent)
+		}
+		if a, b := sorted[far].Extent, sorted[i].Extent; a.Bucket != b.Bucket || b.Offset+b.Length > a.Offset+a.Length {
+			far = i
+		}
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, e := range c.Entries {
+		if o, ok := f.st.overlapping(c.Node, e.Extent, e.Key); ok {
+			return fmt.Errorf("%w: key %q: extent %+v overlaps %+v of live key %q of owner %q",
+				ErrInvalidEntry, e.Key, e.Extent, o.Extent, o.Key, c.Node)
+		}
+	}
+	return nil
+}
+
+// Referenced reports whether a live entry of owner other than key's names bytes of ext. The
+// owner frees a removed entry's bytes only when it returns false.
+func (f *FSM) Referenced(owner string, ext Extent, key string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.st.overlapping(owner, ext, key)
+	return ok
+}
+
+// The extent index: for each owner and bucket, the live keys whose extents touch each
+// indexChunk-byte chunk of the bucket. An overlap query visits the chunks the extent touches
+// (at most MaxRecordLength/indexChunk + 1 of them) and the few keys in each. It is derived
+// from live (maintained by addLive and delLive, rebuilt on Restore, never encoded), so it
+// cannot make replicas diverge.
+const indexChunk = 1 << 20
+
+type chunkKey struct {
+	owner  string
+	bucket uint32
+	chunk  int64
+}
+
+// indexable reports whether x is in the index: a non-empty extent within the bounds any
+// record has. Others (a snapshot may hold one written before apply refused them) touch too
+// many chunks to index; CheckEntry reports them wherever the entry is used.
+func indexable(x Extent) bool {
+	return x.Offset >= 0 && x.Length > 0 && x.Length <= MaxRecordLength && x.Offset <= 1<<62
+}
+
+func overlaps(a, b Extent) bool {
+	return a.Bucket == b.Bucket && a.Length > 0 && b.Length > 0 && a.Offset < b.Offset+b.Length && b.Offset < a.Offset+a.Length
+}
+
+// chunks calls fn with the index key of every chunk x touches, in order, until fn returns
+// false.
+func chunks(owner string, x Extent, fn func(chunkKey) bool) {
+	for c := x.Offset / indexChunk; c <= (x.Offset+x.Length-1)/indexChunk; c++ {
+		if !fn(chunkKey{owner: owner, bucket: x.Bucket, chunk: c}) {
+			return
+		}
+	}
+}
+
+func (s *state) indexAdd(e Entry) {
+	if !indexable(e.Extent) {
+		return
+	}
+	chunks(e.Owner, e.Extent, func(k chunkKey) bool { s.extents[k] = append(s.extents[k], e.Key); return true })
+}
+
+func (s *state) indexDel(e Entry) {
+	if !indexable(e.Extent) {
+		return
+	}
+	chunks(e.Owner, e.Extent, func(k chunkKey) bool {
+		keys := s.extents[k]
+		if i := slices.Index(keys, e.Key); i >= 0 {
+			keys = slices.Delete(keys, i, i+1)
+		}
+		if len(keys) == 0 {
+			delete(s.extents, k)
+		} else {
+			s.extents[k] = keys
+		}
+		return true
+	})
+}
+
+// overlapping returns a live entry of owner, of a key other than skip, whose extent overlaps
+// x. An x that is not indexable overlaps nothing here (the caller refuses it first).
+func (s *state) overlapping(owner string, x Extent, skip string) (Entry, bool) {
+	if !indexable(x) {
+		return Entry{}, false
+	}
+	var found Entry
+	var ok bool
+	chunks(owner, x, func(k chunkKey) bool {
+		for _, key := range s.extents[k] {
+			if e := s.live[key]; key != skip && overlaps(e.Extent, x) {
+				found, ok = e, true
+				return false
+			}
+		}
+		return true
+	})
+	return found, ok
+}
+
+// checkIndex verifies the extent index against a rebuild from live (state.check).
+func (s *state) checkIndex() error {
+	want := map[chunkKey][]string{}
+	for _, e := range s.live {
+		if indexable(e.Extent) {
+			chunks(e.Owner, e.Extent, func(k chunkKey) bool { want[k] = append(want[k], e.Key); return true })
+		}
+	}
+	if len(want) != len(s.extents) {
+		return fmt.Errorf("extent index has %d chunks, live entries touch %d", len(s.extents), len(want))
+	}
+	for k, keys := range want {
+		got := slices.Sorted(slices.Values(s.extents[k]))
+		if !slices.Equal(got, slices.Sorted(slices.Values(keys))) {
+			return fmt.Errorf("extent index chunk %+v holds %q, live entries %q", k, got, keys)
+		}
+	}
+	return nil
+}
