@@ -14,8 +14,10 @@
 //
 //   - Commit makes entries live. Per entry, in order: key live with the same
 //     Sum and Size -> AlreadyStored; live with a different Sum or Size ->
-//     Conflict; not live and Gen <= the key's last generation -> Stale; else
-//     Stored (Owner and TxnID come from the command).
+//     Conflict; not live and Gen <= the key's last generation -> Stale; an
+//     extent out of every record's bounds or overlapping a live extent of the
+//     same owner and bucket -> Invalid (extent.go); else Stored (Owner and
+//     TxnID come from the command).
 //   - Abort records that the txn ended without committing anything.
 //   - Remove deletes live keys (Gen 0 = any version, else only that
 //     generation) and burns a generation for keys that are not live, so an

@@ -92,7 +92,7 @@ func TestApplyRefusesInvalidExtents(t *testing.T) {
 			{Key: "inside", Gen: 1, Size: 1, Extent: Extent{Bucket: 1, Offset: 4096, Length: 4096}},   // inside them
 			{Key: "huge", Gen: 1, Size: 1, Extent: Extent{Bucket: 1, Offset: 1 << 20, Length: 16 << 40}},
 			{Key: "negative", Gen: 1, Size: 1, Extent: Extent{Bucket: 1, Offset: -4096, Length: 4096}},
-			rec("fine", 1, 1, 3, 10), // just after the victim
+			rec("fine", 1, 1, 3, 10),                          // just after the victim
 			{Key: "empty", Gen: 1, Extent: Extent{Bucket: 1}}, // zero length overlaps nothing
 		}}),
 	}

@@ -184,6 +184,12 @@ func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*p
 	if err := s.authorize(ctx, typ, cmd); err != nil {
 		return nil, err
 	}
+	if c, ok := cmd.(fsm.Commit); ok && s.n.raft.IsLeader() {
+		if err := s.n.fsm.CheckCommit(c, callerOf(ctx).name, s.n.cfg.Txn.MaxRecordLen()); err != nil {
+			s.n.log.Warn("forwarded commit refused", "node", c.Node, "by", callerOf(ctx), "err", err)
+			return nil, status.Errorf(codes.InvalidArgument, "propose: %v", err)
+		}
+	}
 	res, err := s.n.raft.Propose(ctx, req.Command)
 	if err != nil {
 		return nil, raftError(err)

@@ -93,10 +93,17 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 	}
 	var total int64
 	for i := range keys {
-		if out[i].Status == 0 && entries[i].Key == "" { // absent, and confirmed absent
+		switch {
+		case out[i].Status != 0:
+		case entries[i].Key == "": // absent, and confirmed absent
 			out[i].Status = NotFound
+		case fsm.CheckEntry(entries[i]) != nil:
+			// Refused before its Size counts against MaxBatchBytes or its Length is allocated,
+			// whichever node owns it: a bad entry must not fail the batch or exhaust memory.
+			out[i] = c.corruptEntry(ctx, keys[i], entries[i], fsm.CheckEntry(entries[i]))
+		default:
+			total += int64(entries[i].Size) * times[i]
 		}
-		total += int64(entries[i].Size) * times[i]
 	}
 	if total > c.cfg.MaxBatchBytes {
 		return nil, fmt.Errorf("%w: the values total %d bytes, over the limit of %d", ErrBatchTooLarge, total, c.cfg.MaxBatchBytes)
@@ -217,6 +224,9 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]GetRe
 // bytes are freed only after their removal is applied, so an entry still present after the
 // pin cannot be freed under the reader.
 func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResult {
+	if err := fsm.CheckEntry(e); err != nil {
+		return c.corruptEntry(ctx, key, e, err)
+	}
 	ext := bucketExtent(e.Extent)
 	c.pin(ext)
 	defer c.unpin(ext)
@@ -238,7 +248,19 @@ func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResul
 	return GetResult{Key: key, Status: Corrupt, Reason: err.Error()}
 }
 
-// repair removes a corrupt key's metadata (only the generation that was read) and frees it.
+// corruptEntry answers a key whose metadata entry names an extent no record can have
+// (fsm.CheckEntry: misaligned, too long, a Length that does not match Size): Corrupt, and its
+// removal through Raft, as for a record that fails verification. Its extent is not freed
+// (OnApplied): it was never a record of this key, and the bytes may be another's.
+func (c *Coordinator) corruptEntry(ctx context.Context, key string, e fsm.Entry, why error) GetResult {
+	c.stats.getCorrupt.Add(1)
+	c.lg.Error("corrupt metadata; removing the key from metadata", "key", key, "owner", e.Owner, "extent", e.Extent, "err", why)
+	c.repair(ctx, key, e)
+	return GetResult{Key: key, Status: Corrupt, Reason: "corrupt metadata: " + why.Error()}
+}
+
+// repair removes a corrupt key's metadata (only the generation that was read); OnApplied
+// frees its bytes if no other live entry references them.
 func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
 	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: key, Gen: e.Gen}}, Reason: "corrupt record"})
 	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
@@ -254,34 +276,56 @@ func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
 // one would make entries "gone" that the log is about to bring back). An entry both
 // committed and removed within what the snapshot folds, never live here, is not in the
 // diff: its bytes stay until the next start-up's collection.
+//
+// An entry whose extent an entry live after the Restore still overlaps (d.Shared), or that
+// names no record (fsm.CheckEntry), is not freed: see freeable.
 func (c *Coordinator) OnRestored(d fsm.RestoreDiff) {
+	shared := make(map[string]bool, len(d.Shared))
+	for _, e := range d.Shared {
+		shared[e.Key] = true
+	}
 	for _, e := range d.Gone {
 		if e.Owner != c.cfg.NodeID {
 			continue
 		}
 		c.lru.drop(e.Key, e.Gen)
-		if d.To > d.From {
+		if d.To > d.From && c.freeable(e, shared[e.Key]) {
 			c.freeApplied(bucketExtent(e.Extent))
 		}
 	}
 	for _, e := range d.Added {
-		if e.Owner == c.cfg.NodeID {
+		if e.Owner == c.cfg.NodeID && fsm.CheckEntry(e) == nil {
 			c.lru.add(e.Key, e.Gen, e.Extent.Length)
 		}
 	}
 }
 
+// freeable reports whether the bytes of e, an entry of this node just removed, may be freed:
+// not when another live entry still references them (shared: a COMMIT that named another
+// key's extent, accepted before apply refused overlaps), nor when e names no record
+// (fsm.CheckEntry): such an extent was never this key's, and freeing it could take bytes
+// that are someone else's. What is left is orphan garbage for start-up collection.
+func (c *Coordinator) freeable(e fsm.Entry, shared bool) bool {
+	if err := fsm.CheckEntry(e); err != nil || shared {
+		c.lg.Warn("removed entry's bytes kept: another live entry references them, or it names no record",
+			"key", e.Key, "extent", e.Extent, "shared", shared, "err", err)
+		return false
+	}
+	return true
+}
+
 // OnApplied is called by the metadata layer after each command is applied on this node (in
 // Raft log order). It frees the local bytes of every key a REMOVE removed: the bytes go only
-// after the removal is applied here, and only once no reader pins them. Before recovery has
-// finished they are deferred to its end (freeApplied).
+// after the removal is applied here, only once no reader pins them, and never while another
+// live entry references them (freeable). Before recovery has finished they are deferred to
+// its end (freeApplied).
 func (c *Coordinator) OnApplied(res *fsm.Result) {
 	c.trackApplied(res)
 	if res.Type != fsm.CmdRemove {
 		return
 	}
 	for _, ko := range res.Keys {
-		if ko.Outcome == fsm.OutcomeRemoved && ko.Entry.Owner == c.cfg.NodeID {
+		if ko.Outcome == fsm.OutcomeRemoved && ko.Entry.Owner == c.cfg.NodeID && c.freeable(ko.Entry, ko.Shared) {
 			c.freeApplied(bucketExtent(ko.Entry.Extent))
 		}
 	}

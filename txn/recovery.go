@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
@@ -20,6 +21,7 @@ type RecoveryReport struct {
 	LiveExtents int   // extents referenced by metadata on this node
 	OrphanBytes int64 // bytes freed by orphan collection
 	LostKeys    int   // keys whose bucket file is gone (metadata repaired)
+	CorruptKeys int   // keys whose metadata names no record of theirs (removed; bytes kept)
 }
 
 type pendingIntent struct {
@@ -164,21 +166,22 @@ func (c *Coordinator) verifyIntent(id fsm.TxnID, p pendingIntent) string {
 }
 
 // collect makes the extents the metadata references on this node the live set of each bucket
-// (Collect adopts them into the space accounting) and frees every other byte of the files (orphans of crashed, aborted or superseded transactions).
-// It returns the key that held each adopted extent.
+// (Collect adopts them into the space accounting) and frees every other byte of the files
+// (orphans of crashed, aborted or superseded transactions). Entries that no record can
+// satisfy (ownEntries) are corrupt metadata: they are removed through Raft, and their extents
+// are neither adopted nor freed. It returns the key that held each adopted extent.
 func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (map[bucketstore.Extent]string, error) {
 	live := map[uint32][]bucketstore.Extent{}
 	keysOf := map[uint32][]fsm.KeyGen{}
 	holders := map[bucketstore.Extent]string{}
-	c.meta.ForEach(func(e fsm.Entry) bool {
-		if e.Owner == c.cfg.NodeID {
-			c.lru.add(e.Key, e.Gen, e.Extent.Length)
-			holders[bucketExtent(e.Extent)] = e.Key
-			live[e.Extent.Bucket] = append(live[e.Extent.Bucket], bucketExtent(e.Extent))
-			keysOf[e.Extent.Bucket] = append(keysOf[e.Extent.Bucket], fsm.KeyGen{Key: e.Key, Gen: e.Gen})
-		}
-		return true
-	})
+	good, bad := c.ownEntries()
+	for _, e := range good {
+		c.lru.add(e.Key, e.Gen, e.Extent.Length)
+		holders[bucketExtent(e.Extent)] = e.Key
+		live[e.Extent.Bucket] = append(live[e.Extent.Bucket], bucketExtent(e.Extent))
+		keysOf[e.Extent.Bucket] = append(keysOf[e.Extent.Bucket], fsm.KeyGen{Key: e.Key, Gen: e.Gen})
+	}
+	c.dropCorrupt(ctx, bad, rep)
 	onDisk := map[uint32]bool{}
 	for _, b := range c.data.Buckets() {
 		onDisk[b] = true
@@ -211,4 +214,79 @@ func (c *Coordinator) dropLost(ctx context.Context, bucket uint32, keys []fsm.Ke
 	}
 	rep.LostKeys += len(keys)
 	return nil
+}
+
+// ownEntries splits this node's live entries into those collection may adopt and those that
+// are corrupt metadata: an entry fsm.CheckEntry refuses (a misaligned or over-long extent, a
+// Length that does not match its Size), and, among entries whose extents overlap (a COMMIT
+// that named another key's bytes, applied before apply refused overlaps), every one whose
+// record does not verify. Adopting either would stop the node from starting (Collect refuses
+// them) or let a removal free another key's bytes.
+func (c *Coordinator) ownEntries() (good, bad []fsm.Entry) {
+	var mine []fsm.Entry
+	c.meta.ForEach(func(e fsm.Entry) bool {
+		switch {
+		case e.Owner != c.cfg.NodeID:
+		case fsm.CheckEntry(e) != nil:
+			c.lg.Error("corrupt metadata at start-up; removing the key", "key", e.Key, "extent", e.Extent, "err", fsm.CheckEntry(e))
+			bad = append(bad, e)
+		default:
+			mine = append(mine, e)
+		}
+		return true
+	})
+	sort.Slice(mine, func(i, j int) bool {
+		a, b := mine[i].Extent, mine[j].Extent
+		return a.Bucket < b.Bucket || (a.Bucket == b.Bucket && a.Offset < b.Offset)
+	})
+	for lo := 0; lo < len(mine); {
+		hi, end := lo+1, mine[lo].Extent.Offset+mine[lo].Extent.Length
+		for ; hi < len(mine) && mine[hi].Extent.Bucket == mine[lo].Extent.Bucket && mine[hi].Extent.Offset < end; hi++ {
+			end = max(end, mine[hi].Extent.Offset+mine[hi].Extent.Length)
+		}
+		if hi-lo == 1 {
+			good = append(good, mine[lo])
+		} else {
+			g, b := c.verifyOverlapping(mine[lo:hi])
+			good, bad = append(good, g...), append(bad, b...)
+		}
+		lo = hi
+	}
+	return good, bad
+}
+
+// verifyOverlapping reads the records of entries whose extents overlap: at most one of them
+// can be the record on disk. It is kept if it verifies; the others are corrupt metadata.
+func (c *Coordinator) verifyOverlapping(group []fsm.Entry) (good, bad []fsm.Entry) {
+	for _, e := range group {
+		want := bucketstore.Header{Key: e.Key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
+		_, err := c.data.Read(bucketExtent(e.Extent), want)
+		if err == nil && len(good) == 0 {
+			good = append(good, e)
+			continue
+		}
+		c.lg.Error("overlapping metadata at start-up; removing the key whose record does not verify",
+			"key", e.Key, "extent", e.Extent, "err", err)
+		bad = append(bad, e)
+	}
+	return good, bad
+}
+
+// dropCorrupt removes corrupt metadata entries found at start-up through Raft (by generation,
+// so a key stored again since stays). A failure is logged, not fatal: the entries stay
+// corrupt metadata, which reads answer Corrupt and remove, and the next start-up retries.
+func (c *Coordinator) dropCorrupt(ctx context.Context, bad []fsm.Entry, rep *RecoveryReport) {
+	if len(bad) == 0 {
+		return
+	}
+	keys := make([]fsm.KeyGen, len(bad))
+	for i, e := range bad {
+		keys[i] = fsm.KeyGen{Key: e.Key, Gen: e.Gen}
+	}
+	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: keys, Reason: "corrupt metadata"})
+	if _, err := c.propose(ctx, cmd); err != nil {
+		c.lg.Warn("removing corrupt metadata failed; reads will retry", "keys", len(keys), "err", err)
+		return
+	}
+	rep.CorruptKeys += len(keys)
 }

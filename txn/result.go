@@ -146,6 +146,8 @@ func fromFSM(o fsm.Outcome) (Outcome, string) {
 		return Rejected, "stale generation: the key was removed while this offload was in flight"
 	case fsm.OutcomeAborted:
 		return Failed, "transaction aborted"
+	case fsm.OutcomeInvalid:
+		return Rejected, "refused by the metadata: the extent is out of bounds or overlaps a live entry's"
 	}
 	return Failed, "unexpected FSM outcome " + o.String()
 }
