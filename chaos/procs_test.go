@@ -59,10 +59,10 @@ func freePort(t *testing.T) string {
 // proc is one storenode serve process.
 type proc struct {
 	id, data, raft, api, peer, http string
-	failpoints                string
-	extraArgs                 []string // more serve flags (a later flag wins)
-	cmd                       *exec.Cmd
-	exited                    chan struct{}
+	failpoints                      string
+	extraArgs                       []string // more serve flags (a later flag wins)
+	cmd                             *exec.Cmd
+	exited                          chan struct{}
 }
 
 // cluster is a set of storenode processes on 127.0.0.1.

@@ -116,7 +116,7 @@ func TestDecodeMember(t *testing.T) {
 // its record has no peer addr, and PeerTarget falls back to the API address.
 func TestDecodeMemberVersion1(t *testing.T) {
 	v1 := append([]byte{byte(CmdMember), commandVersion}, make([]byte, 16)...) // txn
-	v1 = append(v1, 0, 2, 'n', '1', 1, 'r', 1, 'a')                           // remove, node, raft, api
+	v1 = append(v1, 0, 2, 'n', '1', 1, 'r', 1, 'a')                            // remove, node, raft, api
 	_, v, err := Decode(v1)
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ const (
 	snapshotVersion = 3
 	// snapshotVersionNoPeer is the earlier version still read: members without peer addr.
 	snapshotVersionNoPeer = 2
-	flushAt         = 64 << 10
+	flushAt               = 64 << 10
 )
 
 // Snapshot is a point-in-time copy of the FSM state. It shares no mutable

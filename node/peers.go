@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/raftmeta"
 	"github.com/kvoffload/kvoffload/txn"
@@ -276,11 +277,19 @@ func recvGets(stream grpc.ServerStreamingClient[pb.GetChunk], keys []string) ([]
 			return nil, fmt.Errorf("chunk for key %d of %d", i, len(keys))
 		}
 		if ch.Status != pb.GetStatus_GET_STATUS_UNSPECIFIED {
+			if ch.Size > bucketstore.MaxRecordLen {
+				return nil, fmt.Errorf("the owner announced %d bytes for key %d, over the largest record of %d", ch.Size, i, int64(bucketstore.MaxRecordLen))
+			}
 			out[i] = txn.GetResult{Key: keys[i], Status: fromPBStatus(ch.Status), Reason: ch.Reason}
 			sizes[i] = ch.Size
 			if ch.Size > 0 {
-				out[i].Value = make([]byte, 0, ch.Size)
+				// Up to 8 MiB ahead; more as bytes arrive: an announced size costs no memory
+				// until the data comes.
+				out[i].Value = make([]byte, 0, min(ch.Size, 8<<20))
 			}
+		}
+		if uint64(len(out[i].Value))+uint64(len(ch.Data)) > sizes[i] {
+			return nil, fmt.Errorf("the owner sent more than the %d bytes it announced for key %d", sizes[i], i)
 		}
 		out[i].Value = append(out[i].Value, ch.Data...)
 	}
