@@ -3,7 +3,6 @@ package txn
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"sync"
 
@@ -27,7 +26,7 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {
-		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
+		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
 	}
 	uniq, pos := collapse(keys)
 	times := make([]int64, len(uniq)) // positions per distinct key: MaxBatchBytes counts each
@@ -92,6 +91,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 		}
 	}
 	var total int64
+	over := "" // the key at which the values' total first exceeds MaxBatchBytes
 	for i := range keys {
 		switch {
 		case out[i].Status != 0:
@@ -102,11 +102,13 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 			// whichever node owns it: a bad entry must not fail the batch or exhaust memory.
 			out[i] = c.corruptEntry(ctx, keys[i], entries[i], fsm.CheckEntry(entries[i]))
 		default:
-			total += int64(entries[i].Size) * times[i]
+			if total += int64(entries[i].Size) * times[i]; total > c.cfg.MaxBatchBytes && over == "" {
+				over = keys[i]
+			}
 		}
 	}
 	if total > c.cfg.MaxBatchBytes {
-		return nil, fmt.Errorf("%w: the values total %d bytes, over the limit of %d", ErrBatchTooLarge, total, c.cfg.MaxBatchBytes)
+		return nil, BatchBytesError(uint64(total), over, c.cfg.MaxBatchBytes)
 	}
 	sort.SliceStable(order, func(a, b int) bool {
 		ea, eb := entries[order[a]].Extent, entries[order[b]].Extent
@@ -200,7 +202,7 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]GetRe
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {
-		return nil, fmt.Errorf("%w: %d keys exceeds the limit of %d", ErrBatchTooLarge, len(keys), c.cfg.MaxBatchKeys)
+		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
 	}
 	out := make([]GetResult, len(keys))
 	for i, k := range keys {
