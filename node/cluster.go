@@ -79,6 +79,7 @@ func (n *Node) serve() error {
 	}
 	n.peerServer = grpc.NewServer(popts...)
 	pb.RegisterClusterServer(n.peerServer, clusterService{n: n})
+	reflection.Register(n.peerServer) // for operators' grpcurl (Leave); behind mTLS when TLS is on
 	go n.runServer(n.peerServer, plis, "peer")
 	return nil
 }

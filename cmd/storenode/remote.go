@@ -18,7 +18,7 @@ const remoteCallTimeout = 2 * time.Minute
 const dialRemoteTimeout = 10 * time.Second
 
 // dialRemote connects to a cluster for replay.
-func dialRemote(ctx context.Context, addr string, verbose bool) (replay.Target, func(), error) {
+func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) (replay.Target, func(), error) {
 	addrs := splitAddrs(addr)
 	if len(addrs) == 0 {
 		return nil, nil, errors.New("--addr is empty")
@@ -27,6 +27,9 @@ func dialRemote(ctx context.Context, addr string, verbose bool) (replay.Target, 
 	defer cancel()
 	opt := client.DefaultOptions()
 	opt.Logger = logger(verbose)
+	if err := creds.apply(&opt); err != nil {
+		return nil, nil, err
+	}
 	// One client per address, each preferring its own node and failing over to the others,
 	// so the batches (and the bytes, which stay where they are written) spread over the
 	// members the way one client per serving host would.

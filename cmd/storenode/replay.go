@@ -21,6 +21,7 @@ import (
 )
 
 type replayFlags struct {
+	creds     apiCreds // --tls-ca, --token-file (with --addr)
 	addr      string
 	data      string
 	tracePath string
@@ -56,6 +57,7 @@ measure.`,
 		},
 	}
 	fl := cmd.Flags()
+	f.creds.register(fl)
 	fl.StringVar(&f.addr, "addr", "", "drive a running cluster at these API addresses (host:port[,host:port...]) instead of an embedded node")
 	fl.StringVar(&f.data, "data", "./kvoffload-data", "data directory of the embedded node")
 	fl.StringVar(&f.tracePath, "trace", "", "Mooncake-format trace file (default: the embedded sample)")
@@ -120,7 +122,7 @@ func runReplay(ctx context.Context, f replayFlags) error {
 // in --data.
 func openTarget(ctx context.Context, f replayFlags) (replay.Target, func(), error) {
 	if f.addr != "" {
-		return dialRemote(ctx, f.addr, f.verbose)
+		return dialRemote(ctx, f.addr, f.creds, f.verbose)
 	}
 	cfg := node.DefaultConfig(f.data)
 	cfg.Logger = logger(f.verbose)

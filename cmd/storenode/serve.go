@@ -67,6 +67,9 @@ environment, which wins over the file.`,
 	}
 	for _, s := range serveSettings {
 		cmd.Flags().String(s.name, s.def, s.usage)
+		if s.def == "false" { // a switch: --api-tls means --api-tls=true
+			cmd.Flags().Lookup(s.name).NoOptDefVal = "true"
+		}
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON config file")
 	return cmd

@@ -17,6 +17,7 @@ import (
 )
 
 type statusFlags struct {
+	creds   apiCreds
 	addr    string
 	json    bool
 	timeout time.Duration
@@ -27,7 +28,7 @@ func statusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Describe a running cluster: members, leader, keys and bytes per node",
-		Long: `status asks a member (Cluster.Status) for the cluster's members (id, Raft address, API
+		Long: `status asks a member (KVOffload.Status, on its API address) for the cluster's members (id, Raft address, API
 address, voter, leader), the leader, and the keys and bytes each node owns. --addr may list
 several members, comma-separated: the first reachable one answers.`,
 		Args: cobra.NoArgs,
@@ -37,6 +38,7 @@ several members, comma-separated: the first reachable one answers.`,
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:7100", "API address of a member (host:port[,host:port...])")
 	fl.BoolVar(&f.json, "json", false, "print the status as one JSON object")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
+	f.creds.register(fl)
 	return cmd
 }
 
@@ -49,6 +51,9 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 	defer cancel()
 	opt := client.DefaultOptions()
 	opt.DialTimeout = min(opt.DialTimeout, f.timeout)
+	if err := f.creds.apply(&opt); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
 	c, err := client.DialOptions(ctx, opt, addrs...)
 	if err != nil {
 		return fmt.Errorf("status: cannot reach %s: %w", f.addr, err)
