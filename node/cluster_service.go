@@ -243,7 +243,7 @@ func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd 
 	case fsm.CmdAbort:
 		node = cmd.(fsm.Abort).Node
 	case fsm.CmdRemove:
-		return nil
+		return s.requireMember(caller)
 	default:
 		s.n.log.Warn("forwarded command refused", "type", typ, "by", caller)
 		return status.Errorf(codes.PermissionDenied, "a %s command is not accepted from peers (membership changes go through Join and Leave)", typ)
@@ -251,6 +251,27 @@ func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd 
 	if s.n.tls != nil && (caller.name != node || caller.operator) {
 		s.n.log.Warn("forwarded command refused: not in the caller's name", "type", typ, "node", node, "by", caller)
 		return status.Errorf(codes.PermissionDenied, "a %s in the name of node %q from %s: a node proposes only its own transactions", typ, node, caller)
+	}
+	return nil
+}
+
+// requireMember, with TLS, refuses a caller that is an operator or is not in this node's
+// Raft configuration (a removed member whose certificate is still valid): REMOVE and
+// ReadLocal are for members only.
+func (s clusterService) requireMember(caller identity) error {
+	if s.n.tls == nil {
+		return nil
+	}
+	if caller.operator {
+		return status.Errorf(codes.PermissionDenied, "%s: operators may not remove keys or read a node's bytes", caller)
+	}
+	member, err := s.n.raft.HasServer(caller.name)
+	if err != nil {
+		return raftError(err)
+	}
+	if !member {
+		s.n.log.Warn("peer call refused: not a member", "by", caller)
+		return status.Errorf(codes.PermissionDenied, "%s is not in the cluster configuration", caller)
 	}
 	return nil
 }
@@ -289,6 +310,9 @@ func (s clusterService) refuseNonMember(id string) error {
 // ReadLocal serves a read forwarded by another node, for keys this node owns.
 func (s clusterService) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
 	if err := s.n.waitReady(stream.Context()); err != nil {
+		return err
+	}
+	if err := s.requireMember(callerOf(stream.Context())); err != nil {
 		return err
 	}
 	res, err := s.n.coord.BatchGetLocal(stream.Context(), req.Keys)

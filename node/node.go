@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,20 +34,23 @@ var ErrRemoved = errors.New("node: removed from the cluster")
 
 // Node is one running kvoffload node.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	lock     *os.File
-	wal      *wal.Log
-	buckets  *bucketstore.Store
-	fsm      *fsm.FSM
-	raft     *raftmeta.Node
-	coord    *txn.Coordinator
-	peers    *peers
-	metrics  *metrics
-	tls      *tlsMaterial // nil without TLS
-	server   *grpc.Server // the client API
-	listener net.Listener
-	health   *health.Server
+	cfg     Config
+	log     *slog.Logger
+	lock    *os.File
+	wal     *wal.Log
+	buckets *bucketstore.Store
+	fsm     *fsm.FSM
+	raft    *raftmeta.Node
+	// raftAdmit is raft for the Raft listener's admission check, which runs on connections
+	// accepted while raftmeta.Open is still returning.
+	raftAdmit atomic.Pointer[raftmeta.Node]
+	coord     *txn.Coordinator
+	peers     *peers
+	metrics   *metrics
+	tls       *tlsMaterial // nil without TLS
+	server    *grpc.Server // the client API
+	listener  net.Listener
+	health    *health.Server
 	// peerServer serves the Cluster service on peerListener (cluster mode only).
 	peerServer   *grpc.Server
 	peerListener net.Listener
@@ -164,13 +168,35 @@ func (n *Node) openRaft(bootstrap bool) error {
 	rcfg.Bootstrap, rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = bootstrap, n.log, n.cfg.RaftAddr, n.cfg.RaftAdvertise
 	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
 	if n.cfg.RaftAddr != "" {
-		rcfg.TLS = n.tls.raft()
+		rcfg.TLS = n.tls.raft(n.admitRaftPeer)
 	}
 	var err error
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	n.raftAdmit.Store(n.raft)
 	return nil
+}
+
+// admitRaftPeer accepts a Raft connection from node id when the Raft configuration lists it,
+// or while this node knows no configuration yet (a fresh node being added: the leader, which
+// it does not know yet, is the first to dial it).
+func (n *Node) admitRaftPeer(id string) error {
+	r := n.raftAdmit.Load()
+	if r == nil {
+		return nil // raft is starting: no configuration to check against yet
+	}
+	servers, err := r.Servers()
+	if err != nil || len(servers) == 0 {
+		return nil
+	}
+	for _, sv := range servers {
+		if sv.ID == id {
+			return nil
+		}
+	}
+	n.log.Warn("raft connection refused: not in the configuration", "peer", id)
+	return fmt.Errorf("node: raft: %q is not in this node's Raft configuration", id)
 }
 
 func (n *Node) openCoordinator() error {

@@ -150,11 +150,26 @@ func (m *tlsMaterial) peerClient() *tls.Config {
 		}}
 }
 
-func (m *tlsMaterial) raft() *raftmeta.TLS {
+// raft is the Raft transport's TLS. Its listener admits only node certificates (no operator)
+// whose Common Name admit accepts: Raft messages carry their sender's ID unauthenticated, so
+// the connection itself must come from a member (adversarial review: an operator certificate
+// sent AppendEntries as the leader).
+func (m *tlsMaterial) raft(admit func(id string) error) *raftmeta.TLS {
 	if m == nil {
 		return nil
 	}
-	return &raftmeta.TLS{Server: m.peerServer(), Client: m.peerClient()}
+	srv := m.peerServer()
+	srv.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+			return errors.New("node: raft: the peer presented no verified certificate")
+		}
+		leaf := cs.VerifiedChains[0][0]
+		if slices.Contains(leaf.Subject.OrganizationalUnit, OperatorUnit) {
+			return fmt.Errorf("node: raft: operator certificate %q refused on the Raft port", leaf.Subject.CommonName)
+		}
+		return admit(leaf.Subject.CommonName)
+	}
+	return &raftmeta.TLS{Server: srv, Client: m.peerClient()}
 }
 
 // identity is who called a peer RPC, from its verified certificate.

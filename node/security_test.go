@@ -191,12 +191,48 @@ func TestTLSCluster(t *testing.T) {
 		t.Fatalf("the leader's configuration has %d servers after the refused calls, want 3", n)
 	}
 	ops := pb.NewClusterClient(dialAs(t, leader.PeerAddr(), dir, "ops", dir))
+	remove := fsm.EncodeRemove(fsm.Remove{TxnID: txn.NewTxnID(), Keys: []fsm.KeyGen{{Key: keys[0], Gen: 1}}})
+	if _, err := ops.Propose(ctx, &pb.ProposeRequest{Command: remove}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a REMOVE with the operator's certificate: %v, want PermissionDenied", err)
+	}
+	if st, err := ops.ReadLocal(ctx, &pb.GetRequest{Keys: keys}); err == nil {
+		if _, err = st.Recv(); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("ReadLocal with the operator's certificate: %v, want PermissionDenied", err)
+		}
+	}
+	if err := raftHandshake(t, leader.cfg.RaftAddr, dir, "ops"); err == nil {
+		t.Error("the Raft port accepted the operator's certificate")
+	}
+	if err := raftHandshake(t, leader.cfg.RaftAddr, dir, follower.cfg.ID); err != nil {
+		t.Errorf("the Raft port refused member %s: %v", follower.cfg.ID, err)
+	}
 	if _, err := ops.Leave(ctx, &pb.LeaveRequest{NodeId: follower.cfg.ID}); err != nil {
 		t.Fatalf("leave of %s with the operator's certificate: %v", follower.cfg.ID, err)
 	}
 	if n := len(mustServers(t, leader)); n != 2 {
 		t.Fatalf("the leader's configuration has %d servers after the operator's Leave, want 2", n)
 	}
+}
+
+// raftHandshake completes a TLS handshake on a Raft port with dir/name's certificate and
+// returns the server's verdict (TLS 1.3 reports a refused client certificate on first read).
+func raftHandshake(t *testing.T, addr, dir, name string) error {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = conn.Read(make([]byte, 1))
+	if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+		return nil // the server kept the connection: admitted, waiting for a Raft RPC
+	}
+	return err
 }
 
 func mustServers(t *testing.T, n *Node) []string {

@@ -50,9 +50,11 @@ func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChun
 	return stream.SendAndClose(out)
 }
 
-// firstValueBytes is the first allocation for an object's value; it doubles from there as
-// bytes arrive, up to the announced size.
-const firstValueBytes = 8 << 20
+// firstValueBytes is the first allocation (and buffer-budget reservation) for an object's
+// value; it doubles from there as bytes arrive, up to the announced size. Small, so that a
+// stream announcing a large object and sending one byte holds 64 KiB, not the announced size:
+// what a stream holds is at most twice what it sent (adversarial review).
+const firstValueBytes = 64 << 10
 
 // recvBatch reads the whole client stream. Objects over the size limit are not buffered:
 // their bytes are discarded and the key is reported Rejected. A value's buffer is allocated
