@@ -19,6 +19,7 @@ import (
 //	Abort:  txn [16]byte | node str | reason str
 //	Remove: txn [16]byte | n uvarint | n x (key str | gen uvarint) | reason str
 //	Member: txn [16]byte | remove byte (0/1) | member
+//	Cluster: txn [16]byte | id str   (id non-empty)
 //
 //	cmdEntry: key str | bucket uvarint | offset varint | length varint |
 //	          size uvarint | sum uint64 little-endian | gen uvarint
@@ -129,6 +130,15 @@ func EncodeSetMember(m SetMember) []byte {
 	e.txn(m.TxnID)
 	e.bool1(m.Remove)
 	e.member(m.Member)
+	return e.buf
+}
+
+// EncodeSetCluster encodes c for raft. Deterministic. Decode rejects an empty ID.
+func EncodeSetCluster(c SetCluster) []byte {
+	e := encoder{buf: make([]byte, 0, 24+len(c.ID))}
+	e.header(CmdCluster)
+	e.txn(c.TxnID)
+	e.str(c.ID)
 	return e.buf
 }
 
@@ -333,7 +343,7 @@ func Decode(data []byte) (CommandType, any, error) {
 		return 0, nil, fmt.Errorf("%w: %d bytes, need type and version", ErrShortCommand, len(data))
 	}
 	t := CommandType(data[0])
-	if t < CmdCommit || t > CmdPrune {
+	if t < CmdCommit || t > CmdCluster {
 		return t, nil, fmt.Errorf("%w: %d", ErrUnknownCommand, data[0])
 	}
 	if v := data[1]; v != commandVersion && (t != CmdMember || v != memberVersion) {
@@ -353,6 +363,12 @@ func Decode(data []byte) (CommandType, any, error) {
 		v = SetMember{TxnID: d.txn("txn"), Remove: d.bool1("remove"), Member: d.member(data[1] == memberVersion)}
 	case CmdPrune:
 		v = Prune{TxnID: d.txn("txn"), Before: d.uvarint("before")}
+	case CmdCluster:
+		c := SetCluster{TxnID: d.txn("txn"), ID: d.str("cluster id")}
+		if d.err == nil && c.ID == "" {
+			d.fail(fmt.Errorf("%w: cluster ID is empty", ErrBadCommand))
+		}
+		v = c
 	}
 	if d.err == nil && r.Len() != 0 {
 		d.fail(fmt.Errorf("%w: %s has %d trailing bytes", ErrBadCommand, t, r.Len()))

@@ -18,6 +18,7 @@ type state struct {
 	gens    map[string]uint64 // key -> last generation used (live or removed)
 	txns    map[TxnID]*Result // txn -> recorded result; recorded Results are never mutated
 	members map[string]Member // node ID -> member record
+	cluster string            // the cluster's ID ("" until a SetCluster is applied)
 	applied uint64            // highest raft index applied
 
 	// Derived from live (not encoded, rebuilt on restore), kept up to date
@@ -181,6 +182,15 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 			}
 		}
 		res = &Result{TxnID: c.TxnID, Type: CmdPrune, Index: index}
+	case SetCluster:
+		res = &Result{TxnID: c.TxnID, Type: CmdCluster, Index: index}
+		switch s.cluster {
+		case "":
+			s.cluster = c.ID
+		case c.ID:
+		default:
+			res.Aborted = true // another cluster's ID: refused, nothing changes
+		}
 	}
 	s.txns[id] = res
 	return res, true
@@ -198,6 +208,8 @@ func commandTxn(cmd any) (TxnID, bool) {
 	case SetMember:
 		return c.TxnID, true
 	case Prune:
+		return c.TxnID, true
+	case SetCluster:
 		return c.TxnID, true
 	}
 	return TxnID{}, false
@@ -320,6 +332,13 @@ func (f *FSM) ForEach(fn func(Entry) bool) {
 			return
 		}
 	}
+}
+
+// ClusterID returns the cluster's ID, "" before one was recorded (SetCluster).
+func (f *FSM) ClusterID() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.cluster
 }
 
 // Members returns every member record, sorted by NodeID.

@@ -16,6 +16,10 @@ func encodeAny(t CommandType, v any) []byte {
 		return EncodeRemove(v.(Remove))
 	case CmdMember:
 		return EncodeSetMember(v.(SetMember))
+	case CmdPrune:
+		return EncodePrune(v.(Prune))
+	case CmdCluster:
+		return EncodeSetCluster(v.(SetCluster))
 	}
 	panic("unreachable")
 }
@@ -28,6 +32,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(remove(3, KeyGen{Key: "a", Gen: 1}, KeyGen{Key: "b"}))
 	f.Add(setMember(4, "n1", "10.0.0.1:7000", "10.0.0.1:8000"))
 	f.Add(delMember(5, "n2"))
+	f.Add(EncodeSetCluster(SetCluster{TxnID: id(6), ID: "c-0123"}))
 	f.Add([]byte{byte(CmdMember), 1})
 	f.Add([]byte{})
 	f.Add([]byte{byte(CmdCommit), 1, 0xff, 0xff})

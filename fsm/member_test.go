@@ -102,7 +102,7 @@ func TestDecodeMember(t *testing.T) {
 		{"trailing", append(slices.Clone(valid), 0), ErrBadCommand},
 		{"bad version", []byte{byte(CmdMember), 3}, ErrBadCommand},
 		{"member version on a commit", []byte{byte(CmdCommit), memberVersion}, ErrBadCommand},
-		{"unknown type after prune", []byte{byte(CmdPrune) + 1, 1}, ErrUnknownCommand},
+		{"unknown type after cluster", []byte{byte(CmdCluster) + 1, 1}, ErrUnknownCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, err := Decode(tc.data); !errors.Is(err, tc.want) {
@@ -213,5 +213,35 @@ func TestOwners(t *testing.T) {
 	}
 	if got := g.Owners(); !maps.Equal(got, want) {
 		t.Fatalf("restored Owners = %v, want %v", got, want)
+	}
+}
+
+// TestSetCluster: the first SetCluster sets the ID, the same ID again is a no-op, another ID
+// is refused and changes nothing; the ID survives a snapshot round trip.
+func TestSetCluster(t *testing.T) {
+	f := New()
+	apply := func(i uint64, txn byte, cid string) *Result {
+		t.Helper()
+		return f.ApplyCommand(i, EncodeSetCluster(SetCluster{TxnID: id(txn), ID: cid}))
+	}
+	if r := apply(1, 1, "A"); r.Aborted || f.ClusterID() != "A" {
+		t.Fatalf("first SetCluster: %+v, ID %q", r, f.ClusterID())
+	}
+	if r := apply(2, 2, "A"); r.Aborted || f.ClusterID() != "A" {
+		t.Fatalf("same ID again: %+v, ID %q", r, f.ClusterID())
+	}
+	if r := apply(3, 3, "B"); !r.Aborted || f.ClusterID() != "A" {
+		t.Fatalf("another ID: %+v, ID %q, want refused and A kept", r, f.ClusterID())
+	}
+	var buf bytes.Buffer
+	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(&buf); err != nil || g.ClusterID() != "A" {
+		t.Fatalf("restored ID %q (%v), want A", g.ClusterID(), err)
+	}
+	if _, _, err := Decode(EncodeSetCluster(SetCluster{TxnID: id(4)})); !errors.Is(err, ErrBadCommand) {
+		t.Fatalf("empty cluster ID decoded: %v", err)
 	}
 }

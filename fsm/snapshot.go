@@ -23,6 +23,7 @@ import (
 //	n uvarint | n x (key str | gen uvarint)         generations, strictly increasing key
 //	n uvarint | n x result                          txn results, strictly increasing TxnID
 //	n uvarint | n x member                          member records, strictly increasing node
+//	cluster str                                     the cluster ID, "" if none (not in version 2)
 //	sum     uint64 little-endian: xxhash64 of every byte before it
 //
 //	fullEntry: cmdEntry (see codec.go) | owner str | txn [16]byte
@@ -57,6 +58,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		gens:    maps.Clone(f.st.gens),
 		txns:    maps.Clone(f.st.txns), // recorded Results are immutable: sharing them is safe
 		members: maps.Clone(f.st.members),
+		cluster: f.st.cluster,
 		applied: f.st.applied,
 		bytes:   f.st.bytes,
 		owners:  maps.Clone(f.st.owners),
@@ -149,6 +151,7 @@ func (s *state) encode(w io.Writer) error {
 		e.member(s.members[k])
 		flush(false)
 	}
+	e.str(s.cluster)
 	flush(true)
 	return werr
 }
@@ -272,6 +275,9 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 		prev = m.NodeID
 		st.members[m.NodeID] = m
 	}
+	if withPeer { // snapshotVersion: the cluster ID follows
+		st.cluster = d.str("cluster id")
+	}
 }
 
 func (d *decoder) result() *Result {
@@ -330,7 +336,8 @@ func (st *state) check() error {
 		if r.TxnID != id {
 			errs = append(errs, fmt.Errorf("txns[%s] holds %s", id, r.TxnID))
 		}
-		if r.Type < CmdCommit || r.Type > CmdPrune || r.Aborted != (r.Type == CmdAbort) {
+		// Aborted marks an ABORT, or a SetCluster refused for naming another cluster.
+		if r.Type < CmdCommit || r.Type > CmdCluster || r.Aborted != (r.Type == CmdAbort) && r.Type != CmdCluster {
 			errs = append(errs, fmt.Errorf("txn %s: type %s aborted %v", id, r.Type, r.Aborted))
 		}
 		if (r.Type == CmdMember || r.Type == CmdPrune) && len(r.Keys) != 0 {

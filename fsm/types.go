@@ -41,6 +41,8 @@ const (
 	CmdRemove CommandType = 3
 	CmdMember CommandType = 4
 	CmdPrune  CommandType = 5
+	// CmdCluster records the cluster's ID (SetCluster).
+	CmdCluster CommandType = 6
 )
 
 // String returns the command's name.
@@ -56,6 +58,8 @@ func (c CommandType) String() string {
 		return "member"
 	case CmdPrune:
 		return "prune"
+	case CmdCluster:
+		return "cluster"
 	}
 	return fmt.Sprintf("CommandType(%d)", uint8(c))
 }
@@ -203,6 +207,15 @@ type Stats struct {
 	Txns         int    // recorded transaction results
 	Members      int    // member records
 	AppliedIndex uint64 // highest raft index applied
+}
+
+// SetCluster records ID as the cluster's ID, once: the first SetCluster applied sets it, a
+// later one with the same ID is a no-op, and one with another ID is refused (its Result is
+// Aborted) and changes nothing. The ID is made at bootstrap and checked on every connection
+// between nodes (docs/operations.md, "Cluster identity").
+type SetCluster struct {
+	TxnID TxnID
+	ID    string
 }
 
 // Prune drops the recorded results of transactions applied at a Raft index below Before, so
