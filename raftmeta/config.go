@@ -34,6 +34,10 @@ type Config struct {
 	// accepted only from, and sent only to, holders of a certificate of the cluster CA. Only
 	// with a BindAddr. nil: plain TCP.
 	TLS *TLS
+	// ClusterID, when set, is called for this node's cluster ID ("" while it knows none) and
+	// makes every TCP Raft connection start with the cluster-ID handshake (handshake.go):
+	// connections between nodes of different clusters are refused. Only with a BindAddr.
+	ClusterID func() string
 	// Bootstrap bootstraps a one-voter cluster (this node, at its advertised
 	// address) if Dir holds no raft state yet; ignored when state exists.
 	// Exactly one member of a new cluster bootstraps; the others are added

@@ -133,8 +133,8 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 		}
 		advertise = a
 	}
-	if cfg.TLS != nil {
-		return newTLSTransport(cfg, advertise, &raft.NetworkTransportConfig{
+	if cfg.TLS != nil || cfg.ClusterID != nil {
+		return newStreamTransport(cfg, advertise, &raft.NetworkTransportConfig{
 			MaxPool: tcpMaxPool, Timeout: tcpTimeout, Logger: hl.Named("transport")})
 	}
 	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, advertise, tcpMaxPool, tcpTimeout, hl.Named("transport"))

@@ -9,20 +9,20 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// tlsStreamLayer is a raft.StreamLayer over crypto/tls: every Raft connection, in both
-// directions, is mutual TLS with certificates of the cluster CA (Config.TLS). A peer that
-// presents no certificate, or one the CA did not sign, fails the handshake before raft reads
-// a byte from it. It follows raft's own TCPStreamLayer (tcp_transport.go), with the listener
-// wrapped by tls.NewListener and the dialer by tls.Dialer.
-type tlsStreamLayer struct {
-	net.Listener // tls.NewListener: the handshake runs on the first read, in raft's conn goroutine
+// streamLayer is the raft.StreamLayer of a TCP transport that is mutual TLS (Config.TLS), or
+// checks the cluster ID on every connection (Config.ClusterID), or both. It follows raft's
+// own TCPStreamLayer (tcp_transport.go): a listener and a dialer, here wrapped by
+// tls.NewListener / tls.Dialer and by the cluster-ID handshake (handshake.go).
+type streamLayer struct {
+	net.Listener // tls.NewListener with TLS: the handshake runs on the first read
 	advertise    net.Addr
-	dial         *tls.Config
+	tls          *tls.Config // dialing; nil: plain TCP
+	clusterID    func() string
 }
 
-// newTLSTransport listens on cfg.BindAddr and returns raft's NetworkTransport over
-// tlsStreamLayer.
-func newTLSTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTransportConfig) (*raft.NetworkTransport, error) {
+// newStreamTransport listens on cfg.BindAddr and returns raft's NetworkTransport over
+// streamLayer.
+func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTransportConfig) (*raft.NetworkTransport, error) {
 	ln, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)
@@ -34,18 +34,46 @@ func newTLSTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTransportCo
 		ln.Close()
 		return nil, fmt.Errorf("raftmeta: transport on %s: the advertised address %s is not dialable", cfg.BindAddr, advertise)
 	}
-	nt.Stream = &tlsStreamLayer{Listener: tls.NewListener(ln, cfg.TLS.Server), advertise: advertise, dial: cfg.TLS.Client}
+	s := &streamLayer{Listener: ln, advertise: advertise, clusterID: cfg.ClusterID}
+	if cfg.TLS != nil {
+		s.Listener, s.tls = tls.NewListener(ln, cfg.TLS.Server), cfg.TLS.Client
+	}
+	nt.Stream = s
 	return raft.NewNetworkTransportWithConfig(nt), nil
 }
 
-// Addr is the advertised address (raft records it in configurations).
-func (s *tlsStreamLayer) Addr() net.Addr { return s.advertise }
+// Accept returns the next connection; with a cluster ID, one that checks the dialer's ID on
+// its first read (so a slow or silent dialer does not hold up raft's accept loop).
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err != nil || s.clusterID == nil {
+		return c, err
+	}
+	return &acceptedConn{Conn: c, clusterID: s.clusterID}, nil
+}
 
-// Dial opens a TLS connection to address and completes the handshake within timeout, so a
-// peer outside the cluster CA is refused here and not on raft's first RPC.
-func (s *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: s.dial}
-	return d.Dial("tcp", string(address))
+// Addr is the advertised address (raft records it in configurations).
+func (s *streamLayer) Addr() net.Addr { return s.advertise }
+
+// Dial connects to address and, within timeout, completes the TLS handshake (a peer outside
+// the cluster CA is refused here, not on raft's first RPC) and the cluster-ID handshake.
+func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: timeout}
+	var c net.Conn
+	var err error
+	if s.tls != nil {
+		c, err = (&tls.Dialer{NetDialer: nd, Config: s.tls}).Dial("tcp", string(address))
+	} else {
+		c, err = nd.Dial("tcp", string(address))
+	}
+	if err != nil || s.clusterID == nil {
+		return c, err
+	}
+	if err := dialHandshake(c, s.clusterID(), string(address), timeout); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // TLS is the mutual-TLS material of the Raft transport: Server for the listener (it must
