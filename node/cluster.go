@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -73,7 +74,8 @@ func (n *Node) serve() error {
 		return fmt.Errorf("node: peer listener: %w", err)
 	}
 	n.peerListener = plis
-	popts := serverOptions()
+	unary, stream := clusterIDCheck(n.ClusterID)
+	popts := append(serverOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 	if n.tls != nil {
 		popts = append(popts, grpc.Creds(credentials.NewTLS(n.tls.peerServer())))
 	}
@@ -137,7 +139,7 @@ func (n *Node) Ready() error {
 
 // join asks the members in cfg.Join, in turn, to add this node, until one accepts.
 func (n *Node) join(ctx context.Context) error {
-	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), ApiAddr: n.APIAddr(), PeerAddr: n.PeerAddr()}
+	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), ApiAddr: n.APIAddr(), PeerAddr: n.PeerAddr(), ClusterId: n.ClusterID()}
 	var last error
 	for attempt := 0; ; attempt++ {
 		addrs := slices.Clone(n.cfg.Join)
@@ -156,12 +158,12 @@ func (n *Node) join(ctx context.Context) error {
 				addrs = append(addrs, to[0]) // redirected to the leader (TLS: joins are not forwarded)
 			}
 			if err == nil {
-				n.log.Info("joined the cluster", "via", addr, "voter", resp.Voter)
-				return nil
+				n.log.Info("joined the cluster", "via", addr, "voter", resp.Voter, "cluster", resp.ClusterId)
+				return n.adoptClusterID(resp.ClusterId)
 			}
 			last = fmt.Errorf("join via %s: %w", addr, err)
 			n.log.Warn("join attempt failed; retrying", "via", addr, "err", err)
-			if status.Code(err) == codes.AlreadyExists {
+			if c := status.Code(err); c == codes.AlreadyExists || c == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch") {
 				return fmt.Errorf("node: %w", last)
 			}
 		}
@@ -296,18 +298,19 @@ func (n *Node) checkNoPriorKeys(ctx context.Context) error {
 }
 
 // announce records this node's addresses in the member directory when it becomes leader
-// (the bootstrap node has no one else to do it; a restarted leader may have moved).
+// (the bootstrap node has no one else to do it; a restarted leader may have moved), and the
+// cluster ID in the metadata if it has none.
 func (n *Node) announce() {
 	me := fsm.Member{NodeID: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), APIAddr: n.APIAddr(), PeerAddr: n.PeerAddr()}
-	if cur, ok := n.fsm.Member(n.cfg.ID); ok && cur == me {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: me})
-	if _, err := n.raft.Propose(ctx, cmd); err != nil {
-		n.log.Warn("could not record this node in the member directory", "err", err)
+	if cur, ok := n.fsm.Member(n.cfg.ID); !ok || cur != me {
+		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: me})
+		if _, err := n.raft.Propose(ctx, cmd); err != nil {
+			n.log.Warn("could not record this node in the member directory", "err", err)
+		}
 	}
+	n.recordClusterID(ctx)
 }
 
 // Shutdown stops the node gracefully: no new requests are accepted, requests in flight

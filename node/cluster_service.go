@@ -30,6 +30,10 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 	if req.NodeId == "" || req.RaftAddr == "" || req.ApiAddr == "" || req.PeerAddr == "" {
 		return nil, status.Error(codes.InvalidArgument, "join needs node_id, raft_addr, api_addr and peer_addr")
 	}
+	if mine := s.n.ClusterID(); req.ClusterId != "" && mine != "" && req.ClusterId != mine {
+		s.n.log.Warn("join refused: another cluster's node", "id", req.NodeId, "its_cluster", req.ClusterId, "cluster", mine)
+		return nil, status.Errorf(codes.FailedPrecondition, "cluster ID mismatch: node %s belongs to cluster %s, this is cluster %s: a node with state never joins another cluster (start it with an empty data directory to join this one)", req.NodeId, req.ClusterId, mine)
+	}
 	caller := callerOf(ctx)
 	if s.n.tls != nil && (caller.name != req.NodeId || caller.operator) {
 		s.n.log.Warn("join refused: the certificate is not the joining node's", "id", req.NodeId, "by", caller)
@@ -63,7 +67,7 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 		return nil, raftError(err)
 	}
 	s.n.log.Info("member joined", "id", req.NodeId, "raft", req.RaftAddr, "api", req.ApiAddr, "peer", req.PeerAddr, "voter", voter, "by", callerOf(ctx))
-	return &pb.JoinResponse{Voter: voter}, nil
+	return &pb.JoinResponse{Voter: voter, ClusterId: s.n.ClusterID()}, nil
 }
 
 // leaveRemoveBatch is the most keys one REMOVE command of Leave names.
@@ -157,7 +161,7 @@ func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.St
 	}
 	owners := s.n.fsm.Owners()
 	st := s.n.fsm.Stats()
-	out := &pb.StatusResponse{LeaderId: leader, AppliedIndex: s.n.raft.AppliedIndex(), Keys: uint64(st.Keys), Bytes: uint64(st.Bytes)}
+	out := &pb.StatusResponse{LeaderId: leader, AppliedIndex: s.n.raft.AppliedIndex(), Keys: uint64(st.Keys), Bytes: uint64(st.Bytes), ClusterId: s.n.ClusterID()}
 	dir := map[string]fsm.Member{}
 	for _, m := range s.n.fsm.Members() {
 		dir[m.NodeID] = m

@@ -44,6 +44,8 @@ type Node struct {
 	// raftAdmit is raft for the Raft listener's admission check, which runs on connections
 	// accepted while raftmeta.Open is still returning.
 	raftAdmit atomic.Pointer[raftmeta.Node]
+	// clusterID is the cluster ID of the data directory (identity.go); nil until known.
+	clusterID atomic.Pointer[string]
 	coord     *txn.Coordinator
 	peers     *peers
 	metrics   *metrics
@@ -75,8 +77,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), peers: newPeers(tm), tls: tm,
+	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), tls: tm,
 		ready: make(chan struct{}), closing: make(chan struct{})}
+	n.peers = newPeers(tm, n.ClusterID)
 	n.metrics = newMetrics(cfg.Registry, n)
 	defer func() {
 		if err != nil {
@@ -86,6 +89,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	fresh, err := n.openStores()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.RaftAddr != "" {
+		if err := n.openClusterID(fresh); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.openRaft(cfg.RaftAddr == "" || len(cfg.Join) == 0); err != nil {
 		return nil, err
@@ -119,6 +127,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err := n.join(ctx); err != nil {
 			return nil, err
 		}
+	} else if cfg.RaftAddr != "" && len(cfg.Join) > 0 {
+		if err := n.checkJoinIgnored(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err = n.waitLeader(ctx, unlisted); err != nil {
 		return nil, err
@@ -131,12 +143,17 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.recovery, err = n.coord.Recover(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.RaftAddr != "" {
+		if err := n.checkReplicatedClusterID(); err != nil {
+			return nil, err
+		}
+	}
 	close(n.ready)
 	if n.health != nil {
 		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	}
 	go n.pruneLoop()
-	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", tm != nil)
+	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", tm != nil, "cluster", n.ClusterID())
 	return n, nil
 }
 
@@ -169,6 +186,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
 	if n.cfg.RaftAddr != "" {
 		rcfg.TLS = n.tls.raft(n.admitRaftPeer)
+		rcfg.ClusterID = n.ClusterID
 	}
 	var err error
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
@@ -176,6 +194,22 @@ func (n *Node) openRaft(bootstrap bool) error {
 	}
 	n.raftAdmit.Store(n.raft)
 	return nil
+}
+
+// openClusterID reads the data directory's cluster ID; a node that bootstraps a new cluster
+// (fresh, no Join) makes one.
+func (n *Node) openClusterID(fresh bool) error {
+	id, err := readClusterID(n.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if id == "" && fresh && len(n.cfg.Join) == 0 {
+		id = newClusterID()
+	}
+	if id == "" {
+		return nil // learned from the Join reply, or from the metadata after catch-up
+	}
+	return n.adoptClusterID(id)
 }
 
 // admitRaftPeer accepts a Raft connection from node id when the Raft configuration lists it,

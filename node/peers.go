@@ -43,14 +43,15 @@ const (
 // peers holds one gRPC connection per other node, by peer address, and remembers which
 // owners recently failed to answer in time.
 type peers struct {
-	tls     *tlsMaterial // nil: plaintext
+	tls     *tlsMaterial  // nil: plaintext
+	cluster func() string // this node's cluster ID, stamped on every call
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
 	suspect map[string]time.Time // owner -> until when its reads get the short deadline
 }
 
-func newPeers(tm *tlsMaterial) *peers {
-	return &peers{tls: tm, conns: map[string]*grpc.ClientConn{}, suspect: map[string]time.Time{}}
+func newPeers(tm *tlsMaterial, cluster func() string) *peers {
+	return &peers{tls: tm, cluster: cluster, conns: map[string]*grpc.ClientConn{}, suspect: map[string]time.Time{}}
 }
 
 // readBase returns the size-independent deadline for a read from owner.
@@ -84,8 +85,10 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if p.tls != nil {
 		creds = credentials.NewTLS(p.tls.peerClient())
 	}
+	unary, stream := clusterIDInterceptors(p.cluster)
 	c, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
+		grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
 	if err != nil {

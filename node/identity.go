@@ -1,0 +1,233 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// Cluster identity (docs/operations.md, "Cluster identity"). A cluster's ID is made when its
+// first node bootstraps, recorded in the replicated metadata (fsm.SetCluster) and in every
+// member's data directory (clusterIDFile), and checked on everything between nodes: the
+// cluster-ID handshake of every Raft connection (raftmeta/handshake.go), the clusterIDHeader
+// of every peer call, and Join. etcd's cluster-ID mismatch check is the model: refuse, say
+// why, change nothing.
+
+// clusterIDFile holds the cluster ID in a member's data directory.
+const clusterIDFile = "CLUSTER_ID"
+
+// clusterIDHeader carries the caller's cluster ID on every peer call.
+const clusterIDHeader = "kvoffload-cluster-id"
+
+// ErrClusterMismatch is returned by Open for a node asked to join another cluster than the
+// one its data directory belongs to.
+var ErrClusterMismatch = errors.New("node: cluster ID mismatch")
+
+// newClusterID returns a fresh random cluster ID.
+func newClusterID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "kv-" + hex.EncodeToString(b[:])
+}
+
+// readClusterID returns the ID recorded in dir, "" if none.
+func readClusterID(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, clusterIDFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("node: reading the cluster ID: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" || len(id) > 255 {
+		return "", fmt.Errorf("node: %s holds no valid cluster ID (%d bytes)", filepath.Join(dir, clusterIDFile), len(id))
+	}
+	return id, nil
+}
+
+// writeClusterID records id in dir durably: a temporary file, fsync, rename, directory fsync.
+func writeClusterID(dir, id string) error {
+	tmp := filepath.Join(dir, clusterIDFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	if err != nil {
+		return fmt.Errorf("node: writing the cluster ID: %w", err)
+	}
+	_, err = f.WriteString(id + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, clusterIDFile))
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(dir); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("node: writing the cluster ID: %w", err)
+	}
+	return nil
+}
+
+// ClusterID returns the ID of the cluster this node belongs to: the one in its data
+// directory, else the replicated one, else "" (a fresh node that has not joined yet, or an
+// embedded node).
+func (n *Node) ClusterID() string {
+	if id := n.clusterID.Load(); id != nil {
+		return *id
+	}
+	if n.fsm != nil {
+		return n.fsm.ClusterID()
+	}
+	return ""
+}
+
+// adoptClusterID records id as this node's cluster ID, in its data directory and in memory.
+func (n *Node) adoptClusterID(id string) error {
+	if id == "" {
+		return nil
+	}
+	if cur := n.clusterID.Load(); cur != nil {
+		if *cur != id {
+			return fmt.Errorf("%w: this data directory belongs to cluster %s, not %s", ErrClusterMismatch, *cur, id)
+		}
+		return nil
+	}
+	if err := writeClusterID(n.cfg.DataDir, id); err != nil {
+		return err
+	}
+	n.clusterID.Store(&id)
+	return nil
+}
+
+// checkReplicatedClusterID, once the metadata has caught up, checks the replicated cluster
+// ID against the data directory's, and records it there when the directory has none (a
+// member from before cluster IDs, or one whose file was lost).
+func (n *Node) checkReplicatedClusterID() error {
+	rep := n.fsm.ClusterID()
+	if rep == "" {
+		return nil // the leader records one when it announces itself
+	}
+	if err := n.adoptClusterID(rep); err != nil {
+		return fmt.Errorf("%w (the replicated metadata names cluster %s): refusing to start; see docs/operations.md", err, rep)
+	}
+	return nil
+}
+
+// checkJoinIgnored handles --join given to a node that already has Raft state: the join is
+// not done (a member never joins again). Pointing at another cluster is an error naming both
+// IDs; pointing at its own, or at members that cannot be asked, a WARN that it is ignored.
+func (n *Node) checkJoinIgnored(ctx context.Context) error {
+	mine := n.ClusterID()
+	for _, addr := range n.cfg.Join {
+		conn, err := n.peers.conn(addr)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := pb.NewClusterClient(conn).Status(cctx, &pb.StatusRequest{})
+		cancel()
+		if err != nil {
+			if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch") {
+				return fmt.Errorf("%w: --join %s: %s", ErrClusterMismatch, addr, status.Convert(err).Message())
+			}
+			continue
+		}
+		if theirs := st.ClusterId; theirs != "" && mine != "" && theirs != mine {
+			return fmt.Errorf("%w: --join %s points at cluster %s, but this data directory belongs to cluster %s: refusing to start (drop --join to restart this member, or use an empty --data to join that cluster as a new node; docs/operations.md)", ErrClusterMismatch, addr, theirs, mine)
+		}
+		n.log.Warn("--join ignored: this node already has Raft state and restarts as a member of its cluster", "join", addr, "cluster", mine)
+		return nil
+	}
+	n.log.Warn("--join ignored: this node already has Raft state (no member in --join answered to compare cluster IDs)", "join", strings.Join(n.cfg.Join, ","), "cluster", mine)
+	return nil
+}
+
+// recordClusterID, on the leader, records the cluster ID in the metadata if it has none: the
+// bootstrap node's ID, or a new one for a cluster from before cluster IDs.
+func (n *Node) recordClusterID(ctx context.Context) {
+	if n.fsm.ClusterID() != "" {
+		return
+	}
+	id := n.ClusterID()
+	if id == "" {
+		id = newClusterID()
+	}
+	res, err := n.raft.Propose(ctx, fsm.EncodeSetCluster(fsm.SetCluster{TxnID: txn.NewTxnID(), ID: id}))
+	if err != nil {
+		n.log.Warn("could not record the cluster ID in the metadata", "err", err)
+		return
+	}
+	if res.Aborted {
+		id = n.fsm.ClusterID()
+	}
+	if err := n.adoptClusterID(id); err != nil {
+		n.log.Error("cluster ID", "err", err)
+	}
+}
+
+// clusterIDInterceptors stamp every outgoing peer call with this node's cluster ID.
+func clusterIDInterceptors(id func() string) (grpc.UnaryClientInterceptor, grpc.StreamClientInterceptor) {
+	stamp := func(ctx context.Context) context.Context {
+		if v := id(); v != "" {
+			return metadata.AppendToOutgoingContext(ctx, clusterIDHeader, v)
+		}
+		return ctx
+	}
+	unary := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(stamp(ctx), method, req, reply, cc, opts...)
+	}
+	stream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return streamer(stamp(ctx), desc, cc, method, opts...)
+	}
+	return unary, stream
+}
+
+// clusterIDCheck returns server interceptors that refuse a peer call stamped with another
+// cluster's ID (FailedPrecondition naming both). Calls without a stamp (a fresh node's Join
+// and Status) pass.
+func clusterIDCheck(id func() string) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	check := func(ctx context.Context) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		theirs, mine := md.Get(clusterIDHeader), id()
+		if len(theirs) == 0 || mine == "" || theirs[0] == mine {
+			return nil
+		}
+		return status.Errorf(codes.FailedPrecondition, "cluster ID mismatch: this node is in cluster %s, the caller in cluster %s", mine, theirs[0])
+	}
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := check(ctx); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := check(ss.Context()); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+	return unary, stream
+}

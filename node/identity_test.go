@@ -1,0 +1,188 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/fsm"
+)
+
+// lockedBuffer is a log sink safe for the node's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// memberConfig is a cluster member's configuration on fresh addresses.
+func memberConfig(t *testing.T, dir, id string, join ...string) Config {
+	cfg := testConfig(dir)
+	cfg.ID, cfg.Txn.NodeID = id, id
+	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.Join = join
+	return cfg
+}
+
+// openNamed starts a cluster of the nodes ids: the first bootstraps, the others join it.
+func openNamed(t *testing.T, ids ...string) ([]*Node, []Config) {
+	t.Helper()
+	base := t.TempDir()
+	var nodes []*Node
+	var cfgs []Config
+	for i, id := range ids {
+		cfg := memberConfig(t, filepath.Join(base, id), id)
+		if i > 0 {
+			cfg.Join = []string{nodes[0].PeerAddr()}
+		}
+		nodes, cfgs = append(nodes, mustOpen(t, cfg)), append(cfgs, cfg)
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			_ = nd.Close()
+		}
+	})
+	return nodes, cfgs
+}
+
+func keysN(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = keyOf(prefix, i)
+	}
+	return keys
+}
+
+func countKeys(n *Node, prefix string) int {
+	c := 0
+	n.fsm.ForEach(func(e fsm.Entry) bool {
+		if strings.Contains(e.Key, ":"+prefix+"@") {
+			c++
+		}
+		return true
+	})
+	return c
+}
+
+// TestTwoClustersCrossedAddresses is the takeover of issue 12: cluster A (a1, with keys) and
+// cluster B (b1..b3, with keys) on one host. A fresh node started as a1, on a1's own
+// addresses, joins B and is killed; then the real a1 restarts from its own directory. B's
+// leader keeps sending Raft traffic to the address it has for "a1": the cluster-ID handshake
+// refuses it, so every key of A and of B stays where it was, each cluster keeps its own
+// members, and a1 starts again from its data as often as it is restarted.
+func TestTwoClustersCrossedAddresses(t *testing.T) {
+	aCfg := memberConfig(t, filepath.Join(t.TempDir(), "a1"), "a1")
+	a1 := mustOpen(t, aCfg)
+	idA := a1.ClusterID()
+	mustOffload(t, a1, objects(1, 8<<10, keysN("ca", 12)...))
+	mustClose(t, a1)
+
+	b, _ := openNamed(t, "b1", "b2", "b3")
+	idB := b[0].ClusterID()
+	if idA == "" || idB == "" || idA == idB {
+		t.Fatalf("cluster IDs %q and %q: want two different, non-empty", idA, idB)
+	}
+	for _, nd := range b[1:] {
+		if nd.ClusterID() != idB {
+			t.Fatalf("member %s is in cluster %q, want %q", nd.cfg.ID, nd.ClusterID(), idB)
+		}
+	}
+	mustOffload(t, b[1], objects(2, 8<<10, keysN("cb", 8)...))
+
+	impostor := aCfg
+	impostor.DataDir = filepath.Join(t.TempDir(), "impostor")
+	impostor.Join = []string{b[0].PeerAddr()}
+	imp := mustOpen(t, impostor) // a fresh node may join B under a free ID: B admits it
+	if imp.ClusterID() != idB {
+		t.Fatalf("the impostor joined cluster %q, want %q", imp.ClusterID(), idB)
+	}
+	_ = imp.Close()
+
+	a1 = mustOpen(t, aCfg)
+	defer a1.Close()
+	time.Sleep(3 * time.Second) // B's leader retries a1's Raft address all this time
+	if a1.ClusterID() != idA || !a1.Raft().IsLeader() {
+		t.Fatalf("a1: cluster %q, leader %v; want its own cluster %q, leading it", a1.ClusterID(), a1.Raft().IsLeader(), idA)
+	}
+	if got, foreign := countKeys(a1, "ca"), countKeys(a1, "cb"); got != 12 || foreign != 0 {
+		t.Fatalf("a1 holds %d of A's 12 keys and %d of B's, want 12 and 0", got, foreign)
+	}
+	checkReadable(t, a1, 1, 8<<10, keysN("ca", 12)...)
+	if servers := mustServers(t, a1); len(servers) != 1 {
+		t.Fatalf("a1's configuration %v, want only itself", servers)
+	}
+	leaderB := leaderOf(t, b...)
+	if countKeys(leaderB, "cb") != 8 || countKeys(leaderB, "ca") != 0 {
+		t.Fatalf("B's leader holds %d of its 8 keys and %d of A's", countKeys(leaderB, "cb"), countKeys(leaderB, "ca"))
+	}
+	checkReadable(t, b[1], 2, 8<<10, keysN("cb", 8)...)
+	mustClose(t, a1)
+	a1 = mustOpen(t, aCfg) // and again
+	checkReadable(t, a1, 1, 8<<10, keysN("ca", 12)...)
+}
+
+// TestJoinAcrossClustersRefused: a member of one cluster restarted with --join pointing at
+// another cluster does not start, and the error names both cluster IDs; in both directions.
+func TestJoinAcrossClustersRefused(t *testing.T) {
+	a, aCfgs := openNamed(t, "x1")
+	b, bCfgs := openNamed(t, "y1", "y2")
+	for _, tc := range []struct {
+		node   *Node
+		cfg    Config
+		target *Node
+	}{{b[1], bCfgs[1], a[0]}, {a[0], aCfgs[0], b[0]}} { // each target is still running
+		mine, theirs := tc.node.ClusterID(), tc.target.ClusterID()
+		mustClose(t, tc.node)
+		cfg := tc.cfg
+		cfg.Join = []string{tc.target.PeerAddr()}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		n, err := Open(ctx, cfg)
+		cancel()
+		if err == nil {
+			n.Close()
+			t.Fatalf("%s (cluster %s) started with --join to cluster %s", cfg.ID, mine, theirs)
+		}
+		if !errors.Is(err, ErrClusterMismatch) || !strings.Contains(err.Error(), mine) || !strings.Contains(err.Error(), theirs) {
+			t.Fatalf("%s with --join to the other cluster: %v, want ErrClusterMismatch naming %s and %s", cfg.ID, err, mine, theirs)
+		}
+		cfg.Join = nil
+		n = mustOpen(t, cfg) // without the wrong --join it restarts as before
+		if n.ClusterID() != mine {
+			t.Fatalf("%s restarted in cluster %q, want %q", cfg.ID, n.ClusterID(), mine)
+		}
+		n.Close()
+	}
+}
+
+// TestJoinIgnoredWarns: a member restarted with --join to its own cluster starts, and says
+// in a WARN that the --join was ignored.
+func TestJoinIgnoredWarns(t *testing.T) {
+	nodes, cfgs := openNamed(t, "w1", "w2")
+	mustClose(t, nodes[1])
+	cfg := cfgs[1]
+	cfg.Join = []string{nodes[0].PeerAddr()}
+	var logs lockedBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	n := mustOpen(t, cfg)
+	n.Close()
+	if !strings.Contains(logs.String(), "--join ignored") || !strings.Contains(logs.String(), nodes[0].ClusterID()) {
+		t.Fatalf("no WARN that --join was ignored, naming the cluster; logs:\n%s", logs.String())
+	}
+}
