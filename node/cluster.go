@@ -261,13 +261,7 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 		if addr == n.PeerAddr() {
 			continue
 		}
-		conn, err := n.peers.conn(addr)
-		if err != nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := pb.NewClusterClient(conn).Status(cctx, &pb.StatusRequest{})
-		cancel()
+		st, err := n.peerStatus(ctx, addr)
 		if err != nil || st.LeaderId == "" {
 			continue
 		}
@@ -282,6 +276,17 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 		return listed, true
 	}
 	return false, false
+}
+
+// peerStatus asks the member at peer address addr for Cluster/Status, within 2 s.
+func (n *Node) peerStatus(ctx context.Context, addr string) (*pb.StatusResponse, error) {
+	conn, err := n.peers.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return pb.NewClusterClient(conn).Status(ctx, &pb.StatusRequest{})
 }
 
 // checkNoPriorKeys refuses to start a node that joined with an empty data directory while

@@ -9,14 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/txn"
 )
@@ -142,13 +140,7 @@ func (n *Node) checkReplicatedClusterID() error {
 func (n *Node) checkJoinIgnored(ctx context.Context) error {
 	mine := n.ClusterID()
 	for _, addr := range n.cfg.Join {
-		conn, err := n.peers.conn(addr)
-		if err != nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := pb.NewClusterClient(conn).Status(cctx, &pb.StatusRequest{})
-		cancel()
+		st, err := n.peerStatus(ctx, addr)
 		if err != nil {
 			if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch") {
 				return fmt.Errorf("%w: --join %s: %s", ErrClusterMismatch, addr, status.Convert(err).Message())

@@ -1,36 +1,16 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
 )
-
-// lockedBuffer is a log sink safe for the node's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // memberConfig is a cluster member's configuration on fresh addresses.
 func memberConfig(t *testing.T, dir, id string, join ...string) Config {
@@ -178,7 +158,7 @@ func TestJoinIgnoredWarns(t *testing.T) {
 	mustClose(t, nodes[1])
 	cfg := cfgs[1]
 	cfg.Join = []string{nodes[0].PeerAddr()}
-	var logs lockedBuffer
+	var logs syncBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	n := mustOpen(t, cfg)
 	n.Close()
