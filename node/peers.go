@@ -129,6 +129,10 @@ func (m clusterMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, erro
 		if status.Code(err) == codes.FailedPrecondition {
 			continue // the leader moved between lookup and call: look again
 		}
+		if status.Code(err) == codes.PermissionDenied {
+			// A definite refusal (this node is outside the configuration): no retry helps.
+			return nil, fmt.Errorf("%w: forwarded proposal: %w", txn.ErrRefused, err)
+		}
 		if err != nil {
 			// The leader may have applied it before the reply was lost.
 			return nil, fmt.Errorf("%w: forwarded proposal: %w", raftmeta.ErrIndeterminate, err)

@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,5 +266,31 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 	}
 	if _, ok := m.f.Lookup("k"); ok {
 		t.Fatal("a key whose fdatasync failed was committed by recovery")
+	}
+}
+
+// refusingMeta is flakyMeta whose COMMITs the leader refuses (this node was removed).
+type refusingMeta struct{ flakyMeta }
+
+func (m *refusingMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	if typ, _, _ := fsm.Decode(cmd); typ == fsm.CmdCommit {
+		return nil, fmt.Errorf("%w: not in the cluster configuration (test)", ErrRefused)
+	}
+	return m.flakyMeta.Propose(ctx, cmd)
+}
+
+// A COMMIT the leader refuses is not proposed again until CommitTimeout: the batch ends at
+// once with ErrIndeterminate (the caller retries elsewhere with the same txn ID).
+func TestCommitRefusedEndsAtOnce(t *testing.T) {
+	m := &refusingMeta{flakyMeta{f: fsm.New()}}
+	c, _ := newCoordinatorFor(t, m, m.f)
+	c.cfg.CommitTimeout = 10 * time.Second
+	start := time.Now()
+	_, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
+	if !errors.Is(err, ErrIndeterminate) || !errors.Is(err, ErrRefused) {
+		t.Fatalf("refused commit: %v, want ErrIndeterminate wrapping ErrRefused", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the refused commit took %s (CommitTimeout 10s): it was retried", d)
 	}
 }

@@ -16,6 +16,12 @@ var (
 	// CommitTimeout (no leader, or the leader died with it in flight). It may still commit:
 	// retry with the same txn ID, on any node, to learn the outcome exactly once.
 	ErrIndeterminate = errors.New("txn: commit outcome unknown; retry with the same txn ID")
+	// ErrRefused is what a Meta returns (wrapped) when the leader definitely refused a
+	// command: this node is outside the cluster configuration (removed while running). The
+	// coordinator stops proposing at once instead of retrying until CommitTimeout; the batch
+	// still ends ErrIndeterminate (an earlier attempt may have committed), so the caller
+	// retries on another member with the same txn ID.
+	ErrRefused = errors.New("txn: refused by the leader")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("txn: coordinator closed")
 )

@@ -244,7 +244,8 @@ func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
 	return written, failpoint.Hit(failpoint.DataSynced)
 }
 
-// commit proposes a COMMIT until its outcome is known or CommitTimeout has passed. Proposing
+// commit proposes a COMMIT until its outcome is known, the leader refuses it (ErrRefused), or
+// CommitTimeout has passed. Proposing
 // it again is safe: the FSM de-duplicates by txn ID, so a leader change between attempts
 // (an indeterminate outcome, a dead leader) costs a retry, not a second commit.
 func (c *Coordinator) commit(ctx context.Context, cmd []byte) (*fsm.Result, error) {
@@ -252,8 +253,8 @@ func (c *Coordinator) commit(ctx context.Context, cmd []byte) (*fsm.Result, erro
 	defer cancel()
 	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		res, err := c.meta.Propose(ctx, cmd)
-		if err == nil {
-			return res, nil
+		if err == nil || errors.Is(err, ErrRefused) {
+			return res, err
 		}
 		select {
 		case <-ctx.Done():
