@@ -117,3 +117,51 @@ func TestLeasePinsAgainstEviction(t *testing.T) {
 		t.Fatalf("the oldest unleased key: %s, want evicted", got[0].Status)
 	}
 }
+
+// TestShrunkQuotaAtStartUp: a node restarted with a quota below the bytes it holds evicts at
+// start-up, least recently used first, until its live bytes are under the quota, without
+// waiting for a write that needs room (issue 12); every key left reads back, every evicted
+// one is NotFound, never corrupt.
+func TestShrunkQuotaAtStartUp(t *testing.T) {
+	const block, total, quota = 1 << 20, 40, 16 << 20
+	cfg := testConfig(t.TempDir())
+	cfg.BucketSize = 8 << 20
+	n := mustOpen(t, cfg)
+	keys := make([]string, total)
+	for i := range keys {
+		keys[i] = keyOf("shrink", i)
+		mustOffload(t, n, objects(5, block, keys[i]))
+	}
+	mustClose(t, n)
+
+	cfg.Capacity = quota
+	n = mustOpen(t, cfg)
+	defer mustClose(t, n)
+	st, err := n.Buckets().Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, rep := n.Recovery(); rep.Evicted == 0 || st.LiveBytes > quota {
+		t.Fatalf("after a restart with a %d-byte quota: %d keys evicted, %d live bytes", quota, rep.Evicted, st.LiveBytes)
+	}
+	res, err := n.BatchGet(context.Background(), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for i, r := range res {
+		switch {
+		case r.Status == txn.Found && bytes.Equal(r.Value, objects(5, block, keys[i])[0].Value):
+			found++
+		case r.Status == txn.NotFound:
+			if found > 0 {
+				t.Errorf("%s (written after a kept key) was evicted: not least recently used first", keys[i])
+			}
+		default:
+			t.Errorf("%s: %s %s", keys[i], r.Status, r.Reason)
+		}
+	}
+	if found == 0 || found*block > quota {
+		t.Fatalf("%d keys of %d bytes kept under a %d-byte quota", found, block, quota)
+	}
+}

@@ -152,6 +152,38 @@ func (c *Coordinator) reserveEvicting(ctx context.Context, size int64) (bucketst
 	return ext, err
 }
 
+// maxQuotaRounds bounds enforceQuota's evictions (each frees about what it was asked for).
+const maxQuotaRounds = 64
+
+// enforceQuota evicts the least recently used keys this node owns until its live bucket
+// bytes are under the quota (Capacity) less the eviction headroom, and returns how many it
+// evicted. Recovery calls it last, so a node restarted with a quota below what it holds comes
+// back under it at once instead of staying over it until some write needs room. It stops
+// early when nothing can be evicted (every key leased, or the removals fail).
+func (c *Coordinator) enforceQuota(ctx context.Context) int {
+	if c.cfg.Capacity <= 0 {
+		return 0
+	}
+	total := 0
+	for range maxQuotaRounds {
+		st, err := c.data.Stats()
+		if err != nil || st.LiveBytes <= c.cfg.Capacity {
+			break
+		}
+		n := c.evict(ctx, st.LiveBytes-c.cfg.Capacity+c.cfg.Capacity/evictHeadroom)
+		if n == 0 {
+			c.lg.Warn("over the quota and nothing can be evicted", "live_bytes", st.LiveBytes, "capacity", c.cfg.Capacity)
+			break
+		}
+		total += n
+	}
+	if total > 0 {
+		st, _ := c.data.Stats()
+		c.lg.Info("evicted to bring live bytes under the quota", "keys", total, "live_bytes", st.LiveBytes, "capacity", c.cfg.Capacity)
+	}
+	return total
+}
+
 // evict removes the least recently used keys worth about need bytes and returns how many
 // keys it removed. One eviction runs at a time; a caller that waited for another one gets
 // its effect through its next Reserve.

@@ -22,6 +22,7 @@ type RecoveryReport struct {
 	OrphanBytes int64 // bytes freed by orphan collection
 	LostKeys    int   // keys whose bucket file is gone (metadata repaired)
 	CorruptKeys int   // keys whose metadata names no record of theirs (removed; bytes kept)
+	Evicted     int   // keys evicted at the end to bring live bytes under the quota
 }
 
 type pendingIntent struct {
@@ -67,11 +68,12 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 		_ = failpoint.Hit(failpoint.WALTruncateAfter)
 	}
 	c.endRecovery(holders)
+	rep.Evicted = c.enforceQuota(ctx)
 	c.stats.recovered.Add(uint64(rep.RolledFwd))
 	c.stats.recoveryAbort.Add(uint64(rep.Aborted))
 	c.stats.orphanBytes.Add(uint64(rep.OrphanBytes))
 	c.lg.Info("recovery done", "intents", rep.Intents, "unresolved", rep.Unresolved,
-		"rolled_forward", rep.RolledFwd, "aborted", rep.Aborted, "orphan_bytes", rep.OrphanBytes)
+		"rolled_forward", rep.RolledFwd, "aborted", rep.Aborted, "orphan_bytes", rep.OrphanBytes, "evicted", rep.Evicted)
 	return rep, nil
 }
 

@@ -34,6 +34,8 @@ type Buckets interface {
 	Adopt(ext bucketstore.Extent) error
 	Collect(bucket uint32, live []bucketstore.Extent) (int64, error)
 	Buckets() []uint32
+	// Stats measures the store (LiveBytes against the quota).
+	Stats() (bucketstore.Stats, error)
 }
 
 // Meta is the replicated metadata seam: proposals go through Raft, reads come from the
