@@ -11,9 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/txn"
 )
 
 func testBudget(limit int64) *budget {
@@ -205,5 +208,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// TestIdleOffloadStreamEnds: an offload stream that announces an object, sends one byte and
+// then nothing is ended by the server with DeadlineExceeded after the idle limit, and the
+// budget it held is released (adversarial review: a few thousand such streams held all of
+// it); a first byte reserves a small buffer, not the announced size.
+func TestIdleOffloadStreamEnds(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.APIAddr = freeAddr(t)
+	cfg.Registry = prometheus.NewRegistry()
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	n.idleLimit.Store(int64(300 * time.Millisecond))
+	conn, err := grpc.NewClient(n.APIAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := pb.NewKVOffloadClient(conn).BatchOffload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := txn.NewTxnID()
+	if err := st.Send(&pb.OffloadChunk{TxnId: id[:], Key: keyOf("idle", 0), Size: 4 << 20, Data: []byte{1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to hold its first buffer", func() bool { return metricValue(t, n.metrics.bufferedBytes) > 0 })
+	if held := metricValue(t, n.metrics.bufferedBytes); held > float64(firstValueBytes) {
+		t.Fatalf("one byte of a 4 MiB object holds %v bytes of the budget, want at most %d", held, firstValueBytes)
+	}
+	// The client sends nothing more and does not close: the server ends the stream.
+	waitFor(t, "the budget released by the idle limit", func() bool { return metricValue(t, n.metrics.bufferedBytes) == 0 })
+	if _, err := st.CloseAndRecv(); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("the idle stream ended with %v, want DeadlineExceeded", err)
 	}
 }

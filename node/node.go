@@ -46,6 +46,7 @@ type Node struct {
 	raftAdmit atomic.Pointer[raftmeta.Node]
 	// clusterID is the cluster ID of the data directory (identity.go); nil until known.
 	clusterID atomic.Pointer[string]
+	idleLimit atomic.Int64 // streamIdle for tests; 0: streamIdleTimeout
 	coord     *txn.Coordinator
 	peers     *peers
 	metrics   *metrics
@@ -194,6 +195,14 @@ func (n *Node) openRaft(bootstrap bool) error {
 	}
 	n.raftAdmit.Store(n.raft)
 	return nil
+}
+
+// streamIdle is the idle limit of an offload stream (streamIdleTimeout; tests shorten it).
+func (n *Node) streamIdle() time.Duration {
+	if d := n.idleLimit.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return streamIdleTimeout
 }
 
 // openClusterID reads the data directory's cluster ID; a node that bootstraps a new cluster

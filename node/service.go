@@ -67,8 +67,9 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 	tooLarge := map[int]string{}
 	var remaining, total uint64
 	lim := s.n.cfg.Txn
+	recv := idleRecv(stream.Context(), stream.Recv, s.n.streamIdle())
 	for first := true; ; first = false {
-		ch, err := stream.Recv()
+		ch, err := recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
