@@ -83,6 +83,7 @@ func splitAddrs(s string) []string {
 
 // clusterStatus is the --json form of a StatusResponse. Field names are the --json contract.
 type clusterStatus struct {
+	ClusterID    string         `json:"cluster_id"`
 	LeaderID     string         `json:"leader_id"`
 	AppliedIndex uint64         `json:"applied_index"`
 	Keys         uint64         `json:"keys"`
@@ -94,6 +95,7 @@ type memberStatus struct {
 	NodeID   string `json:"node_id"`
 	RaftAddr string `json:"raft_addr"`
 	APIAddr  string `json:"api_addr"`
+	PeerAddr string `json:"peer_addr"`
 	Voter    bool   `json:"voter"`
 	Leader   bool   `json:"leader"`
 	Keys     uint64 `json:"keys"`
@@ -101,11 +103,11 @@ type memberStatus struct {
 }
 
 func statusJSON(st *kvoffloadv1.StatusResponse) clusterStatus {
-	out := clusterStatus{LeaderID: st.GetLeaderId(), AppliedIndex: st.GetAppliedIndex(),
+	out := clusterStatus{ClusterID: st.GetClusterId(), LeaderID: st.GetLeaderId(), AppliedIndex: st.GetAppliedIndex(),
 		Keys: st.GetKeys(), Bytes: st.GetBytes(), Members: []memberStatus{}}
 	for _, m := range st.GetMembers() {
 		out.Members = append(out.Members, memberStatus{NodeID: m.GetNodeId(), RaftAddr: m.GetRaftAddr(),
-			APIAddr: m.GetApiAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(), Keys: m.GetKeys(), Bytes: m.GetBytes()})
+			APIAddr: m.GetApiAddr(), PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(), Keys: m.GetKeys(), Bytes: m.GetBytes()})
 	}
 	return out
 }
@@ -115,13 +117,14 @@ func printStatus(w io.Writer, st *kvoffloadv1.StatusResponse) {
 	if leader == "" {
 		leader = "(none known)"
 	}
+	fmt.Fprintf(w, "cluster        %s\n", st.GetClusterId())
 	fmt.Fprintf(w, "leader         %s\n", leader)
 	fmt.Fprintf(w, "applied index  %d\n", st.GetAppliedIndex())
 	fmt.Fprintf(w, "keys           %d (%d bytes)\n\n", st.GetKeys(), st.GetBytes())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT ADDR\tAPI ADDR\tVOTER\tLEADER\tKEYS\tBYTES")
+	fmt.Fprintln(tw, "ID\tRAFT ADDR\tAPI ADDR\tPEER ADDR\tVOTER\tLEADER\tKEYS\tBYTES")
 	for _, m := range st.GetMembers() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.GetNodeId(), m.GetRaftAddr(), m.GetApiAddr(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.GetNodeId(), m.GetRaftAddr(), m.GetApiAddr(), m.GetPeerAddr(),
 			yesNo(m.GetVoter()), yesNo(m.GetLeader()), m.GetKeys(), m.GetBytes())
 	}
 	_ = tw.Flush()
