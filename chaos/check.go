@@ -9,10 +9,10 @@ import (
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/wal"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // Workload describes how payloads derive from keys, so a checker can recompute them.

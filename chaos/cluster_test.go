@@ -17,9 +17,9 @@ import (
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
-	"github.com/kvoffload/kvoffload/internal/replay"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/replay"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 func objectsFor(w Workload, keys []string) []client.Object {

@@ -26,7 +26,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/kvoffload/kvoffload/client"
-	"github.com/kvoffload/kvoffload/internal/trace"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // The multi-process cluster nemesis (reliability.md L7): three storenode processes, each

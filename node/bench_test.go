@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kvoffload/kvoffload/internal/diskbench"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/diskbench"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // BenchmarkBatchOffload measures end-to-end offload throughput (32 concurrent clients, batches

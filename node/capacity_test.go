@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // TestC10FullDiskKeepsOffloading is CASES.md C10 (Mooncake PR #1941, #2475): with a 64 MiB

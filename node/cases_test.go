@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
-	"github.com/kvoffload/kvoffload/internal/replay"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/replay"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // TestOffloadWarmRestart: committed keys are served again after a restart without

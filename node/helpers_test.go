@@ -10,8 +10,8 @@ import (
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 var seedFlag = flag.Uint64("seed", 0, "seed for randomized tests (0 = time-based)")

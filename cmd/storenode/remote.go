@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/client"
-	"github.com/kvoffload/kvoffload/internal/replay"
+	"github.com/kvoffload/kvoffload/workload/replay"
 )
 
 // remoteCallTimeout bounds one batch offload or read of a replay, retries included, so a

@@ -13,11 +13,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvoffload/kvoffload/internal/diskbench"
-	"github.com/kvoffload/kvoffload/internal/replay"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/diskbench"
+	"github.com/kvoffload/kvoffload/workload/replay"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 type replayFlags struct {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvoffload/kvoffload/internal/replay"
+	"github.com/kvoffload/kvoffload/workload/replay"
 )
 
 // TestPrintSummary: an interrupted replay does not claim "missing 0, corrupt 0", and the

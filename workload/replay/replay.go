@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // Target is what a replay drives: an embedded node or a cluster client.

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/internal/trace"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // memTarget stores everything; its BatchGet calls onGet first (to simulate a SIGINT that
