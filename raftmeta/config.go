@@ -38,6 +38,9 @@ type Config struct {
 	// makes every TCP Raft connection start with the cluster-ID handshake (handshake.go):
 	// connections between nodes of different clusters are refused. Only with a BindAddr.
 	ClusterID func() string
+	// ClusterOpen says, while ClusterID is "", whether to accept Raft connections from any
+	// cluster (data from before cluster IDs) or none (a fresh node not joining yet). nil: any.
+	ClusterOpen func() bool
 	// Bootstrap bootstraps a one-voter cluster (this node, at its advertised
 	// address) if Dir holds no raft state yet; ignored when state exists.
 	// Exactly one member of a new cluster bootstraps; the others are added

@@ -16,9 +16,12 @@ import (
 //	hello (dialer):   magic "KVRH" | version 1 | len byte | cluster ID (len bytes)
 //	reply (acceptor): status byte (0 accepted, 1 refused) | len byte | its cluster ID
 //
-// An acceptor that knows no cluster ID yet (a fresh node being added: it learns the ID from
-// its Join reply) accepts any hello. One that knows its ID refuses a hello with another ID or
-// none, and closes the connection; the dialer's error names both IDs.
+// What an acceptor accepts is its ClusterPolicy's answer: a node that knows its cluster's ID
+// accepts hellos with that ID only (a joining node knows the ID it asked the cluster for
+// before it sends Join); a node that knows none accepts every hello only if told to (data
+// from before cluster IDs), and none otherwise (a fresh node before it joins). A refused
+// dialer's error names both IDs. The ID is an identity check, not a secret: an acceptor
+// sends it in its reply; authentication is the transport's mutual TLS.
 const (
 	handshakeMagic   = "KVRH"
 	handshakeVersion = 1
@@ -28,6 +31,23 @@ const (
 
 // ErrClusterMismatch: the peer belongs to another cluster (or does not say which).
 var ErrClusterMismatch = errors.New("raftmeta: cluster ID mismatch")
+
+// ClusterPolicy is what a node's handshake checks: ID returns this node's cluster ID ("" if
+// it knows none); Open, when it knows none, whether to accept Raft connections from any
+// cluster (nil: yes).
+type ClusterPolicy struct {
+	ID   func() string
+	Open func() bool
+}
+
+// check returns this node's ID and whether a hello with ID theirs is accepted.
+func (p *ClusterPolicy) check(theirs string) (mine string, ok bool) {
+	mine = p.ID()
+	if mine != "" {
+		return mine, theirs == mine
+	}
+	return "", p.Open == nil || p.Open()
+}
 
 func hello(id string) []byte {
 	b := append([]byte(handshakeMagic), handshakeVersion, byte(len(id)))
@@ -62,7 +82,7 @@ func dialHandshake(c net.Conn, id, addr string, timeout time.Duration) error {
 // its first Read. raft's server side reads before it writes.
 type acceptedConn struct {
 	net.Conn
-	clusterID func() string
+	policy    *ClusterPolicy
 	once      sync.Once
 	err       error
 }
@@ -89,15 +109,18 @@ func (a *acceptedConn) accept() error {
 		return fmt.Errorf("raftmeta: cluster handshake from %s: %w", a.RemoteAddr(), err)
 	}
 	_ = a.Conn.SetReadDeadline(time.Time{})
-	mine := a.clusterID()
+	mine, ok := a.policy.check(string(theirs))
 	status := byte(0)
-	if mine != "" && string(theirs) != mine {
+	if !ok {
 		status = 1
 	}
 	if _, err := a.Conn.Write(append([]byte{status, byte(len(mine))}, mine...)); err != nil {
 		return fmt.Errorf("raftmeta: cluster handshake from %s: %w", a.RemoteAddr(), err)
 	}
 	if status != 0 {
+		if mine == "" {
+			return fmt.Errorf("%w: this node belongs to no cluster yet and is not joining one; %s (cluster %q) refused", ErrClusterMismatch, a.RemoteAddr(), theirs)
+		}
 		return fmt.Errorf("%w: this node is in cluster %q, %s in cluster %q: refused", ErrClusterMismatch, mine, a.RemoteAddr(), theirs)
 	}
 	return nil

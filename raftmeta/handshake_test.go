@@ -13,13 +13,13 @@ import (
 
 // listenWith returns a stream layer on a free loopback port whose cluster ID is *id, and
 // echoes every accepted connection's first bytes back (or its handshake error) on errs.
-func listenWith(t *testing.T, id *string) (*streamLayer, chan error) {
+func listenWith(t *testing.T, id *string, open bool) (*streamLayer, chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &streamLayer{Listener: ln, advertise: ln.Addr(), clusterID: func() string { return *id }}
+	s := &streamLayer{Listener: ln, advertise: ln.Addr(), policy: &ClusterPolicy{ID: func() string { return *id }, Open: func() bool { return open }}}
 	t.Cleanup(func() { ln.Close() })
 	errs := make(chan error, 4)
 	go func() {
@@ -43,13 +43,15 @@ func listenWith(t *testing.T, id *string) (*streamLayer, chan error) {
 }
 
 // TestClusterHandshake: same ID connects and carries raft's bytes; another ID (or none) is
-// refused on both sides with both IDs named; an acceptor without an ID yet accepts any.
+// refused on both sides with both IDs named; an acceptor without an ID accepts any hello
+// only when its policy says so (data from before cluster IDs), else none (a fresh node).
 func TestClusterHandshake(t *testing.T) {
 	a, b, fresh := "cluster-a", "cluster-b", ""
-	la, errsA := listenWith(t, &a)
-	lf, errsFresh := listenWith(t, &fresh)
+	la, errsA := listenWith(t, &a, false)
+	lf, errsFresh := listenWith(t, &fresh, true)
+	lclosed, errsClosed := listenWith(t, &fresh, false)
 	dial := func(from string, to *streamLayer) (net.Conn, error) {
-		return (&streamLayer{clusterID: func() string { return from }}).Dial(raft.ServerAddress(to.Addr().String()), time.Second)
+		return (&streamLayer{policy: &ClusterPolicy{ID: func() string { return from }}}).Dial(raft.ServerAddress(to.Addr().String()), time.Second)
 	}
 	ping := func(c net.Conn, errs chan error, what string) {
 		t.Helper()
@@ -78,7 +80,13 @@ func TestClusterHandshake(t *testing.T) {
 	}
 	c, err = dial(b, lf)
 	if err != nil {
-		t.Fatalf("to a node without a cluster ID yet: %v", err)
+		t.Fatalf("to a node without a cluster ID that accepts any (data from before IDs): %v", err)
 	}
-	ping(c, errsFresh, "to a fresh node")
+	ping(c, errsFresh, "to an open node")
+	if _, err := dial(b, lclosed); !errors.Is(err, ErrClusterMismatch) {
+		t.Fatalf("to a fresh node not joining anything: %v, want ErrClusterMismatch", err)
+	}
+	if err := <-errsClosed; !errors.Is(err, ErrClusterMismatch) {
+		t.Fatalf("a fresh node not joining anything, acceptor: %v, want ErrClusterMismatch", err)
+	}
 }

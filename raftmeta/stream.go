@@ -17,7 +17,7 @@ type streamLayer struct {
 	net.Listener // tls.NewListener with TLS: the handshake runs on the first read
 	advertise    net.Addr
 	tls          *tls.Config // dialing; nil: plain TCP
-	clusterID    func() string
+	policy       *ClusterPolicy
 }
 
 // newStreamTransport listens on cfg.BindAddr and returns raft's NetworkTransport over
@@ -34,7 +34,10 @@ func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTranspor
 		ln.Close()
 		return nil, fmt.Errorf("raftmeta: transport on %s: the advertised address %s is not dialable", cfg.BindAddr, advertise)
 	}
-	s := &streamLayer{Listener: ln, advertise: advertise, clusterID: cfg.ClusterID}
+	s := &streamLayer{Listener: ln, advertise: advertise}
+	if cfg.ClusterID != nil {
+		s.policy = &ClusterPolicy{ID: cfg.ClusterID, Open: cfg.ClusterOpen}
+	}
 	if cfg.TLS != nil {
 		s.Listener, s.tls = tls.NewListener(ln, cfg.TLS.Server), cfg.TLS.Client
 	}
@@ -46,10 +49,10 @@ func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTranspor
 // its first read (so a slow or silent dialer does not hold up raft's accept loop).
 func (s *streamLayer) Accept() (net.Conn, error) {
 	c, err := s.Listener.Accept()
-	if err != nil || s.clusterID == nil {
+	if err != nil || s.policy == nil {
 		return c, err
 	}
-	return &acceptedConn{Conn: c, clusterID: s.clusterID}, nil
+	return &acceptedConn{Conn: c, policy: s.policy}, nil
 }
 
 // Addr is the advertised address (raft records it in configurations).
@@ -66,10 +69,10 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	} else {
 		c, err = nd.Dial("tcp", string(address))
 	}
-	if err != nil || s.clusterID == nil {
+	if err != nil || s.policy == nil {
 		return c, err
 	}
-	if err := dialHandshake(c, s.clusterID(), string(address), timeout); err != nil {
+	if err := dialHandshake(c, s.policy.ID(), string(address), timeout); err != nil {
 		c.Close()
 		return nil, err
 	}
