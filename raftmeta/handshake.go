@@ -82,9 +82,9 @@ func dialHandshake(c net.Conn, id, addr string, timeout time.Duration) error {
 // its first Read. raft's server side reads before it writes.
 type acceptedConn struct {
 	net.Conn
-	policy    *ClusterPolicy
-	once      sync.Once
-	err       error
+	policy *ClusterPolicy
+	once   sync.Once
+	err    error
 }
 
 func (a *acceptedConn) Read(p []byte) (int, error) {
