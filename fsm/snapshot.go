@@ -132,17 +132,7 @@ func (s *state) encode(w io.Writer) error {
 	ids := slices.SortedFunc(maps.Keys(s.txns), func(a, b TxnID) int { return bytes.Compare(a[:], b[:]) })
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		r := s.txns[id]
-		e.txn(r.TxnID)
-		e.byte1(byte(r.Type))
-		e.uvarint(r.Index)
-		e.bool1(r.Aborted)
-		e.uvarint(uint64(len(r.Keys)))
-		for _, ko := range r.Keys {
-			e.str(ko.Key)
-			e.byte1(byte(ko.Outcome))
-			e.fullEntry(ko.Entry)
-		}
+		e.result(s.txns[id], false)
 		flush(false)
 	}
 	keys = slices.Sorted(maps.Keys(s.members))
@@ -281,21 +271,9 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 }
 
 func (d *decoder) result() *Result {
-	r := &Result{TxnID: d.txn("result txn")}
-	r.Type = CommandType(d.byte1("result type"))
-	r.Index = d.uvarint("result index")
-	r.Aborted = d.bool1("result aborted")
-	n, hint := d.count("result key count", 1)
-	if n > 0 {
-		r.Keys = make([]KeyOutcome, 0, hint)
-	} else if r.Type == CmdCommit || r.Type == CmdRemove {
+	r := d.resultRecord(false)
+	if r.Keys == nil && (r.Type == CmdCommit || r.Type == CmdRemove) {
 		r.Keys = []KeyOutcome{} // apply records an empty, non-nil slice
-	}
-	for i := 0; i < n && d.err == nil; i++ {
-		ko := KeyOutcome{Key: d.str("outcome key")}
-		ko.Outcome = Outcome(d.byte1("outcome"))
-		ko.Entry = d.fullEntry()
-		r.Keys = append(r.Keys, ko)
 	}
 	return r
 }
