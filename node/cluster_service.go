@@ -43,7 +43,7 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 		if s.n.tls != nil {
 			return nil, s.redirect(ctx)
 		}
-		cl, err := s.n.cmeta().leaderClient(ctx)
+		cl, err := s.n.leader.Client(ctx)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
@@ -100,7 +100,7 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 		if s.n.tls != nil {
 			return nil, s.redirect(ctx)
 		}
-		cl, err := s.n.cmeta().leaderClient(ctx)
+		cl, err := s.n.leader.Client(ctx)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}

@@ -76,6 +76,11 @@ func (c Config) raftAdvertise() string {
 	return c.RaftAddr
 }
 
+// cluster reports cluster mode: RaftAddr set, the node is a member of a Raft cluster over
+// TCP (startMember); otherwise it is an embedded single node (startEmbedded). Every
+// difference between the modes is decided by this one test.
+func (c Config) cluster() bool { return c.RaftAddr != "" }
+
 // Validate reports every invalid field.
 func (c Config) Validate() error {
 	var errs []error
@@ -94,16 +99,16 @@ func (c Config) Validate() error {
 	if c.Txn.NodeID != "" && c.Txn.NodeID != c.ID {
 		errs = append(errs, errors.New("node: Txn.NodeID differs from ID"))
 	}
-	if c.RaftAddr == "" && len(c.Join) > 0 {
+	if !c.cluster() && len(c.Join) > 0 {
 		errs = append(errs, errors.New("node: Join needs RaftAddr (cluster mode)"))
 	}
-	if c.RaftAddr != "" && c.APIAddr == "" {
+	if c.cluster() && c.APIAddr == "" {
 		errs = append(errs, errors.New("node: a cluster member (RaftAddr set) needs APIAddr"))
 	}
-	if c.RaftAddr != "" && c.PeerAddr == "" {
+	if c.cluster() && c.PeerAddr == "" {
 		errs = append(errs, errors.New("node: a cluster member (RaftAddr set) needs PeerAddr"))
 	}
-	if c.RaftAddr == "" && c.PeerAddr != "" {
+	if !c.cluster() && c.PeerAddr != "" {
 		errs = append(errs, errors.New("node: PeerAddr needs RaftAddr (cluster mode)"))
 	}
 	errs = append(errs, c.Security.validate(c)...)

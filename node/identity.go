@@ -89,6 +89,22 @@ func writeClusterID(dir, id string) error {
 	return nil
 }
 
+// openClusterID reads the data directory's cluster ID; a node that bootstraps a new cluster
+// (fresh, no Join) makes one.
+func (n *Node) openClusterID(fresh bool) error {
+	id, err := readClusterID(n.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if id == "" && fresh && len(n.cfg.Join) == 0 {
+		id = newClusterID()
+	}
+	if id == "" {
+		return nil // learned from the Join reply, or from the metadata after catch-up
+	}
+	return n.adoptClusterID(id)
+}
+
 // ClusterID returns the ID of the cluster this node belongs to: the one in its data
 // directory, else the replicated one, else "" (a fresh node that has not joined yet, or an
 // embedded node).
@@ -131,29 +147,6 @@ func (n *Node) checkReplicatedClusterID() error {
 	if err := n.adoptClusterID(rep); err != nil {
 		return fmt.Errorf("%w (the replicated metadata names cluster %s): refusing to start; see docs/operations.md", err, rep)
 	}
-	return nil
-}
-
-// checkJoinIgnored handles --join given to a node that already has Raft state: the join is
-// not done (a member never joins again). Pointing at another cluster is an error naming both
-// IDs; pointing at its own, or at members that cannot be asked, a WARN that it is ignored.
-func (n *Node) checkJoinIgnored(ctx context.Context) error {
-	mine := n.ClusterID()
-	for _, addr := range n.cfg.Join {
-		st, err := n.peerStatus(ctx, addr)
-		if err != nil {
-			if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch") {
-				return fmt.Errorf("%w: --join %s: %s", ErrClusterMismatch, addr, status.Convert(err).Message())
-			}
-			continue
-		}
-		if theirs := st.ClusterId; theirs != "" && mine != "" && theirs != mine {
-			return fmt.Errorf("%w: --join %s points at cluster %s, but this data directory belongs to cluster %s: refusing to start (drop --join to restart this member, or use an empty --data to join that cluster as a new node; docs/operations.md)", ErrClusterMismatch, addr, theirs, mine)
-		}
-		n.log.Warn("--join ignored: this node already has Raft state and restarts as a member of its cluster", "join", addr, "cluster", mine)
-		return nil
-	}
-	n.log.Warn("--join ignored: this node already has Raft state (no member in --join answered to compare cluster IDs)", "join", strings.Join(n.cfg.Join, ","), "cluster", mine)
 	return nil
 }
 

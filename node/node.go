@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/node/forward"
 	"github.com/kvoffload/kvoffload/raftmeta"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/wal"
@@ -48,7 +49,8 @@ type Node struct {
 	clusterID atomic.Pointer[string]
 	idleLimit atomic.Int64 // streamIdle for tests; 0: streamIdleTimeout
 	coord     *txn.Coordinator
-	peers     *peers
+	peers     *forward.Peers
+	leader    *forward.Leader // cluster mode only
 	metrics   *metrics
 	tls       *tlsMaterial // nil without TLS
 	server    *grpc.Server // the client API
@@ -66,7 +68,42 @@ type Node struct {
 // Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs
 // recovery. In cluster mode the gRPC API is served from the start (requests wait until
 // recovery has finished). On error everything opened so far is closed again.
+//
+// The steps: construction (newNode), the data directory (openStores), then the steps of the
+// mode, startEmbedded or startMember (membership.go), each ending with recovery; then the
+// node is ready.
 func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
+	n, err := newNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = n.Close()
+		}
+	}()
+	fresh, err := n.openStores()
+	if err != nil {
+		return nil, err
+	}
+	start := n.startEmbedded
+	if cfg.cluster() {
+		start = n.startMember
+	}
+	if err := start(ctx, fresh); err != nil {
+		return nil, err
+	}
+	close(n.ready)
+	if n.health != nil {
+		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	}
+	go n.pruneLoop()
+	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", n.tls != nil, "cluster", n.ClusterID())
+	return n, nil
+}
+
+// newNode checks cfg, loads the TLS material and builds the node's parts that open nothing.
+func newNode(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -80,82 +117,32 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), tls: tm,
 		ready: make(chan struct{}), closing: make(chan struct{})}
-	n.peers = newPeers(tm, n.ClusterID)
+	n.peers = forward.NewPeers(n.peerDialOptions()...)
 	n.metrics = newMetrics(cfg.Registry, n)
-	defer func() {
-		if err != nil {
-			_ = n.Close()
-		}
-	}()
-	fresh, err := n.openStores()
-	if err != nil {
-		return nil, err
-	}
-	if cfg.RaftAddr != "" {
-		if err := n.openClusterID(fresh); err != nil {
-			return nil, err
-		}
-	}
-	if err := n.openRaft(cfg.RaftAddr == "" || len(cfg.Join) == 0); err != nil {
-		return nil, err
-	}
-	if err := n.openCoordinator(); err != nil {
-		return nil, err
-	}
-	if cfg.APIAddr != "" {
-		if err := n.serve(); err != nil {
-			return nil, err
-		}
-	}
-	unlisted := false
-	if cfg.RaftAddr != "" && !fresh {
-		// Raft state exists. Sampled before the configuration: a leader may be replicating
-		// to this node right now, and the entry listing it comes after the first ones.
-		last := n.raft.Raft().LastIndex()
-		if !n.inConfiguration() {
-			if last == 0 {
-				// No leader ever sent this node an entry (a leader replicates only to its
-				// members): an earlier join never completed, so it joins again.
-				fresh = true
-			} else {
-				// It was a member once and is not listed now: removed (see waitLeader).
-				// Joining again would undo the Leave.
-				unlisted = true
-			}
-		}
-	}
-	if cfg.RaftAddr != "" && len(cfg.Join) > 0 && fresh {
-		if err := n.join(ctx); err != nil {
-			return nil, err
-		}
-	} else if cfg.RaftAddr != "" && len(cfg.Join) > 0 {
-		if err := n.checkJoinIgnored(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if err = n.waitLeader(ctx, unlisted); err != nil {
-		return nil, err
-	}
-	if cfg.RaftAddr != "" && fresh {
-		if err := n.checkNoPriorKeys(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if n.recovery, err = n.coord.Recover(ctx); err != nil {
-		return nil, err
-	}
-	if cfg.RaftAddr != "" {
-		if err := n.checkReplicatedClusterID(); err != nil {
-			return nil, err
-		}
-	}
-	close(n.ready)
-	if n.health != nil {
-		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	}
-	go n.pruneLoop()
-	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", tm != nil, "cluster", n.ClusterID())
 	return n, nil
+}
+
+// startEmbedded starts a single node without a cluster: Raft bootstraps over an in-memory
+// transport, the API is served if configured, and recovery runs once Raft leads.
+func (n *Node) startEmbedded(ctx context.Context, _ bool) (err error) {
+	rcfg := n.raftConfig()
+	rcfg.Bootstrap = true
+	if err := n.openRaft(rcfg); err != nil {
+		return err
+	}
+	if err := n.openCoordinator(meta{n.raft, n.fsm}); err != nil {
+		return err
+	}
+	if n.cfg.APIAddr != "" {
+		if err := n.serve(); err != nil {
+			return err
+		}
+	}
+	if err := n.raft.WaitLeader(ctx); err != nil {
+		return fmt.Errorf("node: waiting for a Raft leader: %w", err)
+	}
+	n.recovery, err = n.coord.Recover(ctx)
+	return err
 }
 
 // openStores locks the data directory and opens the bucket store and the WAL. fresh reports
@@ -180,15 +167,17 @@ func (n *Node) openStores() (fresh bool, err error) {
 	return fresh, nil
 }
 
-func (n *Node) openRaft(bootstrap bool) error {
-	n.fsm = fsm.New()
+// raftConfig is the Raft configuration both modes share.
+func (n *Node) raftConfig() raftmeta.Config {
 	rcfg := raftmeta.DefaultConfig(n.cfg.ID, filepath.Join(n.cfg.DataDir, "raft"))
-	rcfg.Bootstrap, rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = bootstrap, n.log, n.cfg.RaftAddr, n.cfg.RaftAdvertise
+	rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = n.log, n.cfg.RaftAddr, n.cfg.RaftAdvertise
 	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
-	if n.cfg.RaftAddr != "" {
-		rcfg.TLS = n.tls.raft(n.admitRaftPeer)
-		rcfg.ClusterID = n.ClusterID
-	}
+	return rcfg
+}
+
+// openRaft opens the metadata: a new FSM, and Raft over it with rcfg.
+func (n *Node) openRaft(rcfg raftmeta.Config) error {
+	n.fsm = fsm.New()
 	var err error
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -205,65 +194,18 @@ func (n *Node) streamIdle() time.Duration {
 	return streamIdleTimeout
 }
 
-// openClusterID reads the data directory's cluster ID; a node that bootstraps a new cluster
-// (fresh, no Join) makes one.
-func (n *Node) openClusterID(fresh bool) error {
-	id, err := readClusterID(n.cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	if id == "" && fresh && len(n.cfg.Join) == 0 {
-		id = newClusterID()
-	}
-	if id == "" {
-		return nil // learned from the Join reply, or from the metadata after catch-up
-	}
-	return n.adoptClusterID(id)
-}
-
-// admitRaftPeer accepts a Raft connection from node id when the Raft configuration lists it,
-// or while this node knows no configuration yet (a fresh node being added: the leader, which
-// it does not know yet, is the first to dial it).
-func (n *Node) admitRaftPeer(id string) error {
-	r := n.raftAdmit.Load()
-	if r == nil {
-		return nil // raft is starting: no configuration to check against yet
-	}
-	servers, err := r.Servers()
-	if err != nil || len(servers) == 0 {
-		return nil
-	}
-	for _, sv := range servers {
-		if sv.ID == id {
-			return nil
-		}
-	}
-	n.log.Warn("raft connection refused: not in the configuration", "peer", id)
-	return fmt.Errorf("node: raft: %q is not in this node's Raft configuration", id)
-}
-
-func (n *Node) openCoordinator() error {
+// openCoordinator opens the transaction coordinator over m, the metadata as this node's
+// mode sees it, and has it watch the FSM.
+func (n *Node) openCoordinator(m txn.Meta) error {
 	tcfg := n.cfg.Txn
 	tcfg.NodeID, tcfg.Logger, tcfg.Capacity = n.cfg.ID, n.log, n.cfg.Capacity
-	var m txn.Meta = meta{n.raft, n.fsm}
-	if n.cfg.RaftAddr != "" {
-		m = n.cmeta()
-	}
 	var err error
 	if n.coord, err = txn.New(tcfg, n.wal, n.buckets, m); err != nil {
 		return err
 	}
 	n.fsm.Watch(n.coord.OnApplied)
 	n.fsm.WatchRestore(n.coord.OnRestored)
-	if n.cfg.RaftAddr != "" {
-		n.coord.SetRemote(remoteReader{f: n.fsm, peers: n.peers})
-		n.raft.OnLeader(n.announce)
-	}
 	return nil
-}
-
-func (n *Node) cmeta() clusterMeta {
-	return clusterMeta{meta: meta{n.raft, n.fsm}, peers: n.peers, id: n.cfg.ID}
 }
 
 func lockDir(dir string) (*os.File, error) {
@@ -307,7 +249,7 @@ func (n *Node) Close() error {
 	if n.raft != nil {
 		errs = append(errs, n.raft.Close())
 	}
-	n.peers.close()
+	n.peers.Close()
 	if n.wal != nil {
 		errs = append(errs, n.wal.Close())
 	}
@@ -390,3 +332,16 @@ func (m meta) Lookup(key string) (fsm.Entry, bool)        { return m.f.Lookup(ke
 func (m meta) Generation(key string) uint64               { return m.f.Generation(key) }
 func (m meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
 func (m meta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEach(fn) }
+
+// clusterMeta is txn.Meta for a cluster member: local FSM reads, and proposals, barriers
+// and read indexes forwarded to the leader when this node is not it.
+type clusterMeta struct {
+	meta
+	leader *forward.Leader
+}
+
+func (m clusterMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	return m.leader.Propose(ctx, cmd)
+}
+func (m clusterMeta) Barrier(ctx context.Context) error   { return m.leader.Barrier(ctx) }
+func (m clusterMeta) ReadIndex(ctx context.Context) error { return m.leader.ReadIndex(ctx) }

@@ -1,0 +1,158 @@
+// Package forward carries a cluster member's metadata calls to the Raft leader. Only the
+// leader can append a command, run a barrier or give a read index; a follower's coordinator
+// makes the same calls (txn.Meta) and Leader sends them on, over the leader's Cluster service
+// (node/cluster_service.go), then waits until this node has applied what the leader did, so
+// the local metadata shows it on return.
+//
+// Errors keep their meaning across the hop: a leader that moved between lookup and call
+// answers FailedPrecondition and the leader is looked up again; a forwarded proposal the
+// leader refuses (PermissionDenied: this node is outside the configuration) is txn.ErrRefused;
+// any other failure of a forwarded proposal is raftmeta.ErrIndeterminate, because the leader
+// may have applied it before the reply was lost.
+package forward
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/raftmeta"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// leaderWait bounds how long a forwarded call waits for a leader to be known.
+const leaderWait = 10 * time.Second
+
+// Leader forwards to the Raft leader the calls only the leader can answer.
+type Leader struct {
+	raft  *raftmeta.Node
+	fsm   *fsm.FSM // the member directory: the leader's peer address
+	peers *Peers
+	id    string // this node's ID
+}
+
+// NewLeader returns the forwarder of node id, which finds the leader's peer address in the
+// member directory of f and reaches it through peers.
+func NewLeader(r *raftmeta.Node, f *fsm.FSM, peers *Peers, id string) *Leader {
+	return &Leader{raft: r, fsm: f, peers: peers, id: id}
+}
+
+// Propose appends cmd on the leader. A forwarded proposal returns only once this node has
+// applied the command too: the coordinator releases its in-flight keys on return, and they
+// must then be visible here (single-flight, read-your-writes on the node that offloaded).
+func (l *Leader) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	var res *fsm.Result
+	var resp *pb.ProposeResponse
+	forwarded, err := l.forward(ctx,
+		func() (err error) { res, err = l.raft.Propose(ctx, cmd); return err },
+		func(cl pb.ClusterClient) (err error) {
+			resp, err = cl.Propose(ctx, &pb.ProposeRequest{Command: cmd})
+			return err
+		})
+	switch {
+	case !forwarded && err != nil:
+		return nil, err
+	case !forwarded:
+		return res, nil
+	case status.Code(err) == codes.PermissionDenied:
+		// A definite refusal (this node is outside the configuration): no retry helps.
+		return nil, fmt.Errorf("%w: forwarded proposal: %w", txn.ErrRefused, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: forwarded proposal: %w", raftmeta.ErrIndeterminate, err)
+	}
+	var r fsm.Result
+	if err := json.Unmarshal(resp.Result, &r); err != nil {
+		return nil, fmt.Errorf("%w: decoding forwarded result: %w", raftmeta.ErrIndeterminate, err)
+	}
+	if err := l.raft.WaitApplied(ctx, r.Index); err != nil {
+		return nil, fmt.Errorf("%w: %w", raftmeta.ErrIndeterminate, err)
+	}
+	return &r, nil
+}
+
+// Barrier asks the leader for a barrier and waits until this node has applied at least as
+// far as the leader had: intents are resolved only after catch-up (txn/recovery.go).
+func (l *Leader) Barrier(ctx context.Context) error {
+	var resp *pb.BarrierResponse
+	forwarded, err := l.forward(ctx,
+		func() error { return l.raft.Barrier(ctx) },
+		func(cl pb.ClusterClient) (err error) { resp, err = cl.Barrier(ctx, &pb.BarrierRequest{}); return err })
+	switch {
+	case !forwarded:
+		return err
+	case err != nil:
+		return fmt.Errorf("node: forwarded barrier: %w", err)
+	}
+	return l.raft.WaitApplied(ctx, resp.AppliedIndex)
+}
+
+// ReadIndex gets the leader's read index (raftmeta.Node.ReadIndex: heartbeat rounds, no log
+// write), then waits until this node has applied it, so the local metadata reflects every
+// command acknowledged anywhere before the call.
+func (l *Leader) ReadIndex(ctx context.Context) error {
+	var index uint64
+	forwarded, err := l.forward(ctx,
+		func() (err error) { index, err = l.raft.ReadIndex(ctx); return err },
+		func(cl pb.ClusterClient) error {
+			resp, err := cl.ReadIndex(ctx, &pb.ReadIndexRequest{NodeId: l.id})
+			if err == nil {
+				index = resp.ReadIndex
+			}
+			return err
+		})
+	switch {
+	case forwarded && err != nil:
+		return fmt.Errorf("node: forwarded read index: %w", err)
+	case err != nil:
+		return err
+	}
+	return l.raft.WaitApplied(ctx, index)
+}
+
+// forward runs local, the call on this node's Raft; when that fails with
+// raftmeta.ErrNotLeader it runs remote, the same call on the leader's Cluster service, and
+// while the leader answers FailedPrecondition (it moved between lookup and call) it starts
+// again with local (this node may have become the leader). forwarded reports that err, nil
+// or not, is remote's; otherwise it is local's or the leader lookup's.
+func (l *Leader) forward(ctx context.Context, local func() error, remote func(pb.ClusterClient) error) (forwarded bool, err error) {
+	for {
+		if err := local(); !errors.Is(err, raftmeta.ErrNotLeader) {
+			return false, err
+		}
+		cl, err := l.Client(ctx)
+		if err != nil {
+			return false, err
+		}
+		if err := remote(cl); status.Code(err) != codes.FailedPrecondition {
+			return true, err
+		}
+	}
+}
+
+// Client waits, up to leaderWait, until a leader with a known peer address exists and
+// returns a client of its Cluster service.
+func (l *Leader) Client(ctx context.Context) (pb.ClusterClient, error) {
+	deadline := time.Now().Add(leaderWait)
+	for {
+		if id, _ := l.raft.Leader(); id != "" {
+			if mem, ok := l.fsm.Member(id); ok && mem.PeerTarget() != "" {
+				return l.peers.Client(mem.PeerTarget())
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: no leader with a known API address", raftmeta.ErrNotLeader)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("node: waiting for a leader: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

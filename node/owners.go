@@ -1,0 +1,147 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/node/forward"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// Deadlines of a read from the member that owns the keys' bytes.
+const (
+	// ownerReadBase is the part of a forwarded read's deadline that does not depend on its
+	// size. A dead owner is a fast miss anyway (its port refuses the connection at once);
+	// the deadline matters for an owner that is alive but does not answer (paused,
+	// partitioned), and must not fail a busy owner.
+	ownerReadBase = time.Second
+	// suspectReadBase replaces ownerReadBase for an owner whose last read timed out, for
+	// suspectFor: an unresponsive owner costs one slow miss, then fast ones (under 100 ms,
+	// chaos/cluster_test.go).
+	suspectReadBase = 75 * time.Millisecond
+	suspectFor      = 5 * time.Second
+	// ownerReadRate is the transfer rate (bytes/s) the rest of the deadline assumes.
+	ownerReadRate = 100 << 20
+)
+
+// remoteReader reads keys from the node that owns their bytes (txn.Remote), and remembers
+// which owners recently failed to answer in time.
+type remoteReader struct {
+	f       *fsm.FSM
+	peers   *forward.Peers
+	mu      sync.Mutex
+	suspect map[string]time.Time // owner -> until when its reads get the short deadline
+}
+
+func newRemoteReader(f *fsm.FSM, peers *forward.Peers) *remoteReader {
+	return &remoteReader{f: f, peers: peers, suspect: map[string]time.Time{}}
+}
+
+// readBase returns the size-independent deadline for a read from owner.
+func (r *remoteReader) readBase(owner string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Now().Before(r.suspect[owner]) {
+		return suspectReadBase
+	}
+	return ownerReadBase
+}
+
+// noteRead records whether owner answered in time.
+func (r *remoteReader) noteRead(owner string, timedOut bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if timedOut {
+		r.suspect[owner] = time.Now().Add(suspectFor)
+	} else {
+		delete(r.suspect, owner)
+	}
+}
+
+func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []string, size int64) []txn.GetResult {
+	fail := func(reason string) []txn.GetResult {
+		out := make([]txn.GetResult, len(keys))
+		for i, k := range keys {
+			out[i] = txn.GetResult{Key: k, Status: txn.Unavailable, Reason: reason}
+		}
+		return out
+	}
+	mem, ok := r.f.Member(owner)
+	if !ok || mem.PeerTarget() == "" {
+		return fail("owner " + owner + " is not a known member")
+	}
+	cl, err := r.peers.Client(mem.PeerTarget())
+	if err != nil {
+		return fail(err.Error())
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.readBase(owner)+time.Duration(size)*time.Second/ownerReadRate)
+	defer cancel()
+	stream, err := cl.ReadLocal(rctx, &pb.GetRequest{Keys: keys})
+	var out []txn.GetResult
+	if err == nil {
+		out, err = recvGets(stream, keys)
+	}
+	if ctx.Err() == nil {
+		r.noteRead(owner, status.Code(err) == codes.DeadlineExceeded)
+	}
+	if err != nil {
+		return fail(fmt.Sprintf("owner %s unavailable: %v", owner, err))
+	}
+	return out
+}
+
+// recvGets reassembles a stream of GetChunk messages into one result per key.
+func recvGets(stream grpc.ServerStreamingClient[pb.GetChunk], keys []string) ([]txn.GetResult, error) {
+	out := make([]txn.GetResult, len(keys))
+	for i, k := range keys {
+		out[i] = txn.GetResult{Key: k, Status: txn.Unavailable, Reason: "missing from the owner's reply"}
+	}
+	sizes := make([]uint64, len(keys))
+	for {
+		ch, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		i := int(ch.Index)
+		if i >= len(keys) {
+			return nil, fmt.Errorf("chunk for key %d of %d", i, len(keys))
+		}
+		if ch.Status != pb.GetStatus_GET_STATUS_UNSPECIFIED {
+			if ch.Size > bucketstore.MaxRecordLen {
+				return nil, fmt.Errorf("the owner announced %d bytes for key %d, over the largest record of %d", ch.Size, i, int64(bucketstore.MaxRecordLen))
+			}
+			out[i] = txn.GetResult{Key: keys[i], Status: fromPBStatus(ch.Status), Reason: ch.Reason}
+			sizes[i] = ch.Size
+			if ch.Size > 0 {
+				// Up to 8 MiB ahead; more as bytes arrive: an announced size costs no memory
+				// until the data comes.
+				out[i].Value = make([]byte, 0, min(ch.Size, 8<<20))
+			}
+		}
+		if uint64(len(out[i].Value))+uint64(len(ch.Data)) > sizes[i] {
+			return nil, fmt.Errorf("the owner sent more than the %d bytes it announced for key %d", sizes[i], i)
+		}
+		out[i].Value = append(out[i].Value, ch.Data...)
+	}
+	for i := range out {
+		if out[i].Status == txn.Found && uint64(len(out[i].Value)) != sizes[i] {
+			out[i] = txn.GetResult{Key: keys[i], Status: txn.Unavailable,
+				Reason: fmt.Sprintf("owner sent %d of %d bytes", len(out[i].Value), sizes[i])}
+		}
+	}
+	return out, nil
+}
