@@ -4,7 +4,7 @@ import "sync"
 
 // bufPools recycles aligned record buffers by exact size. KV-cache blocks come in a few fixed
 // sizes, so exact-size pools hit almost always; reusing warm pages matters on VMs where
-// touching fresh memory costs ~1.7 ms per MiB (performance.md §0). At most maxPools sizes are
+// touching fresh memory costs ~1.7 ms per MiB (measured on the development VMs). At most maxPools sizes are
 // pooled; other sizes are allocated and dropped.
 var bufPools = struct {
 	sync.Mutex

@@ -127,7 +127,7 @@ func TestClusterAnyNode(t *testing.T) {
 	totals.checks += 3 * len(keys)
 }
 
-// TestC3NeverPublishBeforeServable is CASES.md C3 (Mooncake #2799): with the offloading node
+// TestC3NeverPublishBeforeServable is docs/cases.md C3 (Mooncake #2799): with the offloading node
 // sleeping 500 ms right after each metadata commit, a reader on another node that polls a key
 // reads it successfully the moment it becomes visible, 1,000 times.
 func TestC3NeverPublishBeforeServable(t *testing.T) {
@@ -187,7 +187,7 @@ func pollThenRead(t *testing.T, ctx context.Context, reader *client.Client, w Wo
 	return false
 }
 
-// TestC8LeaderFailover is CASES.md C8 (Mooncake #1196, #2077): offload 100 keys through a
+// TestC8LeaderFailover is docs/cases.md C8 (Mooncake #1196, #2077): offload 100 keys through a
 // follower, kill the leader; within the election timeout plus a few seconds every key is
 // readable through the other follower, with no node restarted by hand.
 func TestC8LeaderFailover(t *testing.T) {
@@ -232,7 +232,7 @@ func TestC8LeaderFailover(t *testing.T) {
 	totals.checks += len(keys) + 10
 }
 
-// TestC9DeadOwnerFastMiss is CASES.md C9 (Mooncake PR #1914, #3316): reads of keys whose owner
+// TestC9DeadOwnerFastMiss is docs/cases.md C9 (Mooncake PR #1914, #3316): reads of keys whose owner
 // is dead return Unavailable in under 100 ms each; keys owned by live nodes keep working.
 func TestC9DeadOwnerFastMiss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -25,7 +25,7 @@ import (
 	"github.com/kvoffload/kvoffload/wal"
 )
 
-// The corruption-between-runs tier (L4, reliability.md §5): a child is SIGKILLed at a
+// The corruption-between-runs tier (L4; docs/chaos.md, TestCorruptionBetweenRuns): a child is SIGKILLed at a
 // seeded write-path step, its files are damaged while it is down, and the next start-up must
 // either repair the damage and pass the checkers, or refuse with a report naming it. Damage
 // to the WAL tail (cut, zeros, garbage, a deleted or emptied newest segment) is a torn tail:

@@ -8,23 +8,33 @@
 //   - TestKillAtEveryStep, TestKillAtRandomMoments, TestKillDuringRecovery: SIGKILL of a
 //     child process at each write-path failpoint S0..S6, at random moments, and during
 //     recovery.
+//   - TestTornRecordWrite: half a bucket record written, then SIGKILL (failpoint bucket.write).
 //   - TestPowerLossAtEveryStep: power-loss images on the crashable model filesystem
 //     (unsynced bucket writes dropped, kept as a prefix, or torn).
-//   - TestPowerCutExt4: power cuts on a loop-mounted ext4 image (EXT4_IOC_SHUTDOWN).
-//   - TestCorruptionBetweenRuns: torn, zero-filled and flipped WAL and bucket files.
-//   - TestErrorPaths, TestRealENOSPC: EIO and ENOSPC on every fallible file call; a full
-//     tmpfs.
-//   - TestRaftNemesis: five Raft replicas in virtual time (testing/synctest) under
+//   - TestKillDuringEviction, TestPowerLossDuringEviction: SIGKILL and power loss at each
+//     eviction step (evict.chosen, bucket.free, evict.removed) under a quota.
+//   - TestPowerCutExt4 (L3): power cuts on a loop-mounted ext4 image (EXT4_IOC_SHUTDOWN).
+//   - TestCorruptionBetweenRuns (L4): torn, zero-filled and flipped WAL and bucket files.
+//   - TestErrorPaths (L5), TestRealENOSPC: EIO and ENOSPC on every fallible file call; a
+//     full tmpfs.
+//   - TestRaftNemesis (L6): five Raft replicas in virtual time (testing/synctest) under
 //     partitions and crash-restarts, with a porcupine check of the history.
-//   - TestProcessNemesis and the cluster tests: three storenode processes with killed,
+//   - TestProcessNemesis (L7) and the cluster tests: three storenode processes with killed,
 //     paused and partitioned nodes, recording clients, porcupine.
+//   - TestStalledMemberWriters: 32 writers while a follower is paused for 8 s; every writer
+//     keeps committing (its client leaves the paused member after StallTimeout).
+//   - TestAttackTier: peer RPCs on the API ports, without or with a foreign certificate, and
+//     forged commands with a member's certificate, on a TLS cluster.
+//   - TestCrossedClusters: a node of one cluster started on another's addresses and joined to
+//     it; every key stays in its cluster.
 //   - TestMutants (no tag): plants one bug at a time and requires a tier to catch it.
 //
-// Invariants checked after each recovery (reliability.md §4): I1 every metadata record reads
-// back verified; I2 every acknowledged key is present with its bytes; I3 no read returns
-// wrong bytes; I4 no record on disk without metadata; I5 no unresolved WAL intent remains;
-// I6 replicas converge; I7 apply is idempotent; I8 the history is linearizable; I12
-// live-byte accounting equals the referenced extents.
+// Invariants checked after each recovery (docs/chaos.md, "Invariants and checkers"): I1 every
+// metadata record reads back verified; I2 every acknowledged key is present with its bytes;
+// I3 no read returns wrong bytes; I4 no record on disk without metadata; I5 no unresolved WAL
+// intent remains; I6 replicas converge; I7 apply is idempotent; I8 the history is
+// linearizable; I9 the applied index never goes backwards; I12 live-byte accounting equals
+// the referenced extents.
 //
 // Nothing imports chaos; it imports anything.
 package chaos

@@ -25,7 +25,7 @@ import (
 	"github.com/kvoffload/kvoffload/txn"
 )
 
-// The error-path tier (L5, reliability.md §5): each kind of file operation the bucket store
+// The error-path tier (L5; docs/chaos.md, TestErrorPaths): each kind of file operation the bucket store
 // performs fails once, with EIO or ENOSPC, at its 1st, 2nd and a seeded later hit, while a
 // small workload runs on bucketstore.ErrorFS (offloads with duplicates and joins, a snapshot,
 // a Remove, reads) and while the node recovers on the still-failing filesystem. Every key's

@@ -158,7 +158,7 @@ func (h *harness) ackedGens() map[string]uint64 {
 	return gens
 }
 
-// TestKillAtEveryStep is CASES.md C4 (Mooncake #3089) with SIGKILL: the child dies at each
+// TestKillAtEveryStep is docs/cases.md C4 (Mooncake #3089) with SIGKILL: the child dies at each
 // write-path step S0..S6 (on the 3rd hit, so earlier transactions committed), then a
 // recovery must leave every acknowledged key readable byte-identical, nothing uncommitted
 // visible, and no unresolved intent. A second, clean run on the same directory follows.

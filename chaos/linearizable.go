@@ -14,7 +14,7 @@ import (
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
-// Linearizability of the replicated metadata (invariant I8, reliability.md §4).
+// Linearizability of the replicated metadata (invariant I8 of docs/chaos.md).
 //
 // The model is one register per key, with the FSM's rules (fsm/fsm.go
 // applyCommit, applyRemove) for single-key commands:

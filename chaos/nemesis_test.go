@@ -23,7 +23,7 @@ import (
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
-// TestRaftNemesis (tier L6, faults F18 and F2 of reliability.md §3): five
+// TestRaftNemesis (L6; faults F17 and F18 of docs/chaos.md's fault table): five
 // in-process replicas of fsm.FSM under hashicorp/raft with in-memory transport
 // and stores, run in virtual time (testing/synctest), so a minute of partitions
 // costs well under a second. Per seed, a nemesis runs nemesisRounds rounds, each

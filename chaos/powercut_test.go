@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The power-loss tier (reliability.md L3): the child's whole data directory (WAL, buckets,
+// The power-loss tier (docs/chaos.md, TestPowerCutExt4): the child's whole data directory (WAL, buckets,
 // Raft) lives on an ext4 file system in a loop-mounted image. At a random moment the harness
 // shuts the file system down with EXT4_IOC_SHUTDOWN and EXT4_GOING_FLAGS_NOLOGFLUSH: from then
 // on every I/O fails, and neither the journal nor dirty data is written back, so the disk

@@ -48,7 +48,7 @@ func memConfig(dir string, fs bucketstore.FS) node.Config {
 	return cfg
 }
 
-// TestPowerLossAtEveryStep is CASES.md C4 "with un-fsync'd writes discarded": a sequential
+// TestPowerLossAtEveryStep is docs/cases.md C4 "with un-fsync'd writes discarded": a sequential
 // workload runs with its bucket files on the model filesystem; on the k-th hit of each
 // write-path step the durable state is captured in each crash mode (unsynced bucket writes
 // dropped, a prefix kept, or torn), and a fresh node recovers from that image. Every

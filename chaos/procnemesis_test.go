@@ -29,7 +29,7 @@ import (
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
-// The multi-process cluster nemesis (reliability.md L7): three storenode processes, each
+// The multi-process cluster nemesis (L7; docs/chaos.md, TestProcessNemesis): three storenode processes, each
 // with its Raft address advertised through a TCP proxy in front of it, four recording
 // clients offloading, removing and reading 16 keys, and one fault at a time. Afterwards the
 // faults are healed, every node must serve, a final write must succeed, the nodes must

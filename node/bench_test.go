@@ -14,7 +14,7 @@ import (
 
 // BenchmarkBatchOffload measures end-to-end offload throughput (32 concurrent clients, batches
 // of 16 blocks) and reports it as a ratio to the disk's own O_DIRECT sequential write +
-// fdatasync limit measured in the same run and directory (x_disk), as performance.md asks.
+// fdatasync limit measured in the same run and directory (x_disk), so figures compare across disks.
 func BenchmarkBatchOffload(b *testing.B) {
 	for _, block := range []int{256 << 10, 2 << 20} {
 		b.Run(fmt.Sprintf("block=%dKiB", block>>10), func(b *testing.B) { benchOffload(b, block) })

@@ -13,7 +13,7 @@ import (
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
-// TestC10FullDiskKeepsOffloading is CASES.md C10 (Mooncake PR #1941, #2475): with a 64 MiB
+// TestC10FullDiskKeepsOffloading is docs/cases.md C10 (Mooncake PR #1941, #2475): with a 64 MiB
 // quota, 200 x 1 MiB offloads all succeed; the bytes allocated on disk (measured from the
 // files, not a counter) never exceed the quota; evicted keys leave the metadata before their
 // bytes go, so a concurrent reader sees each key either with its bytes or NotFound, never a

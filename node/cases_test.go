@@ -36,7 +36,7 @@ func TestOffloadWarmRestart(t *testing.T) {
 	checkConsistent(t, n)
 }
 
-// TestC1DuplicateKeys is CASES.md C1 (Mooncake #2827, #3478): the same key twice in one batch
+// TestC1DuplicateKeys is docs/cases.md C1 (Mooncake #2827, #3478): the same key twice in one batch
 // and in a concurrent batch is a success for every caller, is written to disk once, and never
 // fails its sibling keys.
 func TestC1DuplicateKeys(t *testing.T) {
@@ -88,7 +88,7 @@ func recordsOnDisk(t *testing.T, n *Node, key string) int {
 	return count
 }
 
-// TestC2SharedPrefixLoad is CASES.md C2: 32 concurrent writers replay requests that share
+// TestC2SharedPrefixLoad is docs/cases.md C2: 32 concurrent writers replay requests that share
 // prefix blocks (32 requests of 50,000 tokens in 128-token blocks, the first 60% shared).
 // No batch fails because of a duplicate and every key is readable afterwards.
 func TestC2SharedPrefixLoad(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/kvoffload/kvoffload/txn"
 )
 
-// TestC6EveryKeyOneState is CASES.md C6 (Mooncake #3006, #2632, #2997): with four in-flight
+// TestC6EveryKeyOneState is docs/cases.md C6 (Mooncake #3006, #2632, #2997): with four in-flight
 // slots, 35 keys in uneven concurrent batches and two injected write errors, 33 keys commit,
 // the 2 failed ones say why, none is in neither state, and the wait for a slot is counted.
 func TestC6EveryKeyOneState(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/kvoffload/kvoffload/wal"
 )
 
-// TestC5OrphansCollected is CASES.md C5 (Mooncake #1139): a bucket file and an extent that no
+// TestC5OrphansCollected is docs/cases.md C5 (Mooncake #1139): a bucket file and an extent that no
 // intent and no metadata reference are collected at start-up; no key is registered and the
 // space accounting of live data is unchanged.
 func TestC5OrphansCollected(t *testing.T) {
@@ -86,7 +86,7 @@ func bucketFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-// TestC7RemovedKeyNeverReturns is CASES.md C7 (Mooncake #3220, #3160), first part: a removed
+// TestC7RemovedKeyNeverReturns is docs/cases.md C7 (Mooncake #3220, #3160), first part: a removed
 // key stays absent across a restart, in metadata and on disk, and a new offload of it serves
 // the new bytes.
 func TestC7RemovedKeyNeverReturns(t *testing.T) {
@@ -115,7 +115,7 @@ func TestC7RemovedKeyNeverReturns(t *testing.T) {
 	checkConsistent(t, n)
 }
 
-// TestC11ExistsImpliesReadable is CASES.md C11 (Mooncake #3465): while offloads and removals
+// TestC11ExistsImpliesReadable is docs/cases.md C11 (Mooncake #3465): while offloads and removals
 // run, every key BatchExists reports Present reads back with the bytes recorded at offload,
 // unless it was removed in between; no read ever returns wrong bytes.
 func TestC11ExistsImpliesReadable(t *testing.T) {
@@ -205,7 +205,7 @@ func existsButUnreadable(t *testing.T, n *Node, seed uint64, size, total int, go
 	return bad
 }
 
-// TestC12TornWALTail is CASES.md C12, WAL tail: torn and zero-filled tails are repaired at
+// TestC12TornWALTail is docs/cases.md C12, WAL tail: torn and zero-filled tails are repaired at
 // start-up and reported; every committed key survives.
 func TestC12TornWALTail(t *testing.T) {
 	seed := testSeed(t)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Soak: loop the chaos tiers with fresh seeds until the duration has passed, keeping the log,
-# data directories and porcupine output of every failing run (reliability.md §6: "make soak").
+# data directories and porcupine output of every failing run (docs/chaos.md, "Seeds, reproduction").
 #
 #   scripts/soak.sh [DURATION] [OUTDIR] [TIER-REGEXP]
 #   scripts/soak.sh 4h soak-out                      # every chaos tier, four hours

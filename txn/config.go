@@ -25,7 +25,7 @@ type Config struct {
 	// (back-pressure) until their context ends, and are then Rejected.
 	MaxInFlight int
 	// Capacity is the bucket store's quota in bytes (0: none). When it is reached, the least
-	// recently used keys this node owns are evicted to make room (CASES.md C10).
+	// recently used keys this node owns are evicted to make room (docs/cases.md C10).
 	Capacity int64
 	// CommitTimeout bounds one Raft proposal.
 	CommitTimeout time.Duration

@@ -23,7 +23,7 @@ var ErrInjected = errors.New("failpoint: injected error")
 // then calls Crash, leaving a torn write on disk.
 var ErrTorn = errors.New("failpoint: torn write")
 
-// Names of the write path's failpoints, in step order (DESIGN.md §3).
+// Names of the write path's failpoints, in step order (docs/design.md, "The write path").
 const (
 	OffloadValidated = "txn.validated"      // S0: validated, extents reserved, nothing durable
 	IntentLogged     = "txn.intent.logged"  // S1: INTENT durable in the WAL

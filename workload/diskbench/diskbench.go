@@ -1,7 +1,6 @@
 // Package diskbench measures the disk's own sequential-write limit in the directory the store
 // uses, so throughput figures can be reported as a ratio against it, measured in the same run
-// (performance.md: ~1.8 GiB/s O_DIRECT on these machines, 0.35-0.65 GiB/s through the page
-// cache).
+// (on the development VMs: ~1.8 GiB/s O_DIRECT, 0.35-0.65 GiB/s through the page cache).
 package diskbench
 
 import (

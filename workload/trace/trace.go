@@ -82,8 +82,8 @@ func Parse(r io.Reader) ([]Request, error) {
 // DefaultModel is the model name used in keys when none is given.
 const DefaultModel = "Qwen3-32B"
 
-// Key returns the block key for a chained hash id in the format serving engines use
-// (DESIGN.md §1): <model>@pcp0@dcp0@head_or_tp_rank:0@pp_rank:0@group:0@cache_role:kv@
+// Key returns the block key for a chained hash id in the format serving engines use:
+// <model>@pcp0@dcp0@head_or_tp_rank:0@pp_rank:0@group:0@cache_role:kv@
 // cache_family:full@<sha256 hex of the decimal hash id>.
 func Key(model string, hashID int64) string {
 	sum := sha256.Sum256([]byte(strconv.FormatInt(hashID, 10)))

@@ -1,0 +1,5 @@
+// Package lint holds tests that hold the repository to its written rules; it has no code of
+// its own. imports_test.go checks every import of every package against the rules of
+// docs/architecture.md (the direction of imports), so a forbidden import fails go test ./...
+// the way pebble's internal/lint fails a forbidden call.
+package lint

@@ -1,0 +1,226 @@
+package lint
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kvoffload/kvoffload"
+
+// A rule limits what the packages matched by from may import. Patterns are module-relative
+// ("wal", "node/...") for this module's packages and full paths for others
+// ("github.com/hashicorp/raft/..."); "..." matches a package and everything below it.
+type rule struct {
+	from   []string // the packages the rule is about
+	except []string // packages of from the rule is not about
+	tests  bool     // the rule also holds for _test.go files, not only the code that ships
+	forbid []string // imports that are never allowed
+	only   []string // if non-nil: the only packages of this module it may import
+	why    string
+}
+
+// product names the packages that make up the store: everything outside the test and
+// workload wings, including any package added later.
+var product = []string{"..."}
+
+var wings = []string{"chaos/...", "cmd/...", "workload/...", "internal/..."}
+
+// rules is docs/architecture.md's list of rules that must never break, as data. Imports are
+// read from every .go file whatever its build tags, so files built only with -tags chaos
+// count too.
+var rules = []rule{
+	{from: []string{"..."}, tests: true, forbid: []string{"cmd/..."},
+		why: "cmd/ holds main packages; nothing imports them"},
+	{from: []string{"..."}, except: []string{"chaos/..."}, tests: true, forbid: []string{"chaos/..."},
+		why: "nothing imports the crash-test harness"},
+	{from: product, except: wings, forbid: []string{"workload/..."},
+		why: "the product never depends on the workloads that drive it (its tests may)"},
+	{from: []string{"fsm/..."}, tests: true, only: []string{"internal/mutant"},
+		forbid: []string{"github.com/hashicorp/raft/...", "github.com/hashicorp/raft-boltdb/..."},
+		why:    "fsm is the pure state machine: no Raft, no WAL, no buckets"},
+	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant"},
+		why: "wal and bucketstore are leaves: storage that knows nothing of transactions or Raft"},
+	{from: []string{"txn/..."}, tests: true, forbid: []string{"raftmeta/...", "node/...", "github.com/hashicorp/raft/..."},
+		why: "txn holds no Raft types: it reaches consensus through its Meta seam (txn/seams.go)"},
+	{from: product, except: append([]string{"raftmeta/..."}, wings...),
+		forbid: []string{"github.com/hashicorp/raft/...", "github.com/hashicorp/raft-boltdb/..."},
+		why:    "raftmeta is the one adapter between hashicorp/raft and the rest of the store"},
+	{from: []string{"raftmeta/..."}, only: []string{"fsm", "internal/failpoint"},
+		why: "raftmeta adapts the FSM to Raft and knows nothing of transactions, the WAL or node"},
+	{from: []string{"client/..."}, only: []string{"api/..."},
+		why: "the client library depends on the wire API only, so callers do not build the server"},
+	{from: []string{"api/...", "ops/...", "internal/...", "workload/trace", "workload/diskbench"}, tests: true, only: []string{"api/..."},
+		why: "leaves: the API, the ops endpoint, the internal helpers, the trace and the disk baseline import no other package of this module"},
+}
+
+// TestImportRules fails on any import that breaks a rule.
+func TestImportRules(t *testing.T) {
+	pkgs := readImports(t, moduleRoot(t))
+	for _, p := range []string{"fsm", "wal", "bucketstore", "txn", "raftmeta", "node", "client", "chaos", "cmd/storenode"} {
+		if _, ok := pkgs[p]; !ok {
+			t.Fatalf("package %s not found: the walk of the module is broken", p)
+		}
+	}
+	for _, v := range check(pkgs, rules) {
+		t.Error(v)
+	}
+}
+
+// TestImportRulesCatch feeds check imports that break each kind of rule.
+func TestImportRulesCatch(t *testing.T) {
+	bad := map[string]imports{
+		"fsm":      {code: []string{module + "/internal/mutant", "github.com/hashicorp/raft"}},
+		"wal":      {tests: []string{module + "/txn"}},
+		"node":     {code: []string{module + "/workload/trace"}, tests: []string{module + "/workload/trace"}},
+		"txn":      {tests: []string{module + "/cmd/storenode"}},
+		"workload": {code: []string{module + "/chaos"}},
+	}
+	got := check(bad, rules)
+	for _, want := range []string{
+		"fsm imports github.com/hashicorp/raft",
+		"wal (test) imports txn",
+		"node imports workload/trace",
+		"txn (test) imports cmd/storenode",
+		"workload imports chaos",
+	} {
+		if !slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, want+":") }) {
+			t.Errorf("no violation %q in %q", want, got)
+		}
+	}
+	if slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "node (test)") }) {
+		t.Errorf("a product test importing a workload was flagged: %q", got)
+	}
+}
+
+// imports holds one package's imports: from the files that ship, and from its _test.go files.
+type imports struct{ code, tests []string }
+
+// check returns one line per import that breaks a rule.
+func check(pkgs map[string]imports, rules []rule) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(pkgs)) {
+		imp := pkgs[name]
+		for _, r := range rules {
+			if !matchAny(r.from, name) || matchAny(r.except, name) {
+				continue
+			}
+			lists := map[string][]string{"": imp.code}
+			if r.tests {
+				lists[" (test)"] = imp.tests
+			}
+			for kind, list := range lists {
+				for _, path := range list {
+					if broken(r, name, path) {
+						out = append(out, name+kind+" imports "+strings.TrimPrefix(path, module+"/")+": "+r.why)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// broken reports whether package name importing path breaks r.
+func broken(r rule, name, path string) bool {
+	own, ok := strings.CutPrefix(path, module+"/")
+	if ok && own == name {
+		return false // an external test package importing the package it tests
+	}
+	if ok && r.only != nil && !matchAny(r.only, own) {
+		return true
+	}
+	if ok {
+		path = own
+	}
+	return matchAny(r.forbid, path)
+}
+
+func matchAny(patterns []string, pkg string) bool {
+	for _, p := range patterns {
+		if p == "..." || p == pkg {
+			return true
+		}
+		if base, ok := strings.CutSuffix(p, "/..."); ok && (pkg == base || strings.HasPrefix(pkg, base+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// readImports parses the import block of every .go file below root (third_party, testdata
+// and hidden directories aside), keyed by module-relative package directory.
+func readImports(t *testing.T, root string) map[string]imports {
+	t.Helper()
+	pkgs := map[string]imports{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			n := d.Name()
+			if path != root && (n == "third_party" || n == "testdata" || strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		imp := pkgs[name]
+		for _, s := range f.Imports {
+			p, err := strconv.Unquote(s.Path.Value)
+			if err != nil {
+				return err
+			}
+			if strings.HasSuffix(path, "_test.go") {
+				imp.tests = append(imp.tests, p)
+			} else {
+				imp.code = append(imp.code, p)
+			}
+		}
+		pkgs[name] = imp
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// moduleRoot is the directory of go.mod above the test's working directory.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
