@@ -1,0 +1,198 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/wal"
+)
+
+var updateIntent = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// goldenIntent is the intent behind testdata/intent-json.golden (written by the JSON encoding
+// of binaries before version 1) and testdata/intent-v1.golden.
+func goldenIntent() intent {
+	return intent{Node: "node-1", Entries: []intentEntry{
+		{Key: "conv/0001/layer-00", Bucket: 1, Offset: 0, Length: 8192, Size: 4000, Sum: 0xfedcba9876543210, Gen: 1},
+		{Key: "conv/0001/layer-01 \"q\" é\u2028", Bucket: 1<<32 - 1, Offset: 1 << 40, Length: 4096, Size: 0, Sum: 1, Gen: 1<<64 - 1},
+	}}
+}
+
+// TestIntentGolden pins the bytes of the version 1 body. Regenerate with
+// go test ./txn -run TestIntentGolden -update (only for a deliberate, versioned change).
+func TestIntentGolden(t *testing.T) {
+	path := filepath.Join("testdata", "intent-v1.golden")
+	got := goldenIntent().encode()
+	if *updateIntent {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("intent bytes changed: the format is on disk\n got %x\nwant %x", got, want)
+	}
+	in, err := decodeIntent(want)
+	if err != nil || !reflect.DeepEqual(in, goldenIntent()) {
+		t.Fatalf("golden decodes to %+v, %v", in, err)
+	}
+}
+
+// TestIntentJSONCompat: the JSON body that binaries before version 1 wrote (the fixture was
+// written by one) still decodes, and the json tags still write exactly it, so jsonIntents
+// below makes what those binaries left in a WAL.
+func TestIntentJSONCompat(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "intent-json.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := decodeIntent(data)
+	if err != nil || !reflect.DeepEqual(in, goldenIntent()) {
+		t.Fatalf("JSON fixture decodes to %+v, %v; want %+v", in, err, goldenIntent())
+	}
+	if again, err := json.Marshal(goldenIntent()); err != nil || !bytes.Equal(again, data) {
+		t.Fatalf("json.Marshal gives %s, %v; want the fixture %s", again, err, data)
+	}
+}
+
+// jsonIntents rewrites every INTENT body of l in the JSON form of binaries before version 1.
+func jsonIntents(t *testing.T, l *memLog) int {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i, r := range l.entries {
+		if r.Type != wal.RecordIntent {
+			continue
+		}
+		in, err := decodeIntent(r.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.entries[i].Payload, err = json.Marshal(in); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
+}
+
+// A WAL left by a binary that wrote JSON INTENT bodies recovers: its unresolved transaction
+// is rolled forward and its key serves.
+func TestRecoverJSONIntent(t *testing.T) {
+	mem, log, m := bucketstore.NewMemFS(), &memLog{}, &flakyMeta{f: fsm.New()}
+	c, data, _, err := restart(t, mem, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.failNext.Store(1 << 30) // every proposal is lost: the process "dies" with the intent open
+	if _, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 7)}); !errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("offload with every proposal lost: %v, want ErrIndeterminate", err)
+	}
+	c.Close()
+	data.Close()
+	if n := jsonIntents(t, log); n != 1 {
+		t.Fatalf("%d INTENT records in the WAL, want 1", n)
+	}
+
+	m.failNext.Store(0)
+	c, data, rep, err := restart(t, mem, log, m)
+	defer data.Close()
+	defer c.Close()
+	if err != nil || rep.RolledFwd != 1 {
+		t.Fatalf("recovery over a JSON intent: %+v, %v; want one rolled forward", rep, err)
+	}
+	got, err := c.BatchGet(context.Background(), []string{"k"})
+	if err != nil || len(got) != 1 || !bytes.Equal(got[0].Value, obj("k", 7).Value) {
+		t.Fatalf("get after recovery: %+v, %v", got, err)
+	}
+}
+
+// restart opens the bucket store on mem and a coordinator over log and m, as a process start
+// does, and returns the recovery's report and error.
+func restart(t *testing.T, mem bucketstore.FS, log *memLog, m Meta) (*Coordinator, *bucketstore.Store, RecoveryReport, error) {
+	t.Helper()
+	cfg := bucketstore.DefaultConfig("/b")
+	cfg.FS = mem
+	data, err := bucketstore.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := DefaultConfig("n1")
+	tc.CommitTimeout = 200 * time.Millisecond
+	c, err := New(tc, log, data, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Recover(context.Background())
+	return c, data, rep, err
+}
+
+func TestDecodeIntentRefuses(t *testing.T) {
+	good := goldenIntent().encode()
+	edit := func(f func([]byte) []byte) []byte { return f(bytes.Clone(good)) }
+	countAt := 1 + 1 + len("node-1")
+	cases := map[string][]byte{
+		"empty":           {},
+		"version 0":       edit(func(b []byte) []byte { b[0] = 0; return b }),
+		"version 2":       edit(func(b []byte) []byte { b[0] = 2; return b }),
+		"count too large": edit(func(b []byte) []byte { b[countAt] = 0x7f; return b }),
+		"bucket overflow": append(binary.AppendUvarint([]byte{intentVersion, 0, 1, 0}, 1<<32), make([]byte, 16)...),
+		"trailing byte":   append(bytes.Clone(good), 0),
+		"json garbage":    []byte(`{"node":`),
+		"json trailing":   []byte(`{} {}`),
+		"json bad type":   []byte(`{"entries":[{"bucket":-1}]}`),
+	}
+	for i := range good {
+		cases[fmt.Sprintf("truncated at %d", i)] = good[:i]
+	}
+	for name, data := range cases {
+		if in, err := decodeIntent(data); !errors.Is(err, errBadIntent) {
+			t.Errorf("%s: decodeIntent = %+v, %v; want errBadIntent", name, in, err)
+		}
+	}
+}
+
+// FuzzDecodeIntent: decodeIntent never panics, its errors wrap errBadIntent, and whatever it
+// accepts (version 1 or JSON) encodes to a body that decodes to the same intent and encodes
+// again to the same bytes.
+func FuzzDecodeIntent(f *testing.F) {
+	f.Add(goldenIntent().encode())
+	f.Add(intent{}.encode())
+	j, _ := json.Marshal(goldenIntent())
+	f.Add(j)
+	f.Add([]byte(`{"node":"n","entries":[]}`))
+	f.Add([]byte{intentVersion, 0, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in, err := decodeIntent(data)
+		if err != nil {
+			if !errors.Is(err, errBadIntent) {
+				t.Fatalf("error %v does not wrap errBadIntent", err)
+			}
+			return
+		}
+		enc := in.encode()
+		in2, err := decodeIntent(enc)
+		if err != nil || !reflect.DeepEqual(in2, in) {
+			t.Fatalf("round trip: %+v, %v; want %+v", in2, err, in)
+		}
+		if !bytes.Equal(in2.encode(), enc) {
+			t.Fatal("encoding is not deterministic")
+		}
+	})
+}
