@@ -19,6 +19,7 @@ import (
 //	Abort:  txn [16]byte | node str | reason str
 //	Remove: txn [16]byte | n uvarint | n x (key str | gen uvarint) | reason str
 //	Member: txn [16]byte | remove byte (0/1) | member
+//	Prune:  txn [16]byte | before uvarint   (drop txn results applied below this raft index)
 //	Cluster: txn [16]byte | id str   (id non-empty)
 //
 //	cmdEntry: key str | bucket uvarint | offset varint | length varint |

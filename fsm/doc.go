@@ -1,14 +1,14 @@
 // Package fsm is kvoffload's replicated metadata: for every key, where its
 // bytes are (owner node, bucket, extent), how to verify them (size,
 // xxhash64), and which generation and transaction produced them; and the
-// member directory (every node's raft and API address).
+// member directory (every node's raft, API and peer addresses).
 //
 // The package is pure: no I/O, no goroutines, no clock, no randomness and no
 // raft import. raftmeta adapts it to raft.FSM; tests drive it directly.
 //
 // # Commands
 //
-// Four commands travel through the raft log, each encoded as a type byte, a
+// Six commands travel through the raft log, each encoded as a type byte, a
 // version byte and a binary body (codec.go documents the layout; it is wire
 // format). Every command carries a TxnID:
 //
@@ -26,6 +26,10 @@
 //     or, with Remove, deletes it. Its Result has Type CmdMember and no Keys.
 //     The member directory is metadata only: raft's own configuration (who
 //     votes) is managed by raftmeta, not here.
+//   - Prune drops the recorded Results of txns applied below a raft index
+//     (types.go), so the txn-result table stays bounded.
+//   - SetCluster (CmdCluster) records the cluster's ID once; another ID is
+//     refused (Aborted) and changes nothing.
 //
 // # Invariants
 //
@@ -51,11 +55,11 @@
 //
 // # Unbounded growth (known limitation)
 //
-// The generation table (one entry per key ever written or removed) and the
-// txn-result table (one Result per TxnID ever applied) grow without bound.
-// Both must be kept for as long as a retry or an in-flight commit may still
-// arrive. Pruning them below a low watermark committed through raft (so every
-// replica prunes at the same log index) is future work.
+// The generation table (one entry per key ever written or removed) grows
+// without bound: it must be kept for as long as an in-flight commit of an
+// older generation may still arrive. The txn-result table is bounded by Prune,
+// which node proposes through raft (so every replica prunes at the same log
+// index); a retry of a pruned txn is treated as a new one.
 //
 // # Concurrency
 //
