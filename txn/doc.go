@@ -2,7 +2,7 @@
 // transaction, and this package runs its steps, resolves it exactly once, and recovers the
 // unresolved ones after a crash.
 //
-// # Write path (DESIGN.md §3)
+// # Write path (docs/design.md, "The write path")
 //
 //	S0 validate; collapse duplicate keys; committed keys -> AlreadyStored; keys in flight in
 //	   another transaction -> join it (single-flight); reserve extents for the rest

@@ -212,7 +212,7 @@ func (c *Coordinator) logIntent(id fsm.TxnID, ws []*write) (uint64, error) {
 }
 
 // writeData is S2 and S3: write every record, then one group-committed fdatasync. A record
-// that cannot be written fails only its own key (w.err; its siblings go on, CASES.md C6); a
+// that cannot be written fails only its own key (w.err; its siblings go on, docs/cases.md C6); a
 // failed fdatasync fails them all, since it cannot say which bytes it lost.
 func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
 	var buckets []uint32

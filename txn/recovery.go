@@ -31,7 +31,7 @@ type pendingIntent struct {
 	dataFailed bool // a DATA_FAILED mark follows the intent: abort, never roll forward
 }
 
-// Recover runs start-up recovery (DESIGN.md §3): wait until the FSM has caught up; resolve
+// Recover runs start-up recovery (docs/design.md, "Recovery"): wait until the FSM has caught up; resolve
 // every intent without DONE (already decided in the FSM -> DONE; every record verifies ->
 // re-propose COMMIT; otherwise ABORT); collect orphans (bytes that neither metadata nor an
 // unresolved intent references); then drop the resolved WAL history. It is idempotent: a
