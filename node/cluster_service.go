@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -198,11 +197,7 @@ func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*p
 	if err != nil {
 		return nil, raftError(err)
 	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	return &pb.ProposeResponse{Result: b}, nil
+	return &pb.ProposeResponse{Result: fsm.EncodeResult(res)}, nil
 }
 
 // Barrier runs a Raft barrier on the leader and returns its applied index.

@@ -13,7 +13,6 @@ package forward
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -67,14 +66,14 @@ func (l *Leader) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	case err != nil:
 		return nil, fmt.Errorf("%w: forwarded proposal: %w", raftmeta.ErrIndeterminate, err)
 	}
-	var r fsm.Result
-	if err := json.Unmarshal(resp.Result, &r); err != nil {
+	r, err := fsm.DecodeResult(resp.Result) // binary, or the JSON of a leader of an earlier binary
+	if err != nil {
 		return nil, fmt.Errorf("%w: decoding forwarded result: %w", raftmeta.ErrIndeterminate, err)
 	}
 	if err := l.raft.WaitApplied(ctx, r.Index); err != nil {
 		return nil, fmt.Errorf("%w: %w", raftmeta.ErrIndeterminate, err)
 	}
-	return &r, nil
+	return r, nil
 }
 
 // Barrier asks the leader for a barrier and waits until this node has applied at least as
