@@ -88,8 +88,9 @@ type RestoreDiff struct {
 }
 
 // WatchRestore installs fn, called after each successful Restore on the restoring
-// goroutine, outside the lock. fn must not call ApplyCommand or Restore. nil removes the
-// hook. Install it before the FSM is handed to raft.
+// goroutine, outside the lock. fn must not call ApplyCommand or Restore, and must not block,
+// as for Watch: Raft applies nothing more until it returns. nil removes the hook. Install it
+// before the FSM is handed to raft.
 func (f *FSM) WatchRestore(fn func(RestoreDiff)) {
 	f.mu.Lock()
 	f.restored = fn
@@ -123,8 +124,12 @@ func New() *FSM { return &FSM{st: newState()} }
 // Watch installs fn, called after each command that records a new Result
 // (not for de-duplicated commands, not for Restore), on the applying
 // goroutine and outside the lock, with a private copy of the Result. fn must
-// not call ApplyCommand or Restore. nil removes the hook. Intended for event
-// streams; install it before the FSM is handed to raft.
+// not call ApplyCommand or Restore, and must not block: it runs on Raft's
+// apply goroutine, so while it runs no later command is applied and every
+// WaitApplied and read index waits. Do no I/O in it and wait on nothing;
+// hand slow work to another goroutine without a bound that could make fn
+// wait (txn's reclaimer queues the frees of removed extents). nil removes the
+// hook. Install it before the FSM is handed to raft.
 func (f *FSM) Watch(fn func(*Result)) {
 	f.mu.Lock()
 	f.watch = fn

@@ -29,8 +29,34 @@
 //
 // # Concurrency
 //
-// A Coordinator is safe for concurrent use. One mutex guards the in-flight key table, which
-// together with the FSM decides, atomically, whether a key is committed, in flight, or free.
-// Readers pin the extents they read; an extent whose key was removed is freed only when its
-// pins drain.
+// A Coordinator is safe for concurrent use. Its state is split by job, each part with its
+// own lock:
+//
+//	Coordinator.mu        the in-flight table (flights, running): with the FSM it decides,
+//	                      atomically, whether a key is committed, in flight, or free
+//	intentTable.truncMu   WAL truncation against intent appends in progress (shared by appenders)
+//	intentTable.mu        the unresolved intents, by WAL index
+//	evictor.mu            one eviction at a time, held across its REMOVE proposal
+//	lru.mu                the LRU of this node's keys and the leases on them
+//	reclaimer.mu          pins, doomed and deferred extents, the reclaimer's queue
+//
+// Lock order (A -> B: B may be taken while A is held, never A while B is held):
+//
+//	Coordinator.mu -> the FSM's read lock (Meta.Lookup, Generation, TxnResult)
+//	intentTable.truncMu -> the WAL (Append, TruncateFront) -> intentTable.mu
+//	evictor.mu -> lru.mu
+//	lru.mu, reclaimer.mu: leaves; nothing is taken, no I/O is done and nothing is awaited
+//	under them (reclaimer.flush waits on a sync.Cond, which releases reclaimer.mu)
+//
+// evictor.mu is also held while the eviction's REMOVE is proposed and while it waits for the
+// reclaimer (flush): the FSM hooks and the reclaimer's goroutine, which that waits on, never
+// take it, nor Coordinator.mu or the intent table's locks.
+//
+// The FSM hooks (OnApplied, OnRestored) run on Raft's apply goroutine and take only the two
+// leaves, briefly: the LRU is updated there, in step with the metadata, so a read or an
+// eviction right after a proposal returns sees it; the bytes of removed entries are queued
+// to the reclaimer, whose goroutine frees them. Readers pin the extents they read; an extent
+// whose key was removed is freed only when its removal has been applied and its pins drain.
+// Remove and eviction wait for the reclaimer to catch up (reclaimer.flush) before they
+// return, so the bytes they removed are free (unless pinned) when they do.
 package txn

@@ -133,6 +133,13 @@ func (l *lru) spare(victims []lruEntry) {
 	}
 }
 
+// evictor is the eviction side of the capacity: the LRU of the keys this node owns, and the
+// lock that lets one eviction run at a time.
+type evictor struct {
+	mu  sync.Mutex // held for a whole eviction, across its REMOVE proposal
+	lru *lru
+}
+
 // evictHeadroom is the fraction of Capacity evicted beyond what one reservation needs, so
 // that a full store does not run one eviction per write.
 const evictHeadroom = 16
@@ -188,14 +195,14 @@ func (c *Coordinator) enforceQuota(ctx context.Context) int {
 // keys it removed. One eviction runs at a time; a caller that waited for another one gets
 // its effect through its next Reserve.
 func (c *Coordinator) evict(ctx context.Context, need int64) int {
-	c.evictMu.Lock()
-	defer c.evictMu.Unlock()
-	victims := c.lru.oldest(need)
+	c.ev.mu.Lock()
+	defer c.ev.mu.Unlock()
+	victims := c.ev.lru.oldest(need)
 	if len(victims) == 0 {
 		return 0
 	}
 	if err := failpoint.Hit(failpoint.EvictChosen); err != nil {
-		c.lru.spare(victims)
+		c.ev.lru.spare(victims)
 		return 0
 	}
 	kg := make([]fsm.KeyGen, len(victims))
@@ -209,7 +216,7 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 		// The REMOVE may still apply: its victims stay unleasable until the metadata has an
 		// outcome for its txn ID (the REMOVE, or an ABORT that pre-empts it); then the victims
 		// still tracked, which the REMOVE did not take, are spared.
-		c.onResolved(id, func(*fsm.Result) { c.lru.spare(victims) })
+		c.onResolved(id, func(*fsm.Result) { c.ev.lru.spare(victims) })
 		return 0
 	}
 	n := 0
@@ -219,26 +226,11 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 		}
 	}
 	for _, v := range victims {
-		c.lru.drop(v.key, v.gen) // removed, or gone already: either way not a candidate
+		c.ev.lru.drop(v.key, v.gen) // removed, or gone already: either way not a candidate
 	}
+	c.reclaim.flush() // the victims' bytes are free when the caller reserves again
 	c.stats.evicted.Add(uint64(n))
 	c.lg.Debug("evicted", "keys", n, "need_bytes", need)
 	_ = failpoint.Hit(failpoint.EvictRemoved)
 	return max(n, 1)
-}
-
-// trackApplied keeps the LRU in step with the metadata: keys this node stored join it, keys
-// removed (by anyone) leave it.
-func (c *Coordinator) trackApplied(res *fsm.Result) {
-	for _, ko := range res.Keys {
-		if ko.Entry.Owner != c.cfg.NodeID {
-			continue
-		}
-		switch {
-		case res.Type == fsm.CmdRemove && ko.Outcome == fsm.OutcomeRemoved:
-			c.lru.drop(ko.Key, ko.Entry.Gen)
-		case res.Type == fsm.CmdCommit && ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == res.TxnID:
-			c.lru.add(ko.Key, ko.Entry.Gen, ko.Entry.Extent.Length)
-		}
-	}
 }

@@ -73,7 +73,7 @@ func (c *Coordinator) leasePresent(keys []string, res *ExistsResult, until time.
 		} else if e.Owner == c.cfg.NodeID {
 			// Lease, then look again: a key still live in the same version after a lease
 			// that took cannot be chosen by an eviction until the lease ends.
-			leased := c.lru.lease(k, until)
+			leased := c.ev.lru.lease(k, until)
 			if cur, still := c.meta.Lookup(k); !leased || !still || cur.Gen != e.Gen {
 				res.Keys[i] = Absent
 			}

@@ -199,16 +199,7 @@ func intentOf(node string, ws []*write) intent {
 // logIntent is S1. The intent is registered as unresolved (by its WAL index) before WAL
 // truncation may run.
 func (c *Coordinator) logIntent(id fsm.TxnID, ws []*write) (uint64, error) {
-	c.truncMu.RLock()
-	defer c.truncMu.RUnlock()
-	idx, err := c.log.Append(wal.Record{Type: wal.RecordIntent, TxnID: id, Payload: intentOf(c.cfg.NodeID, ws).encode()})
-	if err != nil {
-		return 0, err
-	}
-	c.unresMu.Lock()
-	c.unresolved[idx] = id
-	c.unresMu.Unlock()
-	return idx, nil
+	return c.intents.append(c.log, wal.Record{Type: wal.RecordIntent, TxnID: id, Payload: intentOf(c.cfg.NodeID, ws).encode()})
 }
 
 // writeData is S2 and S3: write every record, then one group-committed fdatasync. A record

@@ -230,15 +230,15 @@ func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResul
 		return c.corruptEntry(ctx, key, e, err)
 	}
 	ext := bucketExtent(e.Extent)
-	c.pin(ext)
-	defer c.unpin(ext)
+	c.reclaim.pin(ext)
+	defer c.reclaim.unpin(ext)
 	if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {
 		return GetResult{Key: key, Status: NotFound, Reason: "removed while reading"}
 	}
 	want := bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
 	val, err := c.data.Read(ext, want)
 	if err == nil {
-		c.lru.touch(key)
+		c.ev.lru.touch(key)
 		return GetResult{Key: key, Status: Found, Value: val}
 	}
 	if !errors.Is(err, bucketstore.ErrCorrupt) {
@@ -267,68 +267,5 @@ func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
 	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: key, Gen: e.Gen}}, Reason: "corrupt record"})
 	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
 		c.lg.Warn("repair of a corrupt key failed; it stays Corrupt until retried", "key", key, "err", err)
-	}
-}
-
-// OnRestored is called by the metadata layer after its state was replaced by a snapshot
-// (a follower catching up by InstallSnapshot; start-up). The commands folded into the
-// snapshot never went through OnApplied, so the LRU follows the diff, and the local bytes of
-// entries the snapshot no longer holds are freed as OnApplied frees removed ones (deferred
-// to the end of recovery), only for a snapshot newer than the state it replaced (an older
-// one would make entries "gone" that the log is about to bring back). An entry both
-// committed and removed within what the snapshot folds, never live here, is not in the
-// diff: its bytes stay until the next start-up's collection.
-//
-// An entry whose extent an entry live after the Restore still overlaps (d.Shared), or that
-// names no record (fsm.CheckEntry), is not freed: see freeable.
-func (c *Coordinator) OnRestored(d fsm.RestoreDiff) {
-	shared := make(map[string]bool, len(d.Shared))
-	for _, e := range d.Shared {
-		shared[e.Key] = true
-	}
-	for _, e := range d.Gone {
-		if e.Owner != c.cfg.NodeID {
-			continue
-		}
-		c.lru.drop(e.Key, e.Gen)
-		if d.To > d.From && c.freeable(e, shared[e.Key]) {
-			c.freeApplied(bucketExtent(e.Extent))
-		}
-	}
-	for _, e := range d.Added {
-		if e.Owner == c.cfg.NodeID && fsm.CheckEntry(e) == nil {
-			c.lru.add(e.Key, e.Gen, e.Extent.Length)
-		}
-	}
-}
-
-// freeable reports whether the bytes of e, an entry of this node just removed, may be freed:
-// not when another live entry still references them (shared: a COMMIT that named another
-// key's extent, accepted before apply refused overlaps), nor when e names no record
-// (fsm.CheckEntry): such an extent was never this key's, and freeing it could take bytes
-// that are someone else's. What is left is orphan garbage for start-up collection.
-func (c *Coordinator) freeable(e fsm.Entry, shared bool) bool {
-	if err := fsm.CheckEntry(e); err != nil || shared {
-		c.lg.Warn("removed entry's bytes kept: another live entry references them, or it names no record",
-			"key", e.Key, "extent", e.Extent, "shared", shared, "err", err)
-		return false
-	}
-	return true
-}
-
-// OnApplied is called by the metadata layer after each command is applied on this node (in
-// Raft log order). It frees the local bytes of every key a REMOVE removed: the bytes go only
-// after the removal is applied here, only once no reader pins them, and never while another
-// live entry references them (freeable). Before recovery has finished they are deferred to
-// its end (freeApplied).
-func (c *Coordinator) OnApplied(res *fsm.Result) {
-	c.trackApplied(res)
-	if res.Type != fsm.CmdRemove {
-		return
-	}
-	for _, ko := range res.Keys {
-		if ko.Outcome == fsm.OutcomeRemoved && ko.Entry.Owner == c.cfg.NodeID && c.freeable(ko.Entry, ko.Shared) {
-			c.freeApplied(bucketExtent(ko.Entry.Extent))
-		}
 	}
 }

@@ -178,7 +178,7 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (map[buc
 	holders := map[bucketstore.Extent]string{}
 	good, bad := c.ownEntries()
 	for _, e := range good {
-		c.lru.add(e.Key, e.Gen, e.Extent.Length)
+		c.ev.lru.add(e.Key, e.Gen, e.Extent.Length)
 		holders[bucketExtent(e.Extent)] = e.Key
 		live[e.Extent.Bucket] = append(live[e.Extent.Bucket], bucketExtent(e.Extent))
 		keysOf[e.Extent.Bucket] = append(keysOf[e.Extent.Bucket], fsm.KeyGen{Key: e.Key, Gen: e.Gen})

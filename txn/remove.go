@@ -61,7 +61,7 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	if mutant.On(mutant.FreeBeforeRemove) { // mutation test only: freed before the REMOVE is applied
 		for _, g := range kg {
 			if e, ok := c.meta.Lookup(g.Key); ok && e.Owner == c.cfg.NodeID {
-				c.free(bucketExtent(e.Extent))
+				c.reclaim.free(bucketExtent(e.Extent))
 			}
 		}
 	}
@@ -69,6 +69,7 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)
 	}
+	c.reclaim.flush() // the removed keys' bytes are free (unless pinned) when Remove returns
 	if err := sameRemove(id, res, kg); err != nil {
 		return nil, err
 	}

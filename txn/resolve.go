@@ -2,7 +2,6 @@ package txn
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
@@ -61,7 +60,7 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 		default:
 			w.outcome, w.reason = fromFSM(ko.Outcome)
 		}
-		c.free(w.ext)
+		c.reclaim.free(w.ext)
 	}
 	if res.Aborted {
 		c.stats.aborts.Add(1)
@@ -73,10 +72,10 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 func (c *Coordinator) done(id fsm.TxnID, idx uint64) {
 	c.log.AppendAsync(wal.Record{Type: wal.RecordDone, TxnID: id})
 	_ = failpoint.Hit(failpoint.DoneLogged)
-	c.unresMu.Lock()
-	delete(c.unresolved, idx)
-	c.unresMu.Unlock()
-	c.maybeTruncate()
+	c.intents.resolved(idx)
+	if err := c.intents.maybeTruncate(c.log, c.cfg.TruncateEvery); err != nil {
+		c.failStop(err)
+	}
 }
 
 // resolveLater settles a transaction whose COMMIT or ABORT had an indeterminate outcome:
@@ -118,30 +117,4 @@ func (c *Coordinator) resolve(ctx context.Context, id fsm.TxnID) (*fsm.Result, e
 		return res, nil
 	}
 	return c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: id, Node: c.cfg.NodeID, Reason: "indeterminate commit"}))
-}
-
-// maybeTruncate drops resolved history from the front of the WAL.
-func (c *Coordinator) maybeTruncate() {
-	if c.log.LastIndex()-c.log.FirstIndex() < c.cfg.TruncateEvery {
-		return
-	}
-	c.truncMu.Lock()
-	defer c.truncMu.Unlock()
-	first, target := c.log.FirstIndex(), c.log.LastIndex()
-	if target-first < c.cfg.TruncateEvery {
-		return
-	}
-	c.unresMu.Lock()
-	for idx := range c.unresolved {
-		target = min(target, idx)
-	}
-	c.unresMu.Unlock()
-	if target <= first {
-		return
-	}
-	_ = failpoint.Hit(failpoint.WALTruncateBefore)
-	if err := c.log.TruncateFront(target); err != nil {
-		c.failStop(fmt.Errorf("wal truncate: %w", err))
-	}
-	_ = failpoint.Hit(failpoint.WALTruncateAfter)
 }

@@ -1,0 +1,71 @@
+package txn
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/wal"
+)
+
+// intentTable is the set of intents this process logged and has not resolved yet, by WAL
+// index, and the truncation of the WAL history in front of the oldest of them.
+type intentTable struct {
+	// truncMu orders WAL truncation after every intent append in progress: appenders hold
+	// it shared from Append until the intent is registered in unresolved.
+	truncMu    sync.RWMutex
+	mu         sync.Mutex
+	unresolved map[uint64]fsm.TxnID // WAL index of an unresolved INTENT -> its txn ID
+}
+
+// append appends rec (an INTENT) durably and registers it as unresolved before truncation
+// may run, returning its WAL index.
+func (t *intentTable) append(log IntentLog, rec wal.Record) (uint64, error) {
+	t.truncMu.RLock()
+	defer t.truncMu.RUnlock()
+	idx, err := log.Append(rec)
+	if err != nil {
+		return 0, err
+	}
+	t.mu.Lock()
+	t.unresolved[idx] = fsm.TxnID(rec.TxnID)
+	t.mu.Unlock()
+	return idx, nil
+}
+
+// resolved drops the intent at WAL index idx.
+func (t *intentTable) resolved(idx uint64) {
+	t.mu.Lock()
+	delete(t.unresolved, idx)
+	t.mu.Unlock()
+}
+
+// maybeTruncate drops resolved history from the front of log once every entries have
+// accumulated, never past an unresolved intent. It returns TruncateFront's error.
+func (t *intentTable) maybeTruncate(log IntentLog, every uint64) error {
+	if log.LastIndex()-log.FirstIndex() < every {
+		return nil
+	}
+	t.truncMu.Lock()
+	defer t.truncMu.Unlock()
+	first, target := log.FirstIndex(), log.LastIndex()
+	if target-first < every {
+		return nil
+	}
+	t.mu.Lock()
+	for idx := range t.unresolved {
+		target = min(target, idx)
+	}
+	t.mu.Unlock()
+	if target <= first {
+		return nil
+	}
+	_ = failpoint.Hit(failpoint.WALTruncateBefore)
+	err := log.TruncateFront(target)
+	_ = failpoint.Hit(failpoint.WALTruncateAfter)
+	if err != nil {
+		return fmt.Errorf("wal truncate: %w", err)
+	}
+	return nil
+}
