@@ -140,7 +140,7 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 		c.abort(ctx, p, idx, ws, err)
 		return
 	}
-	res, err := c.commit(ctx, intentOf(c.cfg.NodeID, written).commit(p.id))
+	res, err := c.proposeCommit(ctx, intentOf(c.cfg.NodeID, written).commit(p.id))
 	if err != nil {
 		c.fail(p, ws, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
 		p.err = fmt.Errorf("%w: txn %s: %w", ErrIndeterminate, p.id, err)
@@ -235,11 +235,11 @@ func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
 	return written, failpoint.Hit(failpoint.DataSynced)
 }
 
-// commit proposes a COMMIT until its outcome is known, the leader refuses it (ErrRefused), or
-// CommitTimeout has passed. Proposing
-// it again is safe: the FSM de-duplicates by txn ID, so a leader change between attempts
-// (an indeterminate outcome, a dead leader) costs a retry, not a second commit.
-func (c *Coordinator) commit(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+// proposeCommit is S4: it proposes cmd, an fsm.Commit, until its outcome is known, the leader
+// refuses it (ErrRefused), or CommitTimeout has passed. Proposing it again is safe: the FSM
+// de-duplicates by txn ID, so a leader change between attempts (an indeterminate outcome, a
+// dead leader) costs a retry, not a second commit.
+func (c *Coordinator) proposeCommit(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
 	defer cancel()
 	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
@@ -258,6 +258,7 @@ func (c *Coordinator) commit(ctx context.Context, cmd []byte) (*fsm.Result, erro
 	}
 }
 
+// propose proposes cmd once, bounded by CommitTimeout.
 func (c *Coordinator) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
 	defer cancel()
