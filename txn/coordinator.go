@@ -15,7 +15,7 @@ import (
 
 // Coordinator runs batch offloads as transactions over an IntentLog, Buckets and Meta. Its
 // state is split by job, each part with its own lock (lock order: doc.go): the in-flight
-// table (mu), the intent table with WAL truncation (intents), the evictor with its LRU (ev),
+// table (inflight), the intent table with WAL truncation (intents), the evictor with its LRU (ev),
 // and the reclaimer that frees bytes (reclaim).
 type Coordinator struct {
 	cfg  Config
@@ -25,9 +25,7 @@ type Coordinator struct {
 	lg   *slog.Logger
 	sem  chan struct{} // in-flight transaction slots
 
-	mu      sync.Mutex
-	flights map[string]*flight     // key -> the transaction writing it
-	running map[fsm.TxnID]*running // txn ID -> a call in progress (retries join it)
+	inflight flightTable // keys being written and calls in progress
 
 	intents intentTable // unresolved intents; orders WAL truncation after intent appends
 	ev      evictor     // the LRU of this node's keys; one eviction at a time
@@ -42,6 +40,15 @@ type Coordinator struct {
 	bgCancel context.CancelFunc
 
 	stats counters
+}
+
+// flightTable is the single-flight table: the keys being written and by which transaction,
+// and the calls in progress by txn ID. Under its lock, together with the FSM, it decides
+// whether a key is committed, in flight, or free (plan, batchExists).
+type flightTable struct {
+	mu      sync.Mutex
+	flights map[string]*flight     // key -> the transaction writing it
+	running map[fsm.TxnID]*running // txn ID -> a call in progress (retries join it)
 }
 
 // flight is a key being written by one transaction; other transactions wait on done.
@@ -78,8 +85,7 @@ func New(cfg Config, log IntentLog, data Buckets, meta Meta) (*Coordinator, erro
 		meta:     meta,
 		lg:       lg.With("pkg", "txn", "node", cfg.NodeID),
 		sem:      make(chan struct{}, cfg.MaxInFlight),
-		flights:  map[string]*flight{},
-		running:  map[fsm.TxnID]*running{},
+		inflight: flightTable{flights: map[string]*flight{}, running: map[fsm.TxnID]*running{}},
 		intents:  intentTable{unresolved: map[uint64]fsm.TxnID{}},
 		ev:       evictor{lru: newLRU()},
 		bgCtx:    ctx,

@@ -32,7 +32,7 @@
 // A Coordinator is safe for concurrent use. Its state is split by job, each part with its
 // own lock:
 //
-//	Coordinator.mu        the in-flight table (flights, running): with the FSM it decides,
+//	flightTable.mu        the in-flight table (flights, running): with the FSM it decides,
 //	                      atomically, whether a key is committed, in flight, or free
 //	intentTable.truncMu   WAL truncation against intent appends in progress (shared by appenders)
 //	intentTable.mu        the unresolved intents, by WAL index
@@ -42,7 +42,7 @@
 //
 // Lock order (A -> B: B may be taken while A is held, never A while B is held):
 //
-//	Coordinator.mu -> the FSM's read lock (Meta.Lookup, Generation, TxnResult)
+//	flightTable.mu -> the FSM's read lock (Meta.Lookup, Generation, TxnResult)
 //	intentTable.truncMu -> the WAL (Append, TruncateFront) -> intentTable.mu
 //	evictor.mu -> lru.mu
 //	lru.mu, reclaimer.mu: leaves; nothing is taken, no I/O is done and nothing is awaited
@@ -50,7 +50,7 @@
 //
 // evictor.mu is also held while the eviction's REMOVE is proposed and while it waits for the
 // reclaimer (flush): the FSM hooks and the reclaimer's goroutine, which that waits on, never
-// take it, nor Coordinator.mu or the intent table's locks.
+// take it, nor flightTable.mu or the intent table's locks.
 //
 // The FSM hooks (OnApplied, OnRestored) run on Raft's apply goroutine and take only the two
 // leaves, briefly: the LRU is updated there, in step with the metadata, so a read or an

@@ -86,14 +86,14 @@ func (c *Coordinator) leasePresent(keys []string, res *ExistsResult, until time.
 // only the keys prev does not have Present are looked up again (after a read index).
 func (c *Coordinator) batchExists(keys []string, prev []Presence) ExistsResult {
 	res := ExistsResult{Keys: make([]Presence, len(keys))}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.inflight.mu.Lock()
+	defer c.inflight.mu.Unlock()
 	present := func(k string) bool { _, ok := c.meta.Lookup(k); return ok }
 	for i, k := range keys {
 		switch {
 		case prev != nil && prev[i] == Present, present(k):
 			res.Keys[i] = Present
-		case c.flights[k] != nil:
+		case c.inflight.flights[k] != nil:
 			res.Keys[i] = InFlight
 		default:
 			res.Keys[i] = Absent

@@ -44,18 +44,18 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 	}
 	sums := checksums(objs)
 	sig := signature(objs, sums)
-	c.mu.Lock()
-	r, busy := c.running[id]
+	c.inflight.mu.Lock()
+	r, busy := c.inflight.running[id]
 	if !busy {
-		// Checked under c.mu: a finished call records its FSM result before it leaves running.
+		// Checked under c.inflight.mu: a finished call records its FSM result before it leaves running.
 		if res, ok := c.meta.TxnResult(id); ok {
-			c.mu.Unlock()
+			c.inflight.mu.Unlock()
 			return c.retried(id, res, objs, sums)
 		}
 		r = &running{done: make(chan struct{}), sig: sig}
-		c.running[id] = r
+		c.inflight.running[id] = r
 	}
-	c.mu.Unlock()
+	c.inflight.mu.Unlock()
 	if busy {
 		if r.sig != sig {
 			return nil, fmt.Errorf("%w: txn %s", ErrTxnIDInUse, id)
@@ -68,9 +68,9 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 		}
 	}
 	r.results, r.err = c.offload(ctx, id, objs, sums)
-	c.mu.Lock()
-	delete(c.running, id)
-	c.mu.Unlock()
+	c.inflight.mu.Lock()
+	delete(c.inflight.running, id)
+	c.inflight.mu.Unlock()
 	close(r.done)
 	return r.results, r.err
 }

@@ -132,13 +132,13 @@ func (c *Coordinator) invalidKey(key string) string {
 	return ""
 }
 
-// plan classifies every object (sums[i] is the xxhash64 of objs[i].Value). Under c.mu the FSM
-// and the in-flight table together decide each key's state, so a key is never both unclaimed
-// and being written.
+// plan classifies every object (sums[i] is the xxhash64 of objs[i].Value). Under
+// c.inflight.mu the FSM and the in-flight table together decide each key's state, so a key is
+// never both unclaimed and being written.
 func (c *Coordinator) plan(id fsm.TxnID, objs []Object, sums []uint64) *plan {
 	p := &plan{id: id, results: make([]KeyResult, len(objs))}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.inflight.mu.Lock()
+	defer c.inflight.mu.Unlock()
 	first := make(map[string]int, len(objs))
 	for i, o := range objs {
 		r := &p.results[i]
@@ -161,12 +161,12 @@ func (c *Coordinator) plan(id fsm.TxnID, objs []Object, sums []uint64) *plan {
 			r.Outcome, r.Reason = compare(e, sums[i], size)
 			continue
 		}
-		if fl, ok := c.flights[o.Key]; ok {
+		if fl, ok := c.inflight.flights[o.Key]; ok {
 			p.joins = append(p.joins, joinRef{idx: i, fl: fl, sum: sums[i], size: size})
 			continue
 		}
 		fl := &flight{done: make(chan struct{}), sum: sums[i], size: size}
-		c.flights[o.Key] = fl
+		c.inflight.flights[o.Key] = fl
 		p.writes = append(p.writes, &write{idx: i, key: o.Key, value: o.Value, sum: sums[i],
 			gen: c.meta.Generation(o.Key) + 1, fl: fl})
 	}
@@ -201,11 +201,11 @@ func compare(e fsm.Entry, sum uint64, size uint32) (Outcome, string) {
 
 // finish completes the flights of ws with their outcomes and records their results.
 func (c *Coordinator) finish(p *plan, ws []*write) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.inflight.mu.Lock()
+	defer c.inflight.mu.Unlock()
 	for _, w := range ws {
-		if c.flights[w.key] == w.fl {
-			delete(c.flights, w.key)
+		if c.inflight.flights[w.key] == w.fl {
+			delete(c.inflight.flights, w.key)
 		}
 		w.fl.outcome, w.fl.reason = w.outcome, w.reason
 		close(w.fl.done)

@@ -45,9 +45,9 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	if len(kg) == 0 {
 		return out, nil
 	}
-	c.mu.Lock()
-	_, running := c.running[id]
-	c.mu.Unlock()
+	c.inflight.mu.Lock()
+	_, running := c.inflight.running[id]
+	c.inflight.mu.Unlock()
 	if running {
 		return nil, fmt.Errorf("%w: txn %s is a batch offload still running", ErrTxnIDInUse, id)
 	}
