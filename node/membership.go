@@ -140,23 +140,19 @@ func (n *Node) inConfiguration() bool {
 // configuration every heartbeat, and an election takes about a second.
 const removedGrace = 5 * time.Second
 
-// waitLeader waits until this node knows a Raft leader. In a cluster it also refuses to start
-// a node that was removed from it (ErrRemoved), by this rule: a node that was a member
-// (its Raft state holds an entry: leaders replicate only to their members) has been removed
-// when, after removedGrace without a leader's contact, the cluster's configuration does not
-// list it. The cluster's configuration is asked of the members in cfg.Join and in the member
-// directory (clusterLists); when none of them knows a leader, the local configuration stands
-// in for it: unlisted reports that it does not list this node (Open). So a removed node that
-// received its removal is refused after removedGrace even with the other members down, one
-// removed while it was down is refused once a member answers, and a node whose first join
-// was cut short while it caught up (listed by the leader, not yet by its own log) is
-// contacted by the leader and starts.
+// waitLeader waits until this member knows a Raft leader. It also refuses to start a node that was
+// removed from the cluster (ErrRemoved), by this rule: a node that was a member (its Raft state
+// holds an entry: leaders replicate only to their members) has been removed when, after
+// removedGrace without a leader's contact, the cluster's configuration does not list it. The
+// cluster's configuration is asked of the members in cfg.Join and in the member directory
+// (clusterLists); when none of them knows a leader, the local configuration stands in for it:
+// unlisted reports that it does not list this node (standing). So a removed node that received its
+// removal is refused after removedGrace even with the other members down, one removed while it was
+// down is refused once a member answers, and a node whose first join was cut short while it caught
+// up (listed by the leader, not yet by its own log) is contacted by the leader and starts.
 func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
 	for {
-		wctx, cancel := ctx, context.CancelFunc(func() {})
-		if n.cfg.RaftAddr != "" {
-			wctx, cancel = context.WithTimeout(ctx, removedGrace)
-		}
+		wctx, cancel := context.WithTimeout(ctx, removedGrace)
 		err := n.raft.WaitLeader(wctx)
 		cancel()
 		if err == nil {
