@@ -105,7 +105,7 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	for _, v := range victims {
 		c.ev.lru.drop(v.key, v.gen) // removed, or gone already: either way not a candidate
 	}
-	c.reclaim.flush() // the victims' bytes are free when the caller reserves again
+	c.reclaim.flush(ctx) // the victims' bytes are free when the caller reserves again
 	c.stats.evicted.Add(uint64(n))
 	c.lg.Debug("evicted", "keys", n, "need_bytes", need)
 	_ = failpoint.Hit(failpoint.EvictRemoved)

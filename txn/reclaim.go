@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -111,7 +112,7 @@ func (r *reclaimer) freeApplied(ext bucketstore.Extent) {
 // of the removals applied before it, and later removals are freed as they come.
 func (r *reclaimer) endRecovery(fn func(deferred []bucketstore.Extent)) {
 	r.enqueue(reclaim{endRecovery: fn})
-	r.flush()
+	r.flush(context.Background())
 }
 
 func (r *reclaimer) enqueue(rec reclaim) {
@@ -126,14 +127,21 @@ func (r *reclaimer) enqueue(rec reclaim) {
 	r.cond.Broadcast()
 }
 
-// flush waits until every record enqueued before the call is processed (or the reclaimer
-// has stopped). Callers that just had a removal applied call it so that its bytes are free
-// when they return, as they were when the hooks freed synchronously: Remove, an eviction
-// before the Reserve it makes room for. Never call it from a Raft goroutine.
-func (r *reclaimer) flush() {
+// flush waits until every record enqueued before the call is processed, the reclaimer has
+// stopped, or ctx ends (the frees then go on without the caller). Callers that just had a
+// removal applied call it so that its bytes are free when they return, as they were when the
+// hooks freed synchronously: Remove, an eviction before the Reserve it makes room for. Never
+// call it from a Raft goroutine.
+func (r *reclaimer) flush(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	})
+	defer stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for target := r.queued; r.done < target && !r.exited(); {
+	for target := r.queued; r.done < target && !r.exited() && ctx.Err() == nil; {
 		r.cond.Wait()
 	}
 }

@@ -10,35 +10,40 @@ import (
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
-// TestApplyNotBlockedByStalledFree: the FSM's apply does no bucket I/O. A REMOVE of a local
-// key is applied while the disk stalls the free of its bytes (the hole punch blocks): the
-// apply returns, the metadata no longer has the key, and other applies go on; once the disk
-// is released the bytes are freed. Before the reclaimer, OnApplied freed on the apply
-// goroutine, so one slow punch stalled apply, WaitApplied and every read index behind it.
-func TestApplyNotBlockedByStalledFree(t *testing.T) {
-	var stall atomic.Bool
-	gate := make(chan struct{})       // closed: the stalled punch goes on
-	stalled := make(chan struct{}, 1) // a punch or file removal is waiting on gate
-	release := func() {
+// stallingDisk is a bucket store over an in-memory FS whose hole punches and file removals
+// block, once stall is set, until release is called.
+type stallingDisk struct {
+	stall   atomic.Bool
+	gate    chan struct{} // closed by release: the stalled punch goes on
+	stalled chan struct{} // a punch or file removal is waiting on gate
+}
+
+func (d *stallingDisk) release() {
+	select {
+	case <-d.gate:
+	default:
+		close(d.gate)
+	}
+}
+
+func (d *stallingDisk) inject(op bucketstore.Op, _ string) error {
+	if d.stall.Load() && (op == bucketstore.OpPunch || op == bucketstore.OpRemove) {
 		select {
-		case <-gate:
+		case d.stalled <- struct{}{}:
 		default:
-			close(gate)
 		}
+		<-d.gate
 	}
-	defer release()
-	inj := func(op bucketstore.Op, _ string) error {
-		if stall.Load() && (op == bucketstore.OpPunch || op == bucketstore.OpRemove) {
-			select {
-			case stalled <- struct{}{}:
-			default:
-			}
-			<-gate
-		}
-		return nil
-	}
+	return nil
+}
+
+// newStallingCoordinator is a recovered coordinator over a stallingDisk, with one key "k"
+// stored.
+func newStallingCoordinator(t *testing.T) (*Coordinator, *flakyMeta, *bucketstore.Store, *stallingDisk) {
+	t.Helper()
+	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
 	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), inj)
+	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), d.inject)
 	data, err := bucketstore.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -50,38 +55,30 @@ func TestApplyNotBlockedByStalledFree(t *testing.T) {
 	}
 	m.f.Watch(c.OnApplied)
 	m.f.WatchRestore(c.OnRestored)
+	t.Cleanup(func() { d.release(); c.Close(); data.Close() })
 	ctx := context.Background()
 	if _, err := c.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { release(); c.Close(); data.Close() })
 	if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)}); err != nil || res[0].Outcome != Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
-	e, _ := m.f.Lookup("k")
+	return c, m, data, d
+}
 
-	stall.Store(true)
-	applied := make(chan struct{})
-	go func() {
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeAbort(fsm.Abort{TxnID: NewTxnID(), Node: "n1", Reason: "a later command"}))
-		close(applied)
-	}()
+// waitStalled waits until a free is stalled on the disk.
+func (d *stallingDisk) waitStalled(t *testing.T) {
+	t.Helper()
 	select {
-	case <-stalled:
+	case <-d.stalled:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the removed key's bytes were never freed")
 	}
-	select {
-	case <-applied:
-	case <-time.After(5 * time.Second):
-		t.Fatal("apply blocked while the free of a removed key's bytes stalls on the disk")
-	}
-	if _, ok := m.f.Lookup("k"); ok {
-		t.Fatal("the key is still in the metadata after its REMOVE was applied")
-	}
+}
 
-	release()
+// waitFreed waits until the store holds no live and no allocated bytes.
+func waitFreed(t *testing.T, data *bucketstore.Store) {
+	t.Helper()
 	waitLive(t, data, 0)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -90,11 +87,70 @@ func TestApplyNotBlockedByStalledFree(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st.AllocatedBytes == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after the disk was released: %d bytes still allocated, want 0", st.AllocatedBytes)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestApplyNotBlockedByStalledFree: the FSM's apply does no bucket I/O. A REMOVE of a local
+// key is applied while the disk stalls the free of its bytes (the hole punch blocks): the
+// apply returns, the metadata no longer has the key, and later applies go on; once the disk
+// is released the bytes are freed. Before the reclaimer, OnApplied freed on the apply
+// goroutine, so one slow punch stalled apply, WaitApplied and every read index behind it.
+func TestApplyNotBlockedByStalledFree(t *testing.T) {
+	_, m, data, d := newStallingCoordinator(t)
+	e, _ := m.f.Lookup("k")
+	d.stall.Store(true)
+	applied := make(chan struct{})
+	go func() {
+		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
+		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeAbort(fsm.Abort{TxnID: NewTxnID(), Node: "n1", Reason: "a later command"}))
+		close(applied)
+	}()
+	d.waitStalled(t)
+	select {
+	case <-applied:
+	case <-time.After(5 * time.Second):
+		t.Fatal("apply blocked while the free of a removed key's bytes stalls on the disk")
+	}
+	if _, ok := m.f.Lookup("k"); ok {
+		t.Fatal("the key is still in the metadata after its REMOVE was applied")
+	}
+	d.release()
+	waitFreed(t, data)
+}
+
+// TestRemoveReturnsWhileFreeStalls: Remove waits for the reclaimer only until its context
+// ends. With the disk stalling the free, a Remove under a deadline still answers Removed, and
+// the bytes are freed once the disk is released.
+func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
+	c, m, data, d := newStallingCoordinator(t)
+	d.stall.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	var res []RemoveResult
+	var err error
+	go func() {
+		res, err = c.Remove(ctx, []string{"k"})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Remove blocked past its deadline while the free stalls on the disk")
+	}
+	if err != nil || len(res) != 1 || !res[0].Removed {
+		t.Fatalf("Remove while the free stalls: %v %+v", err, res)
+	}
+	if _, ok := m.f.Lookup("k"); ok {
+		t.Fatal("the key is still in the metadata after Remove")
+	}
+	d.waitStalled(t)
+	d.release()
+	waitFreed(t, data)
 }

@@ -69,7 +69,7 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)
 	}
-	c.reclaim.flush() // the removed keys' bytes are free (unless pinned) when Remove returns
+	c.reclaim.flush(ctx) // the removed keys' bytes are free (unless pinned) when Remove returns
 	if err := sameRemove(id, res, kg); err != nil {
 		return nil, err
 	}
