@@ -2,6 +2,15 @@
 // transaction coordinator. Open runs recovery before it returns, so a returned Node serves
 // every committed key again (warm restart, G6).
 //
+// Open is a sequence of steps (node.go): newNode builds the node, openStores opens the data
+// directory, then the steps of the mode run, startEmbedded for a single node or startMember
+// for a cluster member (membership.go); Config.cluster is the one test of the mode. A
+// member opens its cluster ID, Raft, the coordinator and both listeners, then decides from
+// its Raft state whether it joins, restarts as a member or was removed (standing, join,
+// checkJoinIgnored, waitLeader), and runs recovery. A member's coordinator reaches the Raft
+// leader through node/forward and the owners of other keys through owners.go; the Cluster
+// service that answers them is cluster_service.go.
+//
 // Data directory layout:
 //
 //	DIR/LOCK      exclusive flock: one process per data directory
