@@ -21,8 +21,8 @@ import (
 // by the data, not by a constant: one record per local extent whose removal was applied and
 // is not yet freed, a few dozen bytes next to the metadata entry the FSM just dropped for it.
 //
-// Order is kept as before: an extent is freed only after its removal is applied (it is
-// enqueued by the hook) and its last pin is dropped; a removal applied before recovery ends
+// Order: an extent is freed only after its removal is applied (the hook enqueues it then)
+// and its last pin is dropped; a removal applied before recovery ends
 // is deferred to the end of recovery, which is itself a record of the same queue, so "before"
 // means before in apply order, whenever the goroutine gets to it.
 type reclaimer struct {
