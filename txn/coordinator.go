@@ -15,8 +15,8 @@ import (
 
 // Coordinator runs batch offloads as transactions over an IntentLog, Buckets and Meta. Its
 // state is split by job, each part with its own lock (lock order: doc.go): the in-flight
-// table (inflight), the intent table with WAL truncation (intents), the evictor with its LRU (ev),
-// and the reclaimer that frees bytes (reclaim).
+// table (inflight), the intent table with WAL truncation (intents), the evictor with its
+// LRU (ev), and the reclaimer that frees bytes (reclaim).
 type Coordinator struct {
 	cfg  Config
 	log  IntentLog
@@ -26,10 +26,9 @@ type Coordinator struct {
 	sem  chan struct{} // in-flight transaction slots
 
 	inflight flightTable // keys being written and calls in progress
-
-	intents intentTable // unresolved intents; orders WAL truncation after intent appends
-	ev      evictor     // the LRU of this node's keys; one eviction at a time
-	reclaim *reclaimer  // pins, deferred frees, and the goroutine that frees applied removals
+	intents  intentTable // unresolved intents; orders WAL truncation after intent appends
+	ev       evictor     // the LRU of this node's keys; one eviction at a time
+	reclaim  *reclaimer  // pins, deferred frees, and the goroutine that frees applied removals
 
 	remote Remote // reads of keys other nodes own; nil on a single node
 
