@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -106,16 +107,85 @@ func (n *Node) openClusterID(fresh bool) error {
 }
 
 // ClusterID returns the ID of the cluster this node belongs to: the one in its data
-// directory, else the replicated one, else "" (a fresh node that has not joined yet, or an
-// embedded node).
+// directory, else the one it is joining, else the replicated one, else "" (a fresh node
+// that has not asked to join yet, data from before cluster IDs, or an embedded node).
 func (n *Node) ClusterID() string {
 	if id := n.clusterID.Load(); id != nil {
+		return *id
+	}
+	if id := n.joining.Load(); id != nil {
 		return *id
 	}
 	if n.fsm != nil {
 		return n.fsm.ClusterID()
 	}
 	return ""
+}
+
+// recoverClusterID runs right after Raft opens, for a node with Raft state whose data
+// directory has no cluster ID (its file was lost, or the data predates cluster IDs): it
+// takes the ID from the restored snapshot or, failing that, from the first SetCluster in its
+// log, and records it, before any Raft traffic is judged by it. With no ID anywhere the node
+// is legacy: it accepts Raft traffic from any cluster until its leader records an ID.
+func (n *Node) recoverClusterID() error {
+	if n.clusterID.Load() != nil || !n.raft.HasState() {
+		return nil
+	}
+	id := n.fsm.ClusterID()
+	if id == "" {
+		err := n.raft.LogCommands(func(data []byte) bool {
+			if typ, cmd, err := fsm.Decode(data); err == nil && typ == fsm.CmdCluster {
+				id = cmd.(fsm.SetCluster).ID
+				return false
+			}
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("node: looking for the cluster ID in the Raft log: %w", err)
+		}
+	}
+	if id == "" {
+		n.legacy.Store(true)
+		n.log.Warn("no cluster ID in this data directory, its snapshot or its log (data from before cluster IDs): accepting Raft traffic from any cluster until the leader records one")
+		return nil
+	}
+	n.log.Info("cluster ID recovered from the Raft state", "cluster", id)
+	return n.adoptClusterID(id)
+}
+
+// pinJoining records, before a fresh node sends Join, the ID of the cluster it asks:
+// from then on its Raft listener takes only that cluster's traffic. A node that knows no
+// cluster and is not joining one refuses every Raft connection (a leader of another
+// cluster reaching it at an address it has for a stale member must not make it a member).
+func (n *Node) pinJoining(id string) {
+	if id != "" && n.clusterID.Load() == nil && n.joining.Load() == nil {
+		n.joining.Store(&id)
+	}
+}
+
+// clusterOpen is the Raft handshake's answer while this node knows no cluster ID.
+func (n *Node) clusterOpen() bool { return n.legacy.Load() }
+
+// watchClusterID, for a legacy node, records the cluster ID once the leader has recorded
+// one in the metadata, so the node's Raft traffic is checked from then on.
+func (n *Node) watchClusterID() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for n.legacy.Load() {
+		select {
+		case <-n.closing:
+			return
+		case <-t.C:
+		}
+		if id := n.fsm.ClusterID(); id != "" {
+			if err := n.adoptClusterID(id); err != nil {
+				n.log.Error("cluster ID", "err", err)
+				return
+			}
+			n.legacy.Store(false)
+			n.log.Info("cluster ID recorded", "cluster", id)
+		}
+	}
 }
 
 // adoptClusterID records id as this node's cluster ID, in its data directory and in memory.
@@ -158,7 +228,10 @@ func (n *Node) recordClusterID(ctx context.Context) {
 	}
 	id := n.ClusterID()
 	if id == "" {
-		id = newClusterID()
+		if !n.legacy.Load() {
+			return // not the bootstrap node's data, not legacy: the ID is on its way (Join reply)
+		}
+		id = newClusterID() // a cluster from before cluster IDs gets one
 	}
 	res, err := n.raft.Propose(ctx, fsm.EncodeSetCluster(fsm.SetCluster{TxnID: txn.NewTxnID(), ID: id}))
 	if err != nil {
@@ -170,7 +243,9 @@ func (n *Node) recordClusterID(ctx context.Context) {
 	}
 	if err := n.adoptClusterID(id); err != nil {
 		n.log.Error("cluster ID", "err", err)
+		return
 	}
+	n.legacy.Store(false)
 }
 
 // clusterIDInterceptors stamp every outgoing peer call with this node's cluster ID.

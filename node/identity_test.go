@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,4 +167,105 @@ func TestJoinIgnoredWarns(t *testing.T) {
 	if !strings.Contains(logs.String(), "--join ignored") || !strings.Contains(logs.String(), nodes[0].ClusterID()) {
 		t.Fatalf("no WARN that --join was ignored, naming the cluster; logs:\n%s", logs.String())
 	}
+}
+
+// TestFreshNodeAtStaleAddress (review of the cluster ID): B's member b3 is down, not
+// removed; a fresh node n4, meant for cluster A, starts on b3's Raft address. B's leader
+// keeps dialing that address: n4 refuses it (a node that knows no cluster takes Raft traffic
+// only from the one it asked to join), joins A, and holds none of B's metadata.
+func TestFreshNodeAtStaleAddress(t *testing.T) {
+	a, aCfgs := openNamed(t, "a1")
+	b, bCfgs := openNamed(t, "b1", "b2", "b3")
+	mustOffload(t, b[0], objects(3, 8<<10, keysN("stale", 6)...))
+	for _, nd := range b {
+		waitApplied(t, nd, b[0])
+	}
+	mustClose(t, b[2])
+	idA := a[0].ClusterID()
+	mustClose(t, a[0]) // A is down while n4 starts: n4 waits to join, its Raft port open
+	cfg := memberConfig(t, filepath.Join(t.TempDir(), "n4"), "n4", a[0].PeerAddr())
+	cfg.RaftAddr = bCfgs[2].RaftAddr // the address B has for b3
+	type opened struct {
+		n   *Node
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n, err := Open(ctx, cfg)
+		done <- opened{n, err}
+	}()
+	time.Sleep(2 * time.Second) // B's leader retries b3's address meanwhile
+	a[0] = mustOpen(t, aCfgs[0])
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("n4 joining A: %v", r.err)
+	}
+	n4 := r.n
+	defer n4.Close()
+	if n4.ClusterID() != idA {
+		t.Fatalf("n4 is in cluster %q, want A's %q (B is %q)", n4.ClusterID(), idA, b[0].ClusterID())
+	}
+	if got := countKeys(n4, "stale"); got != 0 {
+		t.Fatalf("n4 holds %d of B's keys", got)
+	}
+	if servers := mustServers(t, n4); len(servers) != 2 {
+		t.Fatalf("n4's configuration %v, want A's two members", servers)
+	}
+}
+
+// waitLeaderKnown waits until n knows a leader other than gone, with a member record.
+func waitLeaderKnown(t *testing.T, n *Node, gone string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if id, _ := n.raft.Leader(); id != "" && id != gone {
+			if _, ok := n.fsm.Member(id); ok {
+				return
+			}
+		}
+	}
+	t.Fatal("no leader known within 10 s")
+}
+
+// TestClusterIDRecoveredWithoutFile (review of the cluster ID): a member whose CLUSTER_ID
+// file was lost takes the ID from its Raft state before it dials or judges any Raft traffic,
+// so two of three members restarted together elect a leader (the one without the file, whose
+// log is newer), and the file is written again.
+func TestClusterIDRecoveredWithoutFile(t *testing.T) {
+	nodes, cfgs := openNamed(t, "c1", "c2", "c3")
+	id := nodes[0].ClusterID()
+	mustClose(t, nodes[0]) // c1's log ends here: c2's will be newer, so only c2 can be elected
+	leaderOf(t, nodes[1], nodes[2])
+	waitLeaderKnown(t, nodes[1], "c1")
+	mustOffload(t, nodes[1], objects(4, 8<<10, keysN("lost", 4)...))
+	waitApplied(t, nodes[2], nodes[1])
+	mustClose(t, nodes[1])
+	mustClose(t, nodes[2])
+	if err := os.Remove(filepath.Join(cfgs[1].DataDir, clusterIDFile)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	reopened := make([]*Node, 2)
+	errs := make([]error, 2)
+	for i := range reopened {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			reopened[i], errs[i] = Open(ctx, cfgs[i])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("restart of %s: %v", cfgs[i].ID, err)
+		}
+		defer reopened[i].Close()
+	}
+	if got, err := readClusterID(cfgs[1].DataDir); err != nil || got != id {
+		t.Fatalf("c2's CLUSTER_ID after the restart: %q %v, want %q", got, err, id)
+	}
+	checkReadable(t, reopened[1], 4, 8<<10, keysN("lost", 4)...)
 }

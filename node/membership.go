@@ -28,9 +28,15 @@ func (n *Node) startMember(ctx context.Context, fresh bool) (err error) {
 	}
 	rcfg := n.raftConfig()
 	rcfg.Bootstrap = len(n.cfg.Join) == 0
-	rcfg.TLS, rcfg.ClusterID = n.tls.raft(n.admitRaftPeer), n.ClusterID
+	rcfg.TLS, rcfg.ClusterID, rcfg.ClusterOpen = n.tls.raft(n.admitRaftPeer), n.ClusterID, n.clusterOpen
 	if err := n.openRaft(rcfg); err != nil {
 		return err
+	}
+	if err := n.recoverClusterID(); err != nil {
+		return err
+	}
+	if n.legacy.Load() {
+		go n.watchClusterID()
 	}
 	n.leader = forward.NewLeader(n.raft, n.fsm, n.peers, n.cfg.ID)
 	if err := n.openCoordinator(clusterMeta{meta: meta{n.raft, n.fsm}, leader: n.leader}); err != nil {
@@ -95,6 +101,15 @@ func (n *Node) join(ctx context.Context) error {
 			if err != nil {
 				last = err
 				continue
+			}
+			if req.ClusterId == "" { // learn the cluster's ID first, and take only its Raft traffic
+				st, err := n.peerStatus(ctx, addr)
+				if err != nil || st.ClusterId == "" {
+					last = fmt.Errorf("join via %s: asking for the cluster ID: %v", addr, err)
+					n.log.Warn("join attempt failed; retrying", "via", addr, "err", last)
+					continue
+				}
+				n.pinJoining(st.ClusterId)
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var trailer metadata.MD

@@ -47,6 +47,12 @@ type Node struct {
 	raftAdmit atomic.Pointer[raftmeta.Node]
 	// clusterID is the cluster ID of the data directory (identity.go); nil until known.
 	clusterID atomic.Pointer[string]
+	// joining is the ID of the cluster a fresh node asked to join (pinned before its Join):
+	// the only cluster whose Raft traffic it accepts until the Join reply is recorded.
+	joining atomic.Pointer[string]
+	// legacy: the node has Raft state but no cluster ID anywhere (data from before cluster
+	// IDs): it accepts Raft traffic from any cluster until the leader records an ID.
+	legacy    atomic.Bool
 	idleLimit atomic.Int64 // streamIdle for tests; 0: streamIdleTimeout
 	coord     *txn.Coordinator
 	peers     *forward.Peers
