@@ -88,7 +88,7 @@ func (n *Node) serve() error {
 		return fmt.Errorf("node: peer listener: %w", err)
 	}
 	n.peerListener = plis
-	unary, stream := clusterIDCheck(n.ClusterID)
+	unary, stream := clusterIDCheck(n.ClusterID, n.log)
 	popts := append(serverOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 	if n.tls != nil {
 		popts = append(popts, grpc.Creds(credentials.NewTLS(n.tls.peerServer())))

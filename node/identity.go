@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -265,26 +266,31 @@ func clusterIDInterceptors(id func() string) (grpc.UnaryClientInterceptor, grpc.
 	return unary, stream
 }
 
+// statusMethod is Cluster/Status: read-only, answered to any caller, so that a node of
+// another cluster learns this cluster's ID and can say which two IDs differ.
+const statusMethod = "/kvoffload.v1.Cluster/Status"
+
 // clusterIDCheck returns server interceptors that refuse a peer call stamped with another
-// cluster's ID (FailedPrecondition naming both). Calls without a stamp (a fresh node's Join
-// and Status) pass.
-func clusterIDCheck(id func() string) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	check := func(ctx context.Context) error {
+// cluster's ID (FailedPrecondition naming both, and a WARN here). Calls without a stamp (a
+// fresh node's Join and Status) pass, and so does Status.
+func clusterIDCheck(id func() string, lg *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	check := func(ctx context.Context, method string) error {
 		md, _ := metadata.FromIncomingContext(ctx)
 		theirs, mine := md.Get(clusterIDHeader), id()
-		if len(theirs) == 0 || mine == "" || theirs[0] == mine {
+		if len(theirs) == 0 || mine == "" || theirs[0] == mine || method == statusMethod {
 			return nil
 		}
-		return status.Errorf(codes.FailedPrecondition, "cluster ID mismatch: this node is in cluster %s, the caller in cluster %s", mine, theirs[0])
+		lg.Warn("peer call refused: another cluster's node", "method", method, "its_cluster", theirs[0], "cluster", mine)
+		return status.Errorf(codes.FailedPrecondition, "cluster ID mismatch: the node called is in cluster %s, the caller in cluster %s", mine, theirs[0])
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := check(ctx); err != nil {
+		if err := check(ctx, info.FullMethod); err != nil {
 			return nil, err
 		}
 		return h(ctx, req)
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := check(ss.Context()); err != nil {
+		if err := check(ss.Context(), info.FullMethod); err != nil {
 			return err
 		}
 		return h(srv, ss)

@@ -141,7 +141,7 @@ func TestJoinAcrossClustersRefused(t *testing.T) {
 			n.Close()
 			t.Fatalf("%s (cluster %s) started with --join to cluster %s", cfg.ID, mine, theirs)
 		}
-		if !errors.Is(err, ErrClusterMismatch) || !strings.Contains(err.Error(), mine) || !strings.Contains(err.Error(), theirs) {
+		if !errors.Is(err, ErrClusterMismatch) || !strings.Contains(err.Error(), "points at cluster "+theirs) || !strings.Contains(err.Error(), "belongs to cluster "+mine) {
 			t.Fatalf("%s with --join to the other cluster: %v, want ErrClusterMismatch naming %s and %s", cfg.ID, err, mine, theirs)
 		}
 		cfg.Join = nil

@@ -275,7 +275,7 @@ func (n *Node) checkJoinIgnored(ctx context.Context) error {
 		if theirs := st.ClusterId; theirs != "" && mine != "" && theirs != mine {
 			return fmt.Errorf("%w: --join %s points at cluster %s, but this data directory belongs to cluster %s: refusing to start (drop --join to restart this member, or use an empty --data to join that cluster as a new node; docs/operations.md)", ErrClusterMismatch, addr, theirs, mine)
 		}
-		n.log.Warn("--join ignored: this node already has Raft state and restarts as a member of its cluster", "join", addr, "cluster", mine)
+		n.log.Warn("--join ignored: this node has Raft state (--join is used only by a node that has none); it points at this node's own cluster", "join", addr, "cluster", mine)
 		return nil
 	}
 	n.log.Warn("--join ignored: this node already has Raft state (no member in --join answered to compare cluster IDs)", "join", strings.Join(n.cfg.Join, ","), "cluster", mine)
