@@ -2,11 +2,11 @@ package node
 
 import (
 	"context"
-	"log/slog"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
