@@ -105,9 +105,17 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	for _, v := range victims {
 		c.ev.lru.drop(v.key, v.gen) // removed, or gone already: either way not a candidate
 	}
-	c.reclaim.flush(ctx) // the victims' bytes are free when the caller reserves again
+	// The victims' bytes are free when the caller reserves again; a stalled disk bounds the
+	// wait by CommitTimeout, not by the caller's context (an offload's write has none).
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
+	flushed := c.reclaim.flush(fctx) == nil
+	cancel()
 	c.stats.evicted.Add(uint64(n))
 	c.lg.Debug("evicted", "keys", n, "need_bytes", need)
 	_ = failpoint.Hit(failpoint.EvictRemoved)
+	if !flushed {
+		c.lg.Warn("evicted keys' bytes not freed yet (disk stalled?): not evicting more", "keys", n)
+		return 0 // the caller stops: evicting more would not free bytes any sooner
+	}
 	return max(n, 1)
 }

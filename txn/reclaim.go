@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 )
@@ -131,8 +132,8 @@ func (r *reclaimer) enqueue(rec reclaim) {
 // stopped, or ctx ends (the frees then go on without the caller). Callers that just had a
 // removal applied call it so that its bytes are free when they return, as they were when the
 // hooks freed synchronously: Remove, an eviction before the Reserve it makes room for. Never
-// call it from a Raft goroutine.
-func (r *reclaimer) flush(ctx context.Context) {
+// call it from a Raft goroutine. It returns ctx's error if ctx ended first.
+func (r *reclaimer) flush(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() {
 		r.mu.Lock()
 		r.cond.Broadcast()
@@ -141,9 +142,14 @@ func (r *reclaimer) flush(ctx context.Context) {
 	defer stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for target := r.queued; r.done < target && !r.exited() && ctx.Err() == nil; {
+	target := r.queued
+	for r.done < target && !r.exited() && ctx.Err() == nil {
 		r.cond.Wait()
 	}
+	if r.done < target && !r.exited() {
+		return ctx.Err()
+	}
+	return nil
 }
 
 func (r *reclaimer) exited() bool {
@@ -155,13 +161,28 @@ func (r *reclaimer) exited() bool {
 	}
 }
 
-// close stops taking records, frees what is queued, and waits for the goroutine to return.
+// closeWait bounds how long close waits for the record being processed (a stalled free).
+const closeWait = 2 * time.Second
+
+// close stops the reclaimer: records not yet processed are dropped (their bytes are orphans,
+// which the next start-up's collection frees), and it waits at most closeWait for the one
+// being processed. Close must not hang behind a stalled disk (review).
 func (r *reclaimer) close() {
 	r.mu.Lock()
 	r.closing = true
 	r.cond.Broadcast()
 	r.mu.Unlock()
-	<-r.stopped
+	select {
+	case <-r.stopped:
+	case <-time.After(closeWait):
+	}
+}
+
+// stopping reports whether close was called.
+func (r *reclaimer) stopping() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closing
 }
 
 // run is the reclaimer's goroutine: it takes the queue in batches and processes each record
@@ -185,6 +206,9 @@ func (r *reclaimer) run() {
 			return // closing, and everything queued is done
 		}
 		for _, rec := range batch {
+			if r.stopping() {
+				return // the rest are dropped: orphans for the next start-up
+			}
 			r.process(rec)
 		}
 		r.mu.Lock()

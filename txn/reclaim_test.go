@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,4 +154,102 @@ func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
 	d.waitStalled(t)
 	d.release()
 	waitFreed(t, data)
+}
+
+// An offload that must evict returns by its deadline while the evicted keys' free stalls
+// (review: the eviction waited for the reclaimer without bound, holding evictor.mu).
+func TestEvictingOffloadReturnsWhileFreeStalls(t *testing.T) {
+	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
+	const capacity = 2 * bucketstore.Alignment
+	cfg := bucketstore.DefaultConfig("/b")
+	cfg.FS, cfg.Capacity = bucketstore.NewErrorFS(bucketstore.NewMemFS(), d.inject), capacity
+	data, err := bucketstore.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &flakyMeta{f: fsm.New()}
+	tc := DefaultConfig("n1")
+	tc.CommitTimeout, tc.Capacity = 300*time.Millisecond, capacity
+	c, err := New(tc, &memLog{}, data, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.f.Watch(c.OnApplied)
+	m.f.WatchRestore(c.OnRestored)
+	t.Cleanup(func() { d.release(); c.Close(); data.Close() })
+	ctx := context.Background()
+	if _, err := c.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj(k, 1)}); err != nil || res[0].Outcome != Stored {
+			t.Fatalf("offload %s: %v %+v", k, err, res)
+		}
+	}
+	d.stall.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _, _ = c.BatchOffload(cctx, NewTxnID(), []Object{obj("c", 1)}); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an offload that evicts blocked past its deadline while the free stalls")
+	}
+}
+
+// Close returns while a free stalls (review: it waited for the whole queue).
+func TestCloseReturnsWhileFreeStalls(t *testing.T) {
+	c, _, _, d := newStallingCoordinator(t)
+	d.stall.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Remove(ctx, []string{"k"}); err != nil {
+		t.Fatal(err)
+	}
+	d.waitStalled(t)
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeWait + 3*time.Second):
+		t.Fatal("Coordinator.Close blocked behind a stalled free")
+	}
+}
+
+// partitionedMeta is flakyMeta whose Barrier fails while cut (no leader reachable).
+type partitionedMeta struct {
+	*flakyMeta
+	cut atomic.Bool
+}
+
+func (m *partitionedMeta) Barrier(context.Context) error {
+	if m.cut.Load() {
+		return errors.New("no leader (test)")
+	}
+	return nil
+}
+
+// A COMMIT that applied, whose answers were lost and whose result was pruned before the
+// background resolver could read it, keeps its bytes: the resolver's ABORT finds the entry
+// live and does not free it (review: it freed them, and the key read Corrupt: G1).
+func TestResolverAfterPruneKeepsCommittedBytes(t *testing.T) {
+	fm := &flakyMeta{f: fsm.New(), applyAnyway: true}
+	m := &partitionedMeta{flakyMeta: fm}
+	c, _ := newCoordinatorFor(t, m, fm.f)
+	ctx := context.Background()
+	m.cut.Store(true)
+	fm.failNext.Store(1 << 30)
+	_, _ = c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)}) // applied, every answer lost
+	fm.failNext.Store(0)
+	fm.f.ApplyCommand(fm.index.Add(1), fsm.EncodePrune(fsm.Prune{TxnID: NewTxnID(), Before: fm.index.Load() + 1}))
+	m.cut.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().Aborts == 0 && time.Now().Before(deadline) { // the resolver settles with an ABORT
+		time.Sleep(20 * time.Millisecond)
+	}
+	got, err := c.BatchGet(ctx, []string{"k"})
+	if err != nil || got[0].Status != Found {
+		t.Fatalf("a committed key lost its bytes: %v %+v", err, got)
+	}
 }

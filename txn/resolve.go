@@ -60,6 +60,14 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 		default:
 			w.outcome, w.reason = fromFSM(ko.Outcome)
 		}
+		if e, live := c.meta.Lookup(w.key); live && e.TxnID == id && e.Owner == c.cfg.NodeID && e.Extent == fsmExtent(w.ext) {
+			// The metadata holds this write as committed though the result says otherwise: the
+			// COMMIT applied and its result was pruned before this settle, which then proposed
+			// an ABORT or re-proposed the COMMIT (AlreadyStored). The bytes are a live entry's:
+			// keep them (review: freeing them broke G1).
+			w.outcome, w.reason = Stored, ""
+			continue
+		}
 		c.reclaim.free(w.ext)
 	}
 	if res.Aborted {
