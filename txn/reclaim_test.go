@@ -42,15 +42,24 @@ func (d *stallingDisk) inject(op bucketstore.Op, _ string) error {
 // stored.
 func newStallingCoordinator(t *testing.T) (*Coordinator, *flakyMeta, *bucketstore.Store, *stallingDisk) {
 	t.Helper()
+	return newStallingCoordinatorCap(t, 0)
+}
+
+// newStallingCoordinatorCap is newStallingCoordinator with a quota of capacity bytes (0:
+// none) and a 300 ms CommitTimeout.
+func newStallingCoordinatorCap(t *testing.T, capacity int64) (*Coordinator, *flakyMeta, *bucketstore.Store, *stallingDisk) {
+	t.Helper()
 	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
 	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), d.inject)
+	cfg.FS, cfg.Capacity = bucketstore.NewErrorFS(bucketstore.NewMemFS(), d.inject), capacity
 	data, err := bucketstore.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := &flakyMeta{f: fsm.New()}
-	c, err := New(DefaultConfig("n1"), &memLog{}, data, m)
+	tc := DefaultConfig("n1")
+	tc.CommitTimeout, tc.Capacity = 300*time.Millisecond, capacity
+	c, err := New(tc, &memLog{}, data, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,32 +168,10 @@ func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
 // An offload that must evict returns by its deadline while the evicted keys' free stalls
 // (review: the eviction waited for the reclaimer without bound, holding evictor.mu).
 func TestEvictingOffloadReturnsWhileFreeStalls(t *testing.T) {
-	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
-	const capacity = 2 * bucketstore.Alignment
-	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS, cfg.Capacity = bucketstore.NewErrorFS(bucketstore.NewMemFS(), d.inject), capacity
-	data, err := bucketstore.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &flakyMeta{f: fsm.New()}
-	tc := DefaultConfig("n1")
-	tc.CommitTimeout, tc.Capacity = 300*time.Millisecond, capacity
-	c, err := New(tc, &memLog{}, data, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.f.Watch(c.OnApplied)
-	m.f.WatchRestore(c.OnRestored)
-	t.Cleanup(func() { d.release(); c.Close(); data.Close() })
+	c, _, _, d := newStallingCoordinatorCap(t, 2*bucketstore.Alignment) // room for two keys
 	ctx := context.Background()
-	if _, err := c.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"a", "b"} {
-		if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj(k, 1)}); err != nil || res[0].Outcome != Stored {
-			t.Fatalf("offload %s: %v %+v", k, err, res)
-		}
+	if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("b", 1)}); err != nil || res[0].Outcome != Stored {
+		t.Fatalf("offload b: %v %+v", err, res)
 	}
 	d.stall.Store(true)
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
