@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvoffload/kvoffload/internal/mutant"
 )
@@ -73,7 +74,15 @@ type FSM struct {
 	st       *state
 	watch    func(*Result)
 	restored func(RestoreDiff)
+	// hooked is the applied index whose hooks (Watch, WatchRestore) have returned: what
+	// waiting for "applied here" must wait for, since the hooks run after the lock is
+	// released (review: a Remove on a follower returned before its free was queued).
+	hooked atomic.Uint64
 }
+
+// HookedIndex returns the highest applied Raft index whose Watch or WatchRestore hook has
+// returned (AppliedIndex, once the hooks of the commands up to it have run).
+func (f *FSM) HookedIndex() uint64 { return f.hooked.Load() }
 
 // RestoreDiff is what a Restore changed in the live entries: the commands folded into a
 // snapshot never reach the Watch hook, so a node that catches up by InstallSnapshot learns
@@ -152,11 +161,12 @@ func (f *FSM) ApplyCommand(index uint64, data []byte) *Result {
 	}
 	f.mu.Lock()
 	res, fresh := f.st.apply(index, cmd)
-	watch := f.watch
+	watch, applied := f.watch, f.st.applied
 	f.mu.Unlock()
 	if fresh && watch != nil {
 		watch(res.clone())
 	}
+	f.hooked.Store(applied) // ApplyCommand and Restore run on one goroutine (raft's FSM)
 	return res.clone()
 }
 

@@ -245,3 +245,23 @@ func TestSetCluster(t *testing.T) {
 		t.Fatalf("empty cluster ID decoded: %v", err)
 	}
 }
+
+// TestHookedIndexAfterWatch: HookedIndex passes an index only once the Watch hook of its
+// command has returned (AppliedIndex does as soon as the state has it), so a wait for
+// "applied here" (raftmeta's WaitApplied) also waits for the hook's effects.
+func TestHookedIndexAfterWatch(t *testing.T) {
+	f := New()
+	release, entered := make(chan struct{}), make(chan struct{})
+	f.Watch(func(*Result) { close(entered); <-release })
+	done := make(chan struct{})
+	go func() { f.ApplyCommand(1, commit(1, ent("a", 1, 1))); close(done) }()
+	<-entered
+	if f.AppliedIndex() != 1 || f.HookedIndex() != 0 {
+		t.Fatalf("inside the hook: applied %d, hooked %d; want 1 and 0", f.AppliedIndex(), f.HookedIndex())
+	}
+	close(release)
+	<-done
+	if f.HookedIndex() != 1 {
+		t.Fatalf("after the hook: hooked %d, want 1", f.HookedIndex())
+	}
+}

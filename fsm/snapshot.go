@@ -167,6 +167,7 @@ func (f *FSM) Restore(r io.Reader) error {
 		f.mu.RUnlock()
 		fn(d)
 	}
+	f.hooked.Store(st.applied)
 	return nil
 }
 

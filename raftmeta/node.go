@@ -296,7 +296,7 @@ func (n *Node) fsmReached(index uint64) bool {
 	if n.raft.AppliedIndex() < index {
 		return false
 	}
-	floor := n.fsm.AppliedIndex()
+	floor := n.fsm.HookedIndex() // applied, and its hooks have run (the coordinator's view)
 	for i := index; i > floor; i-- {
 		var l raft.Log
 		if err := n.logs.GetLog(i, &l); errors.Is(err, raft.ErrLogNotFound) {
