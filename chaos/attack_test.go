@@ -4,10 +4,7 @@ package chaos
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -65,19 +62,9 @@ func plainConn(t *testing.T, addr string) *grpc.ClientConn {
 // tlsConn dials addr trusting caDir's CA, presenting certDir/name's certificate (none if "").
 func tlsConn(t *testing.T, addr, caDir, certDir, name string) *grpc.ClientConn {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(caDir, "ca.crt"))
+	cfg, err := devca.ClientConfig(caDir, certDir, name, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(b)
-	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
-	if name != "" {
-		cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, name+".crt"), filepath.Join(certDir, name+".key"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {

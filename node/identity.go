@@ -283,17 +283,5 @@ func clusterIDCheck(id func() string, lg *slog.Logger) (grpc.UnaryServerIntercep
 		lg.Warn("peer call refused: another cluster's node", "method", method, "its_cluster", theirs[0], "cluster", mine)
 		return status.Errorf(codes.FailedPrecondition, "cluster ID mismatch: the node called is in cluster %s, the caller in cluster %s", mine, theirs[0])
 	}
-	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := check(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return h(ctx, req)
-	}
-	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := check(ss.Context(), info.FullMethod); err != nil {
-			return err
-		}
-		return h(srv, ss)
-	}
-	return unary, stream
+	return guard(check)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
 
@@ -106,13 +105,9 @@ func loadTLS(s Security, id string) (*tlsMaterial, error) {
 	if leaf.Subject.CommonName != id {
 		return nil, fmt.Errorf("node: the certificate in %s is for %q, not this node's ID %q (its Common Name is the node's identity)", s.CertFile, leaf.Subject.CommonName, id)
 	}
-	pem, err := os.ReadFile(s.CAFile)
+	pool, err := devca.CAPool(s.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("node: reading the CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("node: %s holds no PEM certificate", s.CAFile)
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	return &tlsMaterial{cert: cert, ca: pool}, nil
 }
@@ -224,6 +219,12 @@ func tokenCheck(tokens []string) (grpc.UnaryServerInterceptor, grpc.StreamServer
 		}
 		return status.Error(codes.Unauthenticated, "this node's client API needs a bearer token (authorization: Bearer <token>)")
 	}
+	return guard(check)
+}
+
+// guard returns server interceptors that run check on every call (its context and full
+// method name) and refuse the call with check's error.
+func guard(check func(ctx context.Context, method string) error) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if err := check(ctx, info.FullMethod); err != nil {
 			return nil, err

@@ -3,9 +3,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -93,19 +91,9 @@ func tlsSecurity(dir, id string) Security {
 // trusting the CA in trustDir.
 func dialAs(t *testing.T, addr, dir, name, trustDir string) *grpc.ClientConn {
 	t.Helper()
-	pemCA, err := os.ReadFile(filepath.Join(trustDir, "ca.crt"))
+	cfg, err := devca.ClientConfig(trustDir, dir, name, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pemCA)
-	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
-	if name != "" {
-		c, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Certificates = []tls.Certificate{c}
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {

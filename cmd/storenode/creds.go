@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/devca"
 )
 
 // apiCreds are the client-side flags for a client API served with --api-tls and/or
@@ -27,13 +27,9 @@ func (a *apiCreds) register(fl *pflag.FlagSet) {
 // apply sets opt's TLS and Token from the flags.
 func (a apiCreds) apply(opt *client.Options) error {
 	if a.ca != "" {
-		pem, err := os.ReadFile(a.ca)
+		pool, err := devca.CAPool(a.ca)
 		if err != nil {
 			return fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--tls-ca %s holds no PEM certificate", a.ca)
 		}
 		opt.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 	}
