@@ -17,11 +17,14 @@ import (
 type apiCreds struct {
 	ca        string // the cluster CA (PEM): use TLS and verify the member against it
 	tokenFile string // a file whose first non-comment line is the bearer token
+	// insecureToken sends the token without TLS (a loopback or trusted network).
+	insecureToken bool
 }
 
 func (a *apiCreds) register(fl *pflag.FlagSet) {
 	fl.StringVar(&a.ca, "tls-ca", "", "CA certificate (PEM) to verify members' API over TLS (for serve --api-tls); empty = plaintext")
-	fl.StringVar(&a.tokenFile, "token-file", "", "file holding the bearer token for the API (for serve --api-token-file)")
+	fl.StringVar(&a.tokenFile, "token-file", "", "file holding the bearer token for the API (for serve --api-token-file); needs --tls-ca or --insecure-token")
+	fl.BoolVar(&a.insecureToken, "insecure-token", false, "send the token without TLS (loopback or a network you trust)")
 }
 
 // apply sets opt's TLS and Token from the flags.
@@ -34,19 +37,30 @@ func (a apiCreds) apply(opt *client.Options) error {
 		opt.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 	}
 	if a.tokenFile != "" {
-		b, err := os.ReadFile(a.tokenFile)
+		tokens, err := readTokens(a.tokenFile)
 		if err != nil {
 			return fmt.Errorf("--token-file: %w", err)
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-				opt.Token = t
-				break
-			}
-		}
-		if opt.Token == "" {
-			return fmt.Errorf("--token-file %s holds no token", a.tokenFile)
-		}
+		opt.Token, opt.InsecureToken = tokens[0], a.insecureToken
 	}
 	return nil
+}
+
+// readTokens reads a token file: one bearer token per line; blank lines and lines starting
+// with # are skipped. A file holding no token is an error.
+func readTokens(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var tokens []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			tokens = append(tokens, t)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("%s holds no token", path)
+	}
+	return tokens, nil
 }

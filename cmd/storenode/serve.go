@@ -50,7 +50,7 @@ func serveCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run a cluster node",
 		Long: `serve runs one kvoffload node. The first node bootstraps a cluster; others start with
---join host:port (the API address of any member). Up to five nodes are voters, later ones
+--join host:port (the peer address, --peer-addr, of any member). Up to five nodes are voters, later ones
 non-voters. SIGTERM or SIGINT shuts the node down gracefully.
 
 Every flag can also be set in the environment (KVOFFLOAD_RAFT_ADDR=...) or in a JSON file
@@ -154,17 +154,8 @@ func securityConfig(vals map[string]string) (node.Security, error) {
 		return sec, fmt.Errorf("--insecure: %w", err)
 	}
 	if f := vals["api-token-file"]; f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
+		if sec.APITokens, err = readTokens(f); err != nil {
 			return sec, fmt.Errorf("--api-token-file: %w", err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-				sec.APITokens = append(sec.APITokens, t)
-			}
-		}
-		if len(sec.APITokens) == 0 {
-			return sec, fmt.Errorf("--api-token-file %s holds no token", f)
 		}
 	}
 	return sec, nil
