@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -268,4 +270,26 @@ func TestClusterIDRecoveredWithoutFile(t *testing.T) {
 		t.Fatalf("c2's CLUSTER_ID after the restart: %q %v, want %q", got, err, id)
 	}
 	checkReadable(t, reopened[1], 4, 8<<10, keysN("lost", 4)...)
+}
+
+// TestClusterIDMetric: a member exports its cluster ID as kvoffload_cluster_info{cluster_id}.
+func TestClusterIDMetric(t *testing.T) {
+	cfg := memberConfig(t, filepath.Join(t.TempDir(), "m1"), "m1")
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "kvoffload_cluster_info" {
+			if m := mf.GetMetric(); len(m) == 1 && m[0].GetLabel()[0].GetValue() == n.ClusterID() && m[0].GetGauge().GetValue() == 1 {
+				return
+			}
+			t.Fatalf("kvoffload_cluster_info %v, want one series for %s", mf.GetMetric(), n.ClusterID())
+		}
+	}
+	t.Fatal("no kvoffload_cluster_info metric")
 }

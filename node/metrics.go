@@ -182,10 +182,11 @@ var (
 	descApplied   = prometheus.NewDesc("kvoffload_raft_applied_index", "Raft applied index.", nil, nil)
 	descLeader    = prometheus.NewDesc("kvoffload_raft_leader", "1 if this node is the Raft leader.", nil, nil)
 	descTxn       = prometheus.NewDesc("kvoffload_txn_events_total", "Coordinator events by kind.", []string{"kind"}, nil)
+	descCluster   = prometheus.NewDesc("kvoffload_cluster_info", "1, labelled with the ID of the cluster this node belongs to (cluster members that know it).", []string{"cluster_id"}, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKeys, descLocalKeys, descLive, descAlloc, descApplied, descLeader, descTxn} {
+	for _, d := range []*prometheus.Desc{descKeys, descLocalKeys, descLive, descAlloc, descApplied, descLeader, descTxn, descCluster} {
 		ch <- d
 	}
 }
@@ -210,6 +211,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAlloc, prometheus.GaugeValue, float64(st.Buckets.AllocatedBytes))
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(n.raft.AppliedIndex()))
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	if id := n.ClusterID(); id != "" {
+		ch <- prometheus.MustNewConstMetric(descCluster, prometheus.GaugeValue, 1, id)
+	}
 	t := st.Txn
 	for kind, v := range map[string]uint64{
 		"txn": t.Txns, "stored": t.Stored, "already_stored": t.AlreadyStored, "joined": t.Joined,
