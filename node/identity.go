@@ -194,6 +194,8 @@ func (n *Node) adoptClusterID(id string) error {
 	if id == "" {
 		return nil
 	}
+	n.adoptMu.Lock() // the start-up checks, the leader's announce and watchClusterID may race
+	defer n.adoptMu.Unlock()
 	if cur := n.clusterID.Load(); cur != nil {
 		if *cur != id {
 			return fmt.Errorf("%w: this data directory belongs to cluster %s, not %s", ErrClusterMismatch, *cur, id)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,7 @@ type Node struct {
 	raftAdmit atomic.Pointer[raftmeta.Node]
 	// clusterID is the cluster ID of the data directory (identity.go); nil until known.
 	clusterID atomic.Pointer[string]
+	adoptMu   sync.Mutex // serializes adoptClusterID's check and write of CLUSTER_ID
 	// joining is the ID of the cluster a fresh node asked to join (pinned before its Join):
 	// the only cluster whose Raft traffic it accepts until the Join reply is recorded.
 	joining atomic.Pointer[string]
