@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/devca"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // The attack tier (docs/security.md): callers that send what they should not, against
@@ -28,7 +28,7 @@ import (
 
 // forgedCommit is a COMMIT in node's name for one key at ext.
 func forgedCommit(node, key string, ext fsm.Extent, size uint32) []byte {
-	return fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: node,
+	return fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: node,
 		Entries: []fsm.Entry{{Key: key, Size: size, Gen: 1, Extent: ext}}})
 }
 

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/node"
-	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/wal"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
@@ -81,7 +81,7 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ac
 	}
 	for _, r := range res {
 		switch {
-		case r.Status != txn.Found:
+		case r.Status != kvoffload.Found:
 			errs = append(errs, fmt.Errorf("I1: metadata for %s but read gives %s (%s)", r.Key, r.Status, r.Reason))
 		case !bytes.Equal(r.Value, w.Payload(r.Key)):
 			errs = append(errs, fmt.Errorf("I3: %s read back wrong bytes", r.Key))
@@ -134,8 +134,8 @@ func UnresolvedIntents(walDir string) (int, error) {
 }
 
 // getAll reads keys in batches under the per-request key limit.
-func getAll(ctx context.Context, n *node.Node, keys []string) ([]txn.GetResult, error) {
-	var out []txn.GetResult
+func getAll(ctx context.Context, n *node.Node, keys []string) ([]kvoffload.GetResult, error) {
+	var out []kvoffload.GetResult
 	for lo := 0; lo < len(keys); lo += 1024 {
 		res, err := n.BatchGet(ctx, keys[lo:min(lo+1024, len(keys))])
 		if err != nil {

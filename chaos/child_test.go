@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/node"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // The child process: the test binary re-executed with childEnv set. It opens a node (running
@@ -74,15 +74,15 @@ func childMain() int {
 		go func() {
 			defer wg.Done()
 			for b := range batches {
-				objs := make([]txn.Object, childBatchKeys)
+				objs := make([]kvoffload.Object, childBatchKeys)
 				for i := range objs {
 					k := fmt.Sprintf("chaos@run:%s@w:%d@b:%d@i:%d", run, wr, b, i)
 					if i == 0 {
 						k = fmt.Sprintf("chaos@run:%s@shared:%d", run, b) // every writer offloads it: joins
 					}
-					objs[i] = txn.Object{Key: k, Value: w.Payload(k)}
+					objs[i] = kvoffload.Object{Key: k, Value: w.Payload(k)}
 				}
-				res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objs)
+				res, err := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objs)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "child: offload:", err)
 					return

@@ -14,25 +14,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
-	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/workload/replay"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
-func objectsFor(w Workload, keys []string) []client.Object {
-	objs := make([]client.Object, len(keys))
+func objectsFor(w Workload, keys []string) []kvoffload.Object {
+	objs := make([]kvoffload.Object, len(keys))
 	for i, k := range keys {
-		objs[i] = client.Object{Key: k, Value: w.Payload(k)}
+		objs[i] = kvoffload.Object{Key: k, Value: w.Payload(k)}
 	}
 	return objs
 }
 
 func mustOffloadVia(t *testing.T, ctx context.Context, cl *client.Client, w Workload, keys []string) {
 	t.Helper()
-	res, err := cl.BatchOffload(ctx, client.NewTxnID(), objectsFor(w, keys))
+	res, err := cl.BatchOffload(ctx, kvoffload.NewTxnID(), objectsFor(w, keys))
 	if err != nil {
 		t.Fatalf("offload: %v", err)
 	}
@@ -52,9 +52,9 @@ func readAll(t *testing.T, ctx context.Context, cl *client.Client, w Workload, k
 	}
 	for _, r := range res {
 		switch {
-		case r.Status == client.Found && bytes.Equal(r.Value, w.Payload(r.Key)):
+		case r.Status == kvoffload.Found && bytes.Equal(r.Value, w.Payload(r.Key)):
 			ok++
-		case r.Status == client.Found:
+		case r.Status == kvoffload.Found:
 			t.Fatalf("I3: %s read back wrong bytes", r.Key)
 		case first == "":
 			first = fmt.Sprintf("%s: %s %s", r.Key, r.Status, r.Reason)
@@ -96,7 +96,7 @@ func TestClusterAnyNode(t *testing.T) {
 	via3 := c.dial(ctx, c.procs[2].api)
 	defer via3.Close()
 	removed, err := via3.Remove(ctx, keys[:10])
-	if err != nil || len(removed) != 10 || !removed[0] {
+	if err != nil || len(removed) != 10 || !removed[0].Removed {
 		t.Fatalf("remove via n3: %v %v", removed, err)
 	}
 	// Reads are served from each node's local metadata, which may lag the leader briefly:
@@ -110,9 +110,9 @@ func TestClusterAnyNode(t *testing.T) {
 		gone := 0
 		for _, r := range res {
 			switch {
-			case r.Status == client.NotFound:
+			case r.Status == kvoffload.NotFound:
 				gone++
-			case r.Status == client.Found && !bytes.Equal(r.Value, w.Payload(r.Key)):
+			case r.Status == kvoffload.Found && !bytes.Equal(r.Value, w.Payload(r.Key)):
 				t.Fatalf("I3: %s read back wrong bytes", r.Key)
 			}
 		}
@@ -150,7 +150,7 @@ func TestC3NeverPublishBeforeServable(t *testing.T) {
 				key := fmt.Sprintf("c3@%04d", i)
 				done := make(chan error, 1)
 				go func() {
-					_, err := writer.BatchOffload(ctx, client.NewTxnID(), objectsFor(w, []string{key}))
+					_, err := writer.BatchOffload(ctx, kvoffload.NewTxnID(), objectsFor(w, []string{key}))
 					done <- err
 				}()
 				if pollThenRead(t, ctx, reader, w, key, done) {
@@ -172,7 +172,7 @@ func pollThenRead(t *testing.T, ctx context.Context, reader *client.Client, w Wo
 		ex, err := reader.BatchExists(ctx, []string{key}, 0)
 		if err == nil && ex.PrefixPresent == 1 {
 			res, err := reader.BatchGet(ctx, []string{key})
-			if err != nil || res[0].Status != client.Found || !bytes.Equal(res[0].Value, w.Payload(key)) {
+			if err != nil || res[0].Status != kvoffload.Found || !bytes.Equal(res[0].Value, w.Payload(key)) {
 				t.Errorf("%s visible but not servable: %v %+v", key, err, res)
 				return false
 			}
@@ -260,7 +260,7 @@ func TestC9DeadOwnerFastMiss(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", k, err)
 		}
-		if res[0].Status != client.Unavailable && res[0].Status != client.NotFound {
+		if res[0].Status != kvoffload.Unavailable && res[0].Status != kvoffload.NotFound {
 			t.Fatalf("%s owned by a dead node: %s", k, res[0].Status)
 		}
 	}
@@ -277,7 +277,7 @@ func TestC9DeadOwnerFastMiss(t *testing.T) {
 		start := time.Now()
 		res, err := reader.BatchGet(ctx, []string{k})
 		el := time.Since(start)
-		if err != nil || res[0].Status != client.Unavailable {
+		if err != nil || res[0].Status != kvoffload.Unavailable {
 			t.Fatalf("%s on a paused owner: %v %+v", k, err, res)
 		}
 		if i == 0 {
@@ -311,7 +311,7 @@ type killAfter struct {
 	lastKeys []string      // the keys of the n-th call, offloaded before the kill
 }
 
-func (k *killAfter) BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error) {
+func (k *killAfter) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	res, err := k.Target.BatchOffload(ctx, id, objs)
 	if k.finished.Add(1) == k.n {
 		k.kill()
@@ -357,7 +357,7 @@ func TestKillLeaderDuringReplay(t *testing.T) {
 	cl := c.dial(ctx, addrs...)
 	defer cl.Close()
 	seed := testSeed(t)
-	target := replay.Remote{Client: cl, CallTimeout: 2 * time.Minute}
+	target := cl
 	opt := replay.Options{Writers: 8, BlockSize: 64 << 10, Model: "kill", Seed: seed}
 	reqs := trace.Sample()[:80]
 	killing := &killAfter{Target: target, n: int64(10 + rand.New(rand.NewPCG(seed, 7)).IntN(31)),
@@ -393,7 +393,7 @@ func TestKillLeaderDuringReplay(t *testing.T) {
 		res, err := target.BatchGet(ctx, killing.lastKeys)
 		found, first := 0, fmt.Sprint(err)
 		for _, r := range res {
-			if r.Status == txn.Found {
+			if r.Status == kvoffload.Found {
 				found++
 			} else {
 				first = fmt.Sprintf("%s: %s %s", r.Key, r.Status, r.Reason)

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/node"
-	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -192,7 +192,7 @@ func checkLost(ctx context.Context, n *node.Node, h *harness, lost []string) err
 	if len(lost) == 0 {
 		return nil
 	}
-	for _, want := range []txn.GetStatus{txn.Corrupt, txn.NotFound} {
+	for _, want := range []kvoffload.GetStatus{kvoffload.Corrupt, kvoffload.NotFound} {
 		res, err := n.BatchGet(ctx, lost)
 		if err != nil {
 			return err

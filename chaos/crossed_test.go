@@ -51,7 +51,7 @@ func TestCrossedClusters(t *testing.T) {
 			t.Fatalf("%s: %d of B's keys readable through a1", when, ok)
 		}
 		st, err := ca.Status(ctx)
-		if err != nil || len(st.Members) != 1 || st.Members[0].NodeId != "a1" {
+		if err != nil || len(st.Members) != 1 || st.Members[0].NodeID != "a1" {
 			t.Fatalf("%s: a1's status %v %v, want a1 alone", when, st, err)
 		}
 		cb := b.dial(ctx, b.procs[0].api)
@@ -63,8 +63,8 @@ func TestCrossedClusters(t *testing.T) {
 			t.Fatalf("%s: %d of A's keys readable through B", when, ok)
 		}
 		stB, err := cb.Status(ctx)
-		if err != nil || stB.ClusterId == st.ClusterId || stB.ClusterId == "" {
-			t.Fatalf("%s: cluster IDs A %q, B %q (%v): want two different", when, st.ClusterId, stB.ClusterId, err)
+		if err != nil || stB.ClusterID == st.ClusterID || stB.ClusterID == "" {
+			t.Fatalf("%s: cluster IDs A %q, B %q (%v): want two different", when, st.ClusterID, stB.ClusterID, err)
 		}
 		totals.checks += len(keysA) + len(keysB)
 	}

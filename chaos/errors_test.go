@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/node"
@@ -93,10 +94,10 @@ func (l *ledger) problemf(format string, args ...any) {
 	l.problems = append(l.problems, fmt.Sprintf(format, args...))
 }
 
-func (l *ledger) objects(keys ...string) []txn.Object {
-	objs := make([]txn.Object, len(keys))
+func (l *ledger) objects(keys ...string) []kvoffload.Object {
+	objs := make([]kvoffload.Object, len(keys))
 	for i, k := range keys {
-		objs[i] = txn.Object{Key: k, Value: l.w.Payload(k)}
+		objs[i] = kvoffload.Object{Key: k, Value: l.w.Payload(k)}
 	}
 	return objs
 }
@@ -113,7 +114,7 @@ func (l *ledger) offload(ctx context.Context, n *node.Node, keys ...string) erro
 		wasAcked[k] = l.acked[k]
 	}
 	l.mu.Unlock()
-	res, err := n.BatchOffload(ctx, txn.NewTxnID(), l.objects(keys...))
+	res, err := n.BatchOffload(ctx, kvoffload.NewTxnID(), l.objects(keys...))
 	if err != nil {
 		return fmt.Errorf("offload %v: %w", keys, err)
 	}
@@ -128,9 +129,9 @@ func (l *ledger) offload(ctx context.Context, n *node.Node, keys ...string) erro
 		switch {
 		case r.Key != keys[i]:
 			l.problems = append(l.problems, fmt.Sprintf("result %d is for %s, want %s", i, r.Key, keys[i]))
-		case r.Outcome == txn.Conflict:
+		case r.Outcome == kvoffload.Conflict:
 			l.problems = append(l.problems, fmt.Sprintf("%s: Conflict with identical bytes (%s)", r.Key, r.Reason))
-		case r.Outcome != txn.Stored && r.Outcome != txn.AlreadyStored && r.Outcome != txn.Rejected && r.Outcome != txn.Failed:
+		case r.Outcome != kvoffload.Stored && r.Outcome != kvoffload.AlreadyStored && r.Outcome != kvoffload.Rejected && r.Outcome != kvoffload.Failed:
 			l.problems = append(l.problems, fmt.Sprintf("%s: outcome %d is none of the five", r.Key, r.Outcome))
 		case !r.Outcome.OK() && r.Reason == "":
 			l.problems = append(l.problems, fmt.Sprintf("%s: %s without a reason", r.Key, r.Outcome))
@@ -196,13 +197,13 @@ func (l *ledger) read(ctx context.Context, n *node.Node) {
 	for _, r := range res {
 		l.results++
 		switch {
-		case r.Status == txn.Found && string(r.Value) != string(l.w.Payload(r.Key)):
+		case r.Status == kvoffload.Found && string(r.Value) != string(l.w.Payload(r.Key)):
 			l.problems = append(l.problems, fmt.Sprintf("I3: %s read back wrong bytes", r.Key))
-		case r.Status == txn.Unavailable && r.Reason == "":
+		case r.Status == kvoffload.Unavailable && r.Reason == "":
 			l.problems = append(l.problems, fmt.Sprintf("%s: Unavailable without a reason", r.Key))
-		case l.acked[r.Key] && r.Status != txn.Found && r.Status != txn.Unavailable:
+		case l.acked[r.Key] && r.Status != kvoffload.Found && r.Status != kvoffload.Unavailable:
 			l.problems = append(l.problems, fmt.Sprintf("I2: acknowledged key %s reads %s (%s)", r.Key, r.Status, r.Reason))
-		case l.removed[r.Key] && r.Status != txn.NotFound:
+		case l.removed[r.Key] && r.Status != kvoffload.NotFound:
 			l.problems = append(l.problems, fmt.Sprintf("removed key %s reads %s", r.Key, r.Status))
 		}
 	}

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/node"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // errPowerCut stops the workload after a power-loss image has been captured.
@@ -129,12 +129,12 @@ func powerLossAt(t *testing.T, p powerLoss, seed uint64) {
 		return errPowerCut
 	})
 	for b := 0; b < p.batches && img == nil; b++ {
-		objs := make([]txn.Object, 4)
+		objs := make([]kvoffload.Object, 4)
 		for i := range objs {
 			k := fmt.Sprintf("pl@b:%d@i:%d", b, i)
-			objs[i] = txn.Object{Key: k, Value: w.Payload(k)}
+			objs[i] = kvoffload.Object{Key: k, Value: w.Payload(k)}
 		}
-		res, err := n.BatchOffload(ctx, txn.NewTxnID(), objs)
+		res, err := n.BatchOffload(ctx, kvoffload.NewTxnID(), objs)
 		if err != nil {
 			break
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
@@ -65,12 +66,12 @@ type l7Op struct {
 }
 
 type l7Res struct {
-	unknown bool           // the call failed or timed out: any effect or none
-	outcome client.Outcome // offload
-	joined  bool           // offload: waited for another transaction's write of the key
-	removed bool           // remove
-	found   bool           // read
-	reason  string         // why the outcome, for the log
+	unknown bool              // the call failed or timed out: any effect or none
+	outcome kvoffload.Outcome // offload
+	joined  bool              // offload: waited for another transaction's write of the key
+	removed bool              // remove
+	found   bool              // read
+	reason  string            // why the outcome, for the log
 }
 
 // l7Model is the client-level model of one key: present or absent. Stored (not joined)
@@ -103,11 +104,11 @@ var l7Model = porcupine.Model{
 			switch {
 			case res.unknown:
 				return true, true
-			case res.outcome == client.Stored && !res.joined:
+			case res.outcome == kvoffload.Stored && !res.joined:
 				return !present, true
-			case res.outcome == client.Stored:
+			case res.outcome == kvoffload.Stored:
 				return true, true
-			case res.outcome == client.AlreadyStored:
+			case res.outcome == kvoffload.AlreadyStored:
 				return present, true
 			}
 			return false, present
@@ -254,10 +255,10 @@ func (c *proxiedCluster) leaderNow(ctx context.Context) string {
 	}
 	defer cl.Close()
 	st, err := cl.Status(ctx)
-	if err != nil || st.LeaderId == "" {
+	if err != nil || st.LeaderID == "" {
 		return "none"
 	}
-	return st.LeaderId
+	return st.LeaderID
 }
 
 // others returns the nodes other than p.
@@ -384,13 +385,13 @@ func l7Client(ctx context.Context, cl *client.Client, retries *removeRetries, id
 		switch r := rng.IntN(10); {
 		case r < 5:
 			h := rec.call(id, l7Op{"offload", key})
-			res, err := cl.BatchOffload(opCtx, client.NewTxnID(), []client.Object{{Key: key, Value: l7Payload(seed, key)}})
+			res, err := cl.BatchOffload(opCtx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: key, Value: l7Payload(seed, key)}})
 			switch {
-			case err != nil || res[0].Outcome == client.Failed:
+			case err != nil || res[0].Outcome == kvoffload.Failed:
 				rec.ret(h, l7Res{unknown: true})
-			case res[0].Outcome == client.Rejected:
+			case res[0].Outcome == kvoffload.Rejected:
 				rec.drop(h, l7Res{outcome: res[0].Outcome, reason: res[0].Reason}) // refused, or stale: no effect
-			case res[0].Outcome == client.AlreadyStored && !*l7Strict:
+			case res[0].Outcome == kvoffload.AlreadyStored && !*l7Strict:
 				rec.drop(h, l7Res{outcome: res[0].Outcome, joined: res[0].Joined}) // a read of possibly lagging local metadata
 			default:
 				rec.ret(h, l7Res{outcome: res[0].Outcome, joined: res[0].Joined})
@@ -402,7 +403,7 @@ func l7Client(ctx context.Context, cl *client.Client, retries *removeRetries, id
 			if err != nil {
 				rec.ret(h, l7Res{unknown: true})
 			} else {
-				rec.ret(h, l7Res{removed: removed[0]})
+				rec.ret(h, l7Res{removed: removed[0].Removed})
 			}
 			for range retries.Load() - before {
 				if !*l7Strict {
@@ -413,11 +414,11 @@ func l7Client(ctx context.Context, cl *client.Client, retries *removeRetries, id
 			// Reads are served from the local metadata of the node the client talks to, which
 			// may lag the leader: they are checked for bytes (I3), not for recency.
 			res, err := cl.BatchGet(opCtx, []string{key})
-			if err == nil && res[0].Status == client.Found && !bytes.Equal(res[0].Value, l7Payload(seed, key)) {
+			if err == nil && res[0].Status == kvoffload.Found && !bytes.Equal(res[0].Value, l7Payload(seed, key)) {
 				cancel()
 				return fmt.Errorf("I3: %s read back wrong bytes", key)
 			}
-			if err == nil && res[0].Status == client.Corrupt {
+			if err == nil && res[0].Status == kvoffload.Corrupt {
 				cancel()
 				return fmt.Errorf("I3: %s reads as corrupt: %s", key, res[0].Reason)
 			}
@@ -442,7 +443,7 @@ func l7Final(t *testing.T, ctx context.Context, c *proxiedCluster, rec *l7Record
 	defer cl.Close()
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	final := "nem@final"
-	res, err := cl.BatchOffload(wctx, client.NewTxnID(), []client.Object{{Key: final, Value: l7Payload(seed, final)}})
+	res, err := cl.BatchOffload(wctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: final, Value: l7Payload(seed, final)}})
 	cancel()
 	if err != nil || !res[0].Outcome.OK() {
 		t.Fatalf("I10: the final write after healing failed (leader %s): %v %+v", l.id, err, res)
@@ -540,12 +541,12 @@ func l7View(ctx context.Context, c *proxiedCluster, p *proc, keys []string, seed
 	view := map[string]bool{}
 	for _, r := range res {
 		switch r.Status {
-		case client.Found:
+		case kvoffload.Found:
 			if !bytes.Equal(r.Value, l7Payload(seed, r.Key)) {
 				return nil, fmt.Errorf("I3: %s read back wrong bytes via %s", r.Key, p.id)
 			}
 			view[r.Key] = true
-		case client.NotFound:
+		case kvoffload.NotFound:
 		default:
 			return nil, fmt.Errorf("read %s via %s: %s %s", r.Key, p.id, r.Status, r.Reason)
 		}

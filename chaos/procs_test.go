@@ -186,9 +186,9 @@ func (c *cluster) leader(ctx context.Context, via *proc) *proc {
 	defer cl.Close()
 	for ctx.Err() == nil {
 		st, err := cl.Status(ctx)
-		if err == nil && st.LeaderId != "" {
+		if err == nil && st.LeaderID != "" {
 			for _, p := range c.procs {
-				if p.id == st.LeaderId {
+				if p.id == st.LeaderID {
 					return p
 				}
 			}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload"
 )
 
 // stallWriters is the load of issue 7: 32 concurrent writers over three members.
@@ -62,7 +62,7 @@ func TestStalledMemberWriters(t *testing.T) {
 				}
 				keys := keysNamed(fmt.Sprintf("stall/w%02d/b%05d", i, n), 2)
 				cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
-				res, err := cl.BatchOffload(cctx, client.NewTxnID(), objectsFor(w, keys))
+				res, err := cl.BatchOffload(cctx, kvoffload.NewTxnID(), objectsFor(w, keys))
 				ccancel()
 				if err == nil && (!res[0].Outcome.OK() || !res[1].Outcome.OK()) {
 					err = fmt.Errorf("%+v", res)

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 )
 
@@ -61,16 +62,17 @@ func recordingDialer(last *atomic.Pointer[error]) func(context.Context, string) 
 	}
 }
 
-// Dial connects to a cluster through the first reachable address with DefaultOptions.
+// Dial connects to a cluster through the first reachable address with the default options.
 func Dial(ctx context.Context, addrs ...string) (*Client, error) {
 	return DialOptions(ctx, DefaultOptions(), addrs...)
 }
 
 // DialOptions connects to a cluster through the first of addrs (host:port of members' API
 // listeners) that accepts a connection within Options.DialTimeout; the other addresses are
-// failover targets. It fails with ErrUnreachable when none does, and with the context's error
-// when ctx ends first.
+// failover targets. Zero fields of opt take their defaults. It fails with ErrUnreachable
+// when none does, and with the context's error when ctx ends first.
 func DialOptions(ctx context.Context, opt Options, addrs ...string) (*Client, error) {
+	opt = opt.withDefaults()
 	if err := opt.Validate(); err != nil {
 		return nil, err
 	}
@@ -136,7 +138,7 @@ func dialOptions(opt Options) []grpc.DialOption {
 	if opt.Token != "" {
 		dos = append(dos, grpc.WithPerRPCCredentials(bearer{token: opt.Token, secure: !opt.InsecureToken}))
 	}
-	return dos
+	return append(dos, opt.GRPCOptions...)
 }
 
 // bearer sends a token as "authorization: Bearer <token>" (RFC 6750 §2.1) with every call.
@@ -173,6 +175,14 @@ func waitReady(ctx context.Context, m *member, timeout time.Duration) error {
 	}
 }
 
+// callContext gives a call without a deadline Options.CallTimeout.
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || c.opt.CallTimeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.opt.CallTimeout)
+}
+
 // Addr is the address calls currently go to.
 func (c *Client) Addr() string { return c.members[c.cur.Load()].addr }
 
@@ -192,3 +202,6 @@ func (c *Client) closeConns() error {
 	}
 	return errors.Join(errs...)
 }
+
+// A Client is a kvoffload.Store: the remote implementation of the one API (docs/api.md).
+var _ kvoffload.Store = (*Client)(nil)

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -21,7 +21,7 @@ func TestDialSkipsDeadAddress(t *testing.T) {
 	if c.Addr() != n.addr {
 		t.Fatalf("client uses %s, want %s", c.Addr(), n.addr)
 	}
-	if _, err := c.BatchOffload(testCtx(t), client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}}); err != nil {
+	if _, err := c.BatchOffload(testCtx(t), kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -51,7 +51,7 @@ func TestFailoverBetweenCalls(t *testing.T) {
 	n1, n2 := mustStartNode(t, f), mustStartNode(t, f)
 	c := mustDial(t, testOptions(), n1.addr, n2.addr)
 	ctx := testCtx(t)
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}}); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	n1.srv.Stop()
@@ -77,11 +77,11 @@ func TestReadDeadlineAllMembersDown(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := c.BatchGet(ctx, []string{"a"})
-	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrIndeterminate) {
-		t.Fatalf("err %v, want DeadlineExceeded (and not ErrIndeterminate: a read)", err)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kvoffload.ErrIndeterminate) {
+		t.Fatalf("err %v, want DeadlineExceeded (and not kvoffload.ErrIndeterminate: a read)", err)
 	}
 	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("err %v should carry the last error (Unavailable)", err)
+		t.Fatalf("err %v should carry the last error (kvoffload.Unavailable)", err)
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("returned after %s", el)
@@ -93,14 +93,14 @@ func TestExistsRemoveStatsStatus(t *testing.T) {
 	n := mustStartNode(t, f)
 	c := mustDial(t, testOptions(), n.addr)
 	ctx := testCtx(t)
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("12")}, {Key: "b", Value: []byte("345")}}); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("12")}, {Key: "b", Value: []byte("345")}}); err != nil {
 		t.Fatal(err)
 	}
 	ex, err := c.BatchExists(ctx, []string{"a", "b", "inflight/c", "d"}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []client.Presence{client.Present, client.Present, client.InFlight, client.Absent}
+	want := []kvoffload.Presence{kvoffload.Present, kvoffload.Present, kvoffload.InFlight, kvoffload.Absent}
 	for i, p := range want {
 		if ex.Keys[i] != p {
 			t.Fatalf("key %d: %s, want %s", i, ex.Keys[i], p)
@@ -110,18 +110,18 @@ func TestExistsRemoveStatsStatus(t *testing.T) {
 		t.Fatalf("prefix %d, want 2", ex.PrefixPresent)
 	}
 	st, err := c.Stats(ctx)
-	if err != nil || st.GetNodeId() != "fake" || st.GetKeys() != 2 || st.GetBytes() != 5 || st.GetCounters()["offload_calls"] != 1 {
+	if err != nil || st.NodeID != "fake" || st.Keys != 2 || st.Bytes != 5 || st.Counters["offload_calls"] != 1 {
 		t.Fatalf("%v %v", st, err)
 	}
 	rm, err := c.Remove(ctx, []string{"a", "zz"})
-	if err != nil || len(rm) != 2 || !rm[0] || rm[1] {
+	if err != nil || len(rm) != 2 || !rm[0].Removed || rm[1].Removed || rm[1].Key != "zz" {
 		t.Fatalf("%v %v", rm, err)
 	}
-	if ex, _ := c.BatchExists(ctx, []string{"a"}, 0); ex.Keys[0] != client.Absent || ex.PrefixPresent != 0 {
+	if ex, _ := c.BatchExists(ctx, []string{"a"}, 0); ex.Keys[0] != kvoffload.Absent || ex.PrefixPresent != 0 {
 		t.Fatalf("after Remove: %+v", ex)
 	}
 	s, err := c.Status(ctx)
-	if err != nil || s.GetLeaderId() != "n1" || len(s.GetMembers()) != 2 || !s.GetMembers()[0].GetLeader() {
+	if err != nil || s.LeaderID != "n1" || len(s.Members) != 2 || !s.Members[0].Leader {
 		t.Fatalf("%v %v", s, err)
 	}
 }
@@ -133,32 +133,10 @@ func TestClosedClient(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.BatchGet(testCtx(t), []string{"a"}); !errors.Is(err, client.ErrClosed) {
-		t.Fatalf("err %v, want ErrClosed", err)
+	if _, err := c.BatchGet(testCtx(t), []string{"a"}); !errors.Is(err, kvoffload.ErrClosed) {
+		t.Fatalf("err %v, want kvoffload.ErrClosed", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-}
-
-func TestStrings(t *testing.T) {
-	for v, want := range map[interface{ String() string }]string{
-		client.Stored: "Stored", client.AlreadyStored: "AlreadyStored", client.Conflict: "Conflict",
-		client.Rejected: "Rejected", client.Failed: "Failed", client.Outcome(0): "Unknown",
-		client.Found: "Found", client.NotFound: "NotFound", client.Corrupt: "Corrupt",
-		client.Unavailable: "Unavailable", client.InvalidKey: "InvalidKey", client.GetStatus(9): "Unknown",
-		client.Present: "Present", client.Absent: "Absent", client.InFlight: "InFlight", client.Unknown: "Unknown",
-		client.Presence(0): "Presence(0)",
-	} {
-		if v.String() != want {
-			t.Errorf("%v: %q, want %q", v, v.String(), want)
-		}
-	}
-	if !client.Stored.OK() || !client.AlreadyStored.OK() || client.Conflict.OK() {
-		t.Error("OK")
-	}
-	if a, b := client.NewTxnID(), client.NewTxnID(); a == b || len(a.String()) != 32 {
-		t.Errorf("NewTxnID: %s %s", a, b)
-	}
-	_ = kvoffloadv1.Outcome_OUTCOME_STORED
 }

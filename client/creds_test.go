@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -39,7 +40,8 @@ func TestValidateCredentials(t *testing.T) {
 		{"token with a newline", func(o *client.Options) { o.TLS, o.Token = &tls.Config{}, "abc\nx-evil: 1" }, "b64token"},
 		{"token of padding only", func(o *client.Options) { o.TLS, o.Token = &tls.Config{}, "==" }, "b64token"},
 		{"TLS 1.0", func(o *client.Options) { o.TLS = &tls.Config{MinVersion: tls.VersionTLS10} }, "TLS 1.2"},
-		{"no stall timeout", func(o *client.Options) { o.StallTimeout = 0 }, "StallTimeout"},
+		{"negative stall timeout", func(o *client.Options) { o.StallTimeout = -1 }, "StallTimeout"},
+		{"zero fields take defaults", func(o *client.Options) { *o = client.Options{} }, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,10 +102,10 @@ func TestTokenSentWithEveryCall(t *testing.T) {
 	opt.Token, opt.InsecureToken = "s3cret", true
 	c := mustDial(t, opt, n.addr)
 	ctx := testCtx(t)
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}}); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := c.BatchGet(ctx, []string{"a"}); err != nil || got[0].Status != client.Found {
+	if got, err := c.BatchGet(ctx, []string{"a"}); err != nil || got[0].Status != kvoffload.Found {
 		t.Fatalf("%+v %v", got, err)
 	}
 	if _, err := c.BatchExists(ctx, []string{"a"}, 0); err != nil {
@@ -120,9 +122,9 @@ func TestTokenSentWithEveryCall(t *testing.T) {
 	opt.Token = "wrong"
 	w := mustDial(t, opt, n.addr)
 	before, _ := f.calls()
-	_, err := w.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "b", Value: []byte("y")}})
-	if !errors.Is(err, client.ErrDenied) || status.Code(err) != codes.Unauthenticated || errors.Is(err, client.ErrIndeterminate) {
-		t.Fatalf("wrong token: %v, want ErrDenied", err)
+	_, err := w.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "b", Value: []byte("y")}})
+	if !errors.Is(err, kvoffload.ErrDenied) || status.Code(err) != codes.Unauthenticated || errors.Is(err, kvoffload.ErrIndeterminate) {
+		t.Fatalf("wrong token: %v, want kvoffload.ErrDenied", err)
 	}
 	auth.mu.Lock()
 	attempts := len(auth.got)
@@ -143,8 +145,8 @@ func TestTLS(t *testing.T) {
 	opt.TLS = &tls.Config{RootCAs: pool}
 	opt.Token = "tok"
 	c := mustDial(t, opt, n.addr)
-	res, err := c.BatchOffload(testCtx(t), client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}})
-	if err != nil || res[0].Outcome != client.Stored {
+	res, err := c.BatchOffload(testCtx(t), kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("x")}})
+	if err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("%+v %v", res, err)
 	}
 	plain := testOptions()

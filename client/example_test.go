@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -25,7 +26,7 @@ func Example() {
 	}
 	defer c.Close()
 
-	res, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{
+	res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{
 		{Key: "llama/0", Value: []byte("block 0")},
 		{Key: "llama/1", Value: []byte("block 1")},
 	})

@@ -186,7 +186,7 @@ func (f *fakeCluster) abort(id string, n int) {
 	defer f.mu.Unlock()
 	resp := &kvoffloadv1.OffloadResponse{}
 	for range n {
-		resp.Results = append(resp.Results, &kvoffloadv1.KeyResult{Outcome: kvoffloadv1.Outcome_OUTCOME_FAILED, Reason: "transaction aborted"})
+		resp.Results = append(resp.Results, &kvoffloadv1.KeyResult{Outcome: kvoffloadv1.Outcome_OUTCOME_FAILED, Code: kvoffloadv1.Code_CODE_ABORTED, Reason: "transaction aborted"})
 	}
 	f.results[id] = resp
 }

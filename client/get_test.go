@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
-	"github.com/kvoffload/kvoffload/client"
 )
 
 type getStream = grpc.ServerStreamingServer[kvoffloadv1.GetChunk]
@@ -38,11 +38,11 @@ func TestBatchGetReassembles(t *testing.T) {
 	n := mustStartNode(t, f)
 	c := mustDial(t, testOptions(), n.addr)
 	ctx := testCtx(t)
-	var objs []client.Object
+	var objs []kvoffload.Object
 	for i := range 8 {
-		objs = append(objs, client.Object{Key: "k" + string(rune('a'+i)), Value: randBytes(r, r.IntN(100000))})
+		objs = append(objs, kvoffload.Object{Key: "k" + string(rune('a'+i)), Value: randBytes(r, r.IntN(100000))})
 	}
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), objs); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), objs); err != nil {
 		t.Fatal(err)
 	}
 	keys := []string{"missing"}
@@ -53,12 +53,12 @@ func TestBatchGetReassembles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0].Key != "missing" || got[0].Status != client.NotFound {
+	if got[0].Key != "missing" || got[0].Status != kvoffload.NotFound {
 		t.Fatalf("%+v", got[0])
 	}
 	for i, g := range got[1:] {
 		o := objs[len(objs)-1-i]
-		if g.Key != o.Key || g.Status != client.Found || !bytes.Equal(g.Value, o.Value) {
+		if g.Key != o.Key || g.Status != kvoffload.Found || !bytes.Equal(g.Value, o.Value) {
 			t.Fatalf("key %s: %s %s, %d bytes (want %d)", g.Key, g.Status, g.Reason, len(g.Value), len(o.Value))
 		}
 	}
@@ -86,16 +86,16 @@ func TestBatchGetShortAndLongValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []struct {
-		status client.GetStatus
+		status kvoffload.GetStatus
 		value  string
 		reason string
 	}{
-		{client.Unavailable, "", "truncated: got 5 of 10"},
-		{client.Found, "abcdef", ""},
-		{client.Corrupt, "", "checksum mismatch"},
-		{client.Unavailable, "", "longer than"},
-		{client.Found, "", ""},
-		{client.Unavailable, "", "got 3 of 4"},
+		{kvoffload.Unavailable, "", "truncated: got 5 of 10"},
+		{kvoffload.Found, "abcdef", ""},
+		{kvoffload.Corrupt, "", "checksum mismatch"},
+		{kvoffload.Unavailable, "", "longer than"},
+		{kvoffload.Found, "", ""},
+		{kvoffload.Unavailable, "", "got 3 of 4"},
 	}
 	for i, w := range want {
 		g := got[i]
@@ -104,7 +104,7 @@ func TestBatchGetShortAndLongValues(t *testing.T) {
 		}
 	}
 	if got[4].Value == nil {
-		t.Error("an empty Found value should be non-nil")
+		t.Error("an empty kvoffload.Found value should be non-nil")
 	}
 }
 
@@ -114,7 +114,7 @@ func TestBatchGetStreamEndsEarlyIsRetried(t *testing.T) {
 	n := mustStartNode(t, f)
 	c := mustDial(t, testOptions(), n.addr)
 	ctx := testCtx(t)
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("A")}, {Key: "b", Value: []byte("B")}}); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("A")}, {Key: "b", Value: []byte("B")}}); err != nil {
 		t.Fatal(err)
 	}
 	f.setGetHook(func(call int, _ *kvoffloadv1.GetRequest, st getStream) error {
@@ -134,11 +134,11 @@ func TestBatchGetStreamEndsEarlyIsRetried(t *testing.T) {
 
 func TestBatchGetProtocolViolations(t *testing.T) {
 	cases := map[string][]*kvoffloadv1.GetChunk{
-		"index twice":        {{Index: 0, Status: notFound}, {Index: 0, Status: notFound}},
-		"index out of range": {{Index: 7, Status: notFound}},
-		"data first":         {{Data: []byte("x")}},
-		"data for NotFound":  {{Index: 0, Status: notFound, Data: []byte("x")}},
-		"data for other key": {{Index: 0, Status: found, Size: 2, Data: []byte("x")}, {Index: 1, Data: []byte("y")}},
+		"index twice":                 {{Index: 0, Status: notFound}, {Index: 0, Status: notFound}},
+		"index out of range":          {{Index: 7, Status: notFound}},
+		"data first":                  {{Data: []byte("x")}},
+		"data for kvoffload.NotFound": {{Index: 0, Status: notFound, Data: []byte("x")}},
+		"data for other key":          {{Index: 0, Status: found, Size: 2, Data: []byte("x")}, {Index: 1, Data: []byte("y")}},
 	}
 	for name, chunks := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -146,8 +146,8 @@ func TestBatchGetProtocolViolations(t *testing.T) {
 			n := mustStartNode(t, f)
 			c := mustDial(t, testOptions(), n.addr)
 			f.setGetHook(func(_ int, _ *kvoffloadv1.GetRequest, st getStream) error { return sendAll(st, chunks...) })
-			if _, err := c.BatchGet(testCtx(t), []string{"a", "b"}); !errors.Is(err, client.ErrProtocol) {
-				t.Fatalf("err %v, want ErrProtocol", err)
+			if _, err := c.BatchGet(testCtx(t), []string{"a", "b"}); !errors.Is(err, kvoffload.ErrProtocol) {
+				t.Fatalf("err %v, want kvoffload.ErrProtocol", err)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -62,9 +63,9 @@ func randBytes(r *rand.Rand, n int) []byte {
 
 // checkRetriedOn checks that a one-object batch (key "k", value val) under txn id was Stored
 // exactly, after two attempts that both carried id, and that the client now talks to addr.
-func checkRetriedOn(t *testing.T, f *fakeCluster, c *client.Client, res []client.KeyResult, id client.TxnID, val []byte, addr string) {
+func checkRetriedOn(t *testing.T, f *fakeCluster, c *client.Client, res []kvoffload.KeyResult, id kvoffload.TxnID, val []byte, addr string) {
 	t.Helper()
-	if res[0].Outcome != client.Stored || !bytes.Equal(f.val("k"), val) {
+	if res[0].Outcome != kvoffload.Stored || !bytes.Equal(f.val("k"), val) {
 		t.Fatalf("%+v", res)
 	}
 	txns, _, _ := f.snapshot()

@@ -4,38 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/wire"
 )
 
 // BatchOffload stores objs as one transaction named id and returns one result per object, in
-// order. Calls whose outcome is unknown are retried with the same id (see the package doc), so
-// the batch takes effect exactly once; id must be fresh (NewTxnID) for each new batch. If a
-// retried attempt finds id aborted, the batch is sent once more under a fresh ID and the
+// order (kvoffload.Store). Calls whose outcome is unknown are retried with the same id (see
+// the package doc), so the batch takes effect exactly once; id must be fresh (NewTxnID) for
+// each new batch. If a retried attempt finds id aborted (CodeAborted: the lost attempt was
+// rolled back, storing nothing), the batch is sent once more under a fresh ID and the
 // results are that transaction's. The values must not be modified until the call returns.
 //
-// A key that is not valid UTF-8 is Rejected at once and not sent; the other objects are sent
-// as the batch (if none is left, nothing is sent).
+// A key that kvoffload.CheckKey refuses is Rejected (CodeInvalidKey) at once and not sent;
+// the other objects are sent as the batch (if none is left, nothing is sent).
 //
-// The error is non-nil only when no results could be obtained: ErrInvalidArgument,
-// ErrTooLarge or ErrDenied when the cluster refused the request (nothing was stored; such a
-// request is not retried), ErrIndeterminate (with the context's error) when ctx ended while
-// the outcome was unknown.
-func (c *Client) BatchOffload(ctx context.Context, id TxnID, objs []Object) ([]KeyResult, error) {
-	for i, o := range objs {
-		if o.Key == "" {
-			return nil, fmt.Errorf("%w: BatchOffload: object %d has an empty key", ErrInvalidArgument, i)
-		}
+// Errors, when no results could be obtained: kvoffload.ErrInvalidArgument (a zero id, or an
+// id used for a different batch), ErrTooLarge (over MaxBatchKeys or MaxBatchBytes), ErrDenied
+// (nothing was stored; none of these is retried); ErrIndeterminate when ctx ended (it wraps
+// the context's error too) or MaxAttempts ran out while the outcome was unknown: call again
+// with the same id to learn it; ErrClosed.
+func (c *Client) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
+	if err := kvoffload.CheckTxnID(id); err != nil {
+		return nil, err
 	}
-	return sendOnly(objs, func(o Object) string { return o.Key },
-		func(o Object) KeyResult { return KeyResult{Key: o.Key, Outcome: Rejected, Reason: invalidKeyReason} },
-		func(objs []Object) ([]KeyResult, error) { return c.batchOffload(ctx, id, objs) })
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	return sendOnly(objs, func(o kvoffload.Object) string { return o.Key },
+		func(o kvoffload.Object) kvoffload.KeyResult {
+			return kvoffload.KeyResult{Key: o.Key, Outcome: kvoffload.Rejected, Code: kvoffload.CodeInvalidKey,
+				Reason: kvoffload.CheckKey(o.Key) + "; not sent"}
+		},
+		func(objs []kvoffload.Object) ([]kvoffload.KeyResult, error) { return c.batchOffload(ctx, id, objs) })
 }
 
 // batchOffload runs BatchOffload for objects whose keys can all be sent.
-func (c *Client) batchOffload(ctx context.Context, id TxnID, objs []Object) ([]KeyResult, error) {
-	var out []KeyResult
+func (c *Client) batchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
+	var out []kvoffload.KeyResult
 	renewed := false
 	err := c.retry(ctx, "BatchOffload", true, func(ctx context.Context, a *attempt) error {
 		res, err := c.offloadOnce(ctx, a, id, objs)
@@ -46,7 +52,7 @@ func (c *Client) batchOffload(ctx context.Context, id TxnID, objs []Object) ([]K
 			// An earlier attempt was cut off and the cluster aborted that transaction: it
 			// stored nothing, and its ID now answers "aborted" for ever. Start afresh.
 			old := id
-			id, renewed = NewTxnID(), true
+			id, renewed = kvoffload.NewTxnID(), true
 			c.lg.Warn("transaction aborted after a retry; resending with a new ID",
 				"old_txn", old.String(), "txn", id.String(), "objects", len(objs))
 			return errRenew
@@ -54,8 +60,8 @@ func (c *Client) batchOffload(ctx context.Context, id TxnID, objs []Object) ([]K
 		out = res
 		return nil
 	})
-	if errors.Is(err, ErrProtocol) {
-		return nil, fmt.Errorf("%w (%w)", ErrIndeterminate, err)
+	if errors.Is(err, kvoffload.ErrProtocol) {
+		return nil, fmt.Errorf("%w (%w)", kvoffload.ErrIndeterminate, err)
 	}
 	if err != nil {
 		return nil, err
@@ -64,7 +70,7 @@ func (c *Client) batchOffload(ctx context.Context, id TxnID, objs []Object) ([]K
 }
 
 // offloadOnce streams the batch to the attempt's member once.
-func (c *Client) offloadOnce(ctx context.Context, a *attempt, id TxnID, objs []Object) ([]KeyResult, error) {
+func (c *Client) offloadOnce(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // tears the stream down on every early return
 	st, err := a.m.kv.BatchOffload(ctx)
@@ -99,7 +105,7 @@ func (c *Client) offloadOnce(ctx context.Context, a *attempt, id TxnID, objs []O
 // sendObjects frames objs as OffloadChunk messages: the first carries the transaction ID, each
 // object starts with a chunk holding its key and size, and no chunk holds more than chunk
 // value bytes. Data slices alias the values; nothing is copied.
-func sendObjects(send func(*kvoffloadv1.OffloadChunk) error, id TxnID, objs []Object, chunk int) error {
+func sendObjects(send func(*kvoffloadv1.OffloadChunk) error, id kvoffload.TxnID, objs []kvoffload.Object, chunk int) error {
 	txnID := id[:]
 	first := func(ch *kvoffloadv1.OffloadChunk) *kvoffloadv1.OffloadChunk {
 		if txnID != nil {
@@ -126,48 +132,25 @@ func sendObjects(send func(*kvoffloadv1.OffloadChunk) error, id TxnID, objs []Ob
 }
 
 // keyResults maps a response to one result per object.
-func keyResults(resp *kvoffloadv1.OffloadResponse, objs []Object) ([]KeyResult, error) {
+func keyResults(resp *kvoffloadv1.OffloadResponse, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	if len(resp.GetResults()) != len(objs) {
-		return nil, fmt.Errorf("%w: %d results for %d objects", ErrProtocol, len(resp.GetResults()), len(objs))
+		return nil, fmt.Errorf("%w: %d results for %d objects", kvoffload.ErrProtocol, len(resp.GetResults()), len(objs))
 	}
-	out := make([]KeyResult, len(objs))
+	out := make([]kvoffload.KeyResult, len(objs))
 	for i, r := range resp.GetResults() {
-		out[i] = KeyResult{Key: objs[i].Key, Outcome: outcome(r.GetOutcome()), Joined: r.GetJoined(), Reason: r.GetReason()}
-		if out[i].Outcome == 0 {
-			out[i].Outcome = Failed
-			out[i].Reason = fmt.Sprintf("unknown outcome %d from the member: %s", r.GetOutcome(), r.GetReason())
-		}
+		out[i] = wire.KeyResultFromPB(r, objs[i].Key)
 	}
 	return out, nil
 }
 
-func outcome(o kvoffloadv1.Outcome) Outcome {
-	switch o {
-	case kvoffloadv1.Outcome_OUTCOME_STORED:
-		return Stored
-	case kvoffloadv1.Outcome_OUTCOME_ALREADY_STORED:
-		return AlreadyStored
-	case kvoffloadv1.Outcome_OUTCOME_CONFLICT:
-		return Conflict
-	case kvoffloadv1.Outcome_OUTCOME_REJECTED:
-		return Rejected
-	case kvoffloadv1.Outcome_OUTCOME_FAILED:
-		return Failed
-	}
-	return 0
-}
-
 // allAborted reports whether every key failed because its transaction was aborted.
-func allAborted(res []KeyResult) bool {
-	if len(res) == 0 {
-		return false
-	}
+func allAborted(res []kvoffload.KeyResult) bool {
 	for _, r := range res {
-		if r.Outcome != Failed || !strings.Contains(strings.ToLower(r.Reason), "aborted") {
+		if r.Outcome != kvoffload.Failed || r.Code != kvoffload.CodeAborted {
 			return false
 		}
 	}
-	return true
+	return len(res) > 0
 }
 
 // sendOnly calls call with the items whose keys can be sent (if any) and returns its answers

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -23,11 +24,11 @@ func TestOffloadChunks5MiB(t *testing.T) {
 	c := mustDial(t, testOptions(), n.addr)
 	ctx := testCtx(t)
 	val := randBytes(r, 5<<20)
-	res, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "big", Value: val}})
+	res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "big", Value: val}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 1 || res[0].Outcome != client.Stored || res[0].Key != "big" {
+	if len(res) != 1 || res[0].Outcome != kvoffload.Stored || res[0].Key != "big" {
 		t.Fatalf("results %+v", res)
 	}
 	_, sizes, idMsgs := f.snapshot()
@@ -46,7 +47,7 @@ func TestOffloadChunks5MiB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0].Status != client.Found || !bytes.Equal(got[0].Value, val) {
+	if got[0].Status != kvoffload.Found || !bytes.Equal(got[0].Value, val) {
 		t.Fatalf("BatchGet: %s %s, %d bytes", got[0].Status, got[0].Reason, len(got[0].Value))
 	}
 }
@@ -63,19 +64,19 @@ func TestOffloadMultiObjectBatches(t *testing.T) {
 	c := mustDial(t, opt, n.addr)
 	ctx := testCtx(t)
 	for batch := range 5 {
-		objs := make([]client.Object, r.IntN(20))
+		objs := make([]kvoffload.Object, r.IntN(20))
 		wantMsgs := 0
 		for i := range objs {
 			size := r.IntN(3 * opt.ChunkSize)
 			if r.IntN(5) == 0 {
 				size = 0
 			}
-			objs[i] = client.Object{Key: fmt.Sprintf("b%d/k%d", batch, i), Value: randBytes(r, size)}
+			objs[i] = kvoffload.Object{Key: fmt.Sprintf("b%d/k%d", batch, i), Value: randBytes(r, size)}
 			wantMsgs += max(1, (size+opt.ChunkSize-1)/opt.ChunkSize)
 		}
 		wantMsgs = max(wantMsgs, 1)
 		_, before, _ := f.snapshot()
-		id := client.NewTxnID()
+		id := kvoffload.NewTxnID()
 		res, err := c.BatchOffload(ctx, id, objs)
 		if err != nil {
 			t.Fatal(err)
@@ -90,7 +91,7 @@ func TestOffloadMultiObjectBatches(t *testing.T) {
 			}
 		}
 		for i, o := range objs {
-			if res[i].Key != o.Key || res[i].Outcome != client.Stored || !bytes.Equal(f.val(o.Key), o.Value) {
+			if res[i].Key != o.Key || res[i].Outcome != kvoffload.Stored || !bytes.Equal(f.val(o.Key), o.Value) {
 				t.Fatalf("batch %d object %d: %+v", batch, i, res[i])
 			}
 		}
@@ -99,8 +100,8 @@ func TestOffloadMultiObjectBatches(t *testing.T) {
 			t.Fatalf("same txn again: %v, %d results", err, len(again))
 		}
 		for i := range again {
-			if again[i].Outcome != client.Stored {
-				t.Fatalf("same txn again: object %d %s, want the original Stored", i, again[i].Outcome)
+			if again[i].Outcome != kvoffload.Stored {
+				t.Fatalf("same txn again: object %d %s, want the original kvoffload.Stored", i, again[i].Outcome)
 			}
 		}
 	}
@@ -111,26 +112,31 @@ func TestOffloadOutcomes(t *testing.T) {
 	n := mustStartNode(t, f)
 	c := mustDial(t, testOptions(), n.addr)
 	ctx := testCtx(t)
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("1")}}); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("1")}, {Key: "a2", Value: nil}})
-	if err != nil || res[0].Outcome != client.AlreadyStored || res[1].Outcome != client.Stored {
+	res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("1")}, {Key: "a2", Value: nil}})
+	if err != nil || res[0].Outcome != kvoffload.AlreadyStored || res[1].Outcome != kvoffload.Stored {
 		t.Fatalf("%+v %v", res, err)
 	}
-	res, err = c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("2")}})
-	if err != nil || res[0].Outcome != client.Conflict || res[0].Outcome.OK() || res[0].Reason == "" {
+	res, err = c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("2")}})
+	if err != nil || res[0].Outcome != kvoffload.Conflict || res[0].Outcome.OK() || res[0].Reason == "" {
 		t.Fatalf("%+v %v", res, err)
 	}
-	res, err = c.BatchOffload(ctx, client.NewTxnID(), nil)
+	res, err = c.BatchOffload(ctx, kvoffload.NewTxnID(), nil)
 	if err != nil || len(res) != 0 {
 		t.Fatalf("empty batch: %+v %v", res, err)
 	}
 	if txns, _, _ := f.snapshot(); len(txns) != 4 {
 		t.Fatalf("%d calls reached the fake, want 4 (the empty batch names its txn too)", len(txns))
 	}
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: ""}}); !errors.Is(err, client.ErrInvalidArgument) {
-		t.Fatalf("empty key: %v, want ErrInvalidArgument", err)
+	// An empty key is per key, as on every Store: Rejected with CodeInvalidKey, not sent.
+	res, err = c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: ""}, {Key: "b", Value: []byte("1")}})
+	if err != nil || res[0].Outcome != kvoffload.Rejected || !errors.Is(res[0].Err(), kvoffload.CodeInvalidKey) || res[1].Outcome != kvoffload.Stored {
+		t.Fatalf("empty key: %+v %v", res, err)
+	}
+	if _, err := c.BatchOffload(ctx, kvoffload.TxnID{}, []kvoffload.Object{{Key: "c", Value: []byte("1")}}); !errors.Is(err, kvoffload.ErrInvalidArgument) {
+		t.Fatalf("zero txn ID: %v, want kvoffload.ErrInvalidArgument", err)
 	}
 }
 
@@ -154,8 +160,8 @@ func TestOffloadRetryAfterDisconnectKeepsTxnID(t *testing.T) {
 		return nil
 	})
 	val := randBytes(r, 2<<20)
-	id := client.NewTxnID()
-	res, err := c.BatchOffload(testCtx(t), id, []client.Object{{Key: "k", Value: val}})
+	id := kvoffload.NewTxnID()
+	res, err := c.BatchOffload(testCtx(t), id, []kvoffload.Object{{Key: "k", Value: val}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,13 +181,13 @@ func TestOffloadAbortedRetryGetsNewTxnID(t *testing.T) {
 		}
 		return nil
 	})
-	id := client.NewTxnID()
-	res, err := c.BatchOffload(testCtx(t), id, []client.Object{{Key: "a", Value: []byte("x")}, {Key: "b", Value: []byte("y")}})
+	id := kvoffload.NewTxnID()
+	res, err := c.BatchOffload(testCtx(t), id, []kvoffload.Object{{Key: "a", Value: []byte("x")}, {Key: "b", Value: []byte("y")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range res {
-		if r.Outcome != client.Stored {
+		if r.Outcome != kvoffload.Stored {
 			t.Fatalf("%+v", res)
 		}
 	}
@@ -196,10 +202,10 @@ func TestOffloadAbortedFirstAttemptIsReturned(t *testing.T) {
 	f := newFake()
 	n := mustStartNode(t, f)
 	c := mustDial(t, testOptions(), n.addr)
-	id := client.NewTxnID()
+	id := kvoffload.NewTxnID()
 	f.abort(string(id[:]), 1)
-	res, err := c.BatchOffload(testCtx(t), id, []client.Object{{Key: "a", Value: []byte("x")}})
-	if err != nil || res[0].Outcome != client.Failed || res[0].Reason != "transaction aborted" {
+	res, err := c.BatchOffload(testCtx(t), id, []kvoffload.Object{{Key: "a", Value: []byte("x")}})
+	if err != nil || res[0].Outcome != kvoffload.Failed || res[0].Reason != "transaction aborted" {
 		t.Fatalf("%+v %v", res, err)
 	}
 	if txns, _, _ := f.snapshot(); len(txns) != 1 {
@@ -220,9 +226,9 @@ func TestOffloadDeadlineHonoured(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}})
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrIndeterminate) {
-		t.Fatalf("err %v, want DeadlineExceeded and ErrIndeterminate", err)
+	_, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("x")}})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, kvoffload.ErrIndeterminate) {
+		t.Fatalf("err %v, want DeadlineExceeded and kvoffload.ErrIndeterminate", err)
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("returned after %s", el)
@@ -237,8 +243,8 @@ func TestOffloadMaxAttempts(t *testing.T) {
 	opt.MaxAttempts = 3
 	c := mustDial(t, opt, n.addr)
 	f.setOffloadHook(func(context.Context, int, int, string) error { return status.Error(codes.Unavailable, "down") })
-	_, err := c.BatchOffload(testCtx(t), client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("x")}})
-	if !errors.Is(err, client.ErrIndeterminate) || status.Code(err) != codes.Unavailable {
+	_, err := c.BatchOffload(testCtx(t), kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("x")}})
+	if !errors.Is(err, kvoffload.ErrIndeterminate) || status.Code(err) != codes.Unavailable {
 		t.Fatalf("err %v", err)
 	}
 	if txns, _, _ := f.snapshot(); len(txns) != 3 {
@@ -259,7 +265,7 @@ func TestTxnBeginPutCommitAbort(t *testing.T) {
 		}
 	}
 	res, err := tx.Commit(ctx)
-	if err != nil || len(res) != 2 || res[1].Key != "t2" || res[1].Outcome != client.Stored {
+	if err != nil || len(res) != 2 || res[1].Key != "t2" || res[1].Outcome != kvoffload.Stored {
 		t.Fatalf("%+v %v", res, err)
 	}
 	id := tx.ID()
@@ -300,7 +306,7 @@ func TestTxnCommitAgainAfterIndeterminate(t *testing.T) {
 	_ = tx.Put("k", []byte("v"))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := tx.Commit(ctx); !errors.Is(err, client.ErrIndeterminate) {
+	if _, err := tx.Commit(ctx); !errors.Is(err, kvoffload.ErrIndeterminate) {
 		t.Fatalf("err %v", err)
 	}
 	if err := tx.Put("k2", nil); !errors.Is(err, client.ErrTxnDone) {
@@ -308,7 +314,7 @@ func TestTxnCommitAgainAfterIndeterminate(t *testing.T) {
 	}
 	f.setOffloadHook(nil)
 	res, err := tx.Commit(testCtx(t))
-	if err != nil || res[0].Outcome != client.Stored {
+	if err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("%+v %v", res, err)
 	}
 	id := tx.ID()

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
-// Options shape a Client. Start from DefaultOptions.
+// Options shape a Client. The zero value is usable: every zero field takes its default
+// (DefaultOptions), so set only what differs.
 type Options struct {
 	// ChunkSize is the most value bytes in one gRPC message, in bytes (default 1 MiB, the
 	// protocol's chunk size). The client's gRPC message limits are ChunkSize + 8 MiB.
@@ -21,8 +24,13 @@ type Options struct {
 	// MaxBackoff caps the wait between retries (default 2 s).
 	MaxBackoff time.Duration
 	// MaxAttempts bounds the attempts of one call; 0 (the default) retries until the call's
-	// context ends.
+	// context ends (or CallTimeout passes).
 	MaxAttempts int
+	// CallTimeout is the deadline of a call whose context has none (default 30 s), so a call
+	// to a cluster that is down returns (ErrIndeterminate or ErrUnavailable) instead of
+	// retrying for ever; a negative value disables it. A context with a deadline is used as
+	// it is.
+	CallTimeout time.Duration
 	// StallTimeout is how long one attempt may go without progress before it is cancelled
 	// and retried on the next member (default 2 s; must be positive). Progress is a message
 	// received, a message the transport accepted for sending, or an answer from the member to
@@ -47,6 +55,22 @@ type Options struct {
 	// Logger receives retries and failovers (Debug) and transaction renewals (Warn); nil
 	// discards them.
 	Logger *slog.Logger
+	// OnAttempt, when set, is called after every attempt of every call (the metrics hook):
+	// with the operation, the member, how long the attempt took and its error (nil on
+	// success). It runs on the calling goroutine and must not block.
+	OnAttempt func(Attempt)
+	// GRPCOptions are appended to the client's own dial options (interceptors, a custom
+	// dialer, stats handlers); they win where they set the same thing.
+	GRPCOptions []grpc.DialOption
+}
+
+// Attempt describes one attempt of a call, for Options.OnAttempt.
+type Attempt struct {
+	Op      string // "BatchOffload", "BatchGet", "BatchExists", "Remove", "Stats", "Status"
+	Addr    string // the member's address
+	N       int    // 1 for the first attempt of the call
+	Elapsed time.Duration
+	Err     error
 }
 
 // DefaultOptions returns the default options.
@@ -57,7 +81,32 @@ func DefaultOptions() Options {
 		RetryBackoff: 50 * time.Millisecond,
 		MaxBackoff:   2 * time.Second,
 		StallTimeout: 2 * time.Second,
+		CallTimeout:  30 * time.Second,
 	}
+}
+
+// withDefaults fills o's zero fields from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.ChunkSize == 0 {
+		o.ChunkSize = d.ChunkSize
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = d.DialTimeout
+	}
+	if o.RetryBackoff == 0 {
+		o.RetryBackoff = d.RetryBackoff
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = max(d.MaxBackoff, o.RetryBackoff)
+	}
+	if o.StallTimeout == 0 {
+		o.StallTimeout = d.StallTimeout
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = d.CallTimeout
+	}
+	return o
 }
 
 // maxChunkSize bounds ChunkSize: the protocol promises messages of about 1 MiB, and servers
@@ -68,8 +117,9 @@ const maxChunkSize = 1 << 20
 // results of the largest batch (4096 keys of up to 1 KiB).
 const messageSlack = 8 << 20
 
-// Validate reports every invalid field.
+// Validate reports every invalid field, after zero fields took their defaults.
 func (o Options) Validate() error {
+	o = o.withDefaults()
 	var errs []error
 	if o.ChunkSize < 1 || o.ChunkSize > maxChunkSize {
 		errs = append(errs, fmt.Errorf("client: ChunkSize %d out of range [1, %d]", o.ChunkSize, maxChunkSize))

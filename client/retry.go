@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,7 +20,7 @@ import (
 // already checked that its context is still live, so DeadlineExceeded and Canceled here are
 // the member's (or the stall watch's).
 func retryable(err error) bool {
-	if errors.Is(err, errStreamEnded) || errors.Is(err, errStalled) {
+	if errors.Is(err, errStreamEnded) || errors.Is(err, wire.ErrStreamEnded) || errors.Is(err, errStalled) {
 		return true
 	}
 	s, ok := status.FromError(err)
@@ -58,17 +60,17 @@ func permanent(name string, err error) error {
 		return err // the client's own error, already named
 	}
 	if unsendable(s) {
-		return fmt.Errorf("%w: %s: %w", ErrInvalidArgument, name, err)
+		return fmt.Errorf("%w: %s: %w", kvoffload.ErrInvalidArgument, name, err)
 	}
 	switch s.Code() {
 	case codes.InvalidArgument, codes.FailedPrecondition:
-		return fmt.Errorf("%w: %s: %w", ErrInvalidArgument, name, err)
+		return fmt.Errorf("%w: %s: %w", kvoffload.ErrInvalidArgument, name, err)
 	case codes.ResourceExhausted:
-		return fmt.Errorf("%w: %s: %w", ErrTooLarge, name, err)
+		return fmt.Errorf("%w: %s: %w", kvoffload.ErrTooLarge, name, err)
 	case codes.Unauthenticated, codes.PermissionDenied:
-		return fmt.Errorf("%w: %s: %w", ErrDenied, name, err)
+		return fmt.Errorf("%w: %s: %w", kvoffload.ErrDenied, name, err)
 	}
-	return fmt.Errorf("client: %s: %w", name, err)
+	return fmt.Errorf("%w: %s: %w", kvoffload.ErrUnavailable, name, err)
 }
 
 // jitter spreads d by ±25% so that clients retrying together do not stay in step.
@@ -98,27 +100,32 @@ var errRenew = errors.New("client: renew transaction")
 
 // retry runs op against the current member until it succeeds, fails with an error whose
 // outcome is known, or ctx ends (or Options.MaxAttempts is spent). Errors whose outcome is
-// unknown move the call to the next member after a backoff. For a write, ending while the
-// outcome is unknown wraps ErrIndeterminate.
+// unknown move the call to the next member after a backoff. Giving up wraps
+// kvoffload.ErrIndeterminate for an offload (offload true: its batch may have been stored)
+// and kvoffload.ErrUnavailable for any other call.
 //
 // Each attempt runs under a stall watch (stall.go): one that makes no progress for
 // Options.StallTimeout is cancelled and counts as an unknown outcome.
-func (c *Client) retry(ctx context.Context, name string, write bool, op func(ctx context.Context, a *attempt) error) error {
+func (c *Client) retry(ctx context.Context, name string, offload bool, op func(ctx context.Context, a *attempt) error) error {
 	backoff := c.opt.RetryBackoff
 	var last error
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
-			return fmt.Errorf("%w: %s", ErrClosed, name)
+			return fmt.Errorf("%w: %s", kvoffload.ErrClosed, name)
 		}
 		if err := ctx.Err(); err != nil {
-			if attempt == 1 {
-				return fmt.Errorf("client: %s: %w", name, err) // nothing was sent
+			if attempt == 1 { // nothing was sent
+				return fmt.Errorf("%w: %s: %w", kvoffload.ErrUnavailable, name, err)
 			}
-			return giveUp(name, write, err, last)
+			return giveUp(name, offload, err, last)
 		}
 		i := int(c.cur.Load())
 		a, actx, stop := c.watch(ctx, c.members[i], attempt)
+		began := time.Now()
 		err := stop(op(actx, a))
+		if c.opt.OnAttempt != nil {
+			c.opt.OnAttempt(Attempt{Op: name, Addr: c.members[i].addr, N: attempt, Elapsed: time.Since(began), Err: err})
+		}
 		if err == nil {
 			return nil
 		}
@@ -126,7 +133,7 @@ func (c *Client) retry(ctx context.Context, name string, write bool, op func(ctx
 			continue
 		}
 		if ctx.Err() != nil {
-			return giveUp(name, write, ctx.Err(), err)
+			return giveUp(name, offload, ctx.Err(), err)
 		}
 		if !retryable(err) {
 			return permanent(name, err)
@@ -134,27 +141,26 @@ func (c *Client) retry(ctx context.Context, name string, write bool, op func(ctx
 		last = err
 		c.failover(i)
 		if c.opt.MaxAttempts > 0 && attempt >= c.opt.MaxAttempts {
-			return giveUp(name, write, fmt.Errorf("gave up after %d attempts", attempt), last)
+			return giveUp(name, offload, fmt.Errorf("gave up after %d attempts", attempt), last)
 		}
 		c.lg.Debug("retry", "op", name, "attempt", attempt, "addr", c.members[i].addr, "err", err)
 		if err := sleep(ctx, jitter(backoff)); err != nil {
-			return giveUp(name, write, err, last)
+			return giveUp(name, offload, err, last)
 		}
 		backoff = min(2*backoff, c.opt.MaxBackoff)
 	}
 }
 
 // giveUp builds the error of a call that stopped retrying because of cause.
-func giveUp(name string, write bool, cause, last error) error {
-	switch {
-	case write && last == nil:
-		return fmt.Errorf("%w: %s: %w", ErrIndeterminate, name, cause)
-	case write:
-		return fmt.Errorf("%w: %s: %w (last error: %w)", ErrIndeterminate, name, cause, last)
-	case last == nil:
-		return fmt.Errorf("client: %s: %w", name, cause)
+func giveUp(name string, offload bool, cause, last error) error {
+	sentinel := kvoffload.ErrUnavailable
+	if offload {
+		sentinel = kvoffload.ErrIndeterminate
 	}
-	return fmt.Errorf("client: %s: %w (last error: %w)", name, cause, last)
+	if last == nil {
+		return fmt.Errorf("%w: %s: %w", sentinel, name, cause)
+	}
+	return fmt.Errorf("%w: %s: %w (last error: %w)", sentinel, name, cause, last)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

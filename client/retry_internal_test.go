@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -17,8 +18,8 @@ func TestUnsendableIsPermanent(t *testing.T) {
 	if retryable(marshal) {
 		t.Fatal("a marshal failure is retryable")
 	}
-	if err := permanent("BatchOffload", marshal); !errors.Is(err, ErrInvalidArgument) || status.Code(err) != codes.Internal {
-		t.Fatalf("permanent: %v, want ErrInvalidArgument wrapping Internal", err)
+	if err := permanent("BatchOffload", marshal); !errors.Is(err, kvoffload.ErrInvalidArgument) || status.Code(err) != codes.Internal {
+		t.Fatalf("permanent: %v, want kvoffload.ErrInvalidArgument wrapping Internal", err)
 	}
 	for _, err := range []error{
 		status.Error(codes.Internal, "txn: something broke"),

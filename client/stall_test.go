@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload"
 )
 
 // freezer is a TCP relay in front of one member that can be frozen: it then stops moving
@@ -139,11 +139,11 @@ func TestOffloadFailsOverFromStalledMember(t *testing.T) {
 		return nil
 	})
 	val := randBytes(r, 2<<20)
-	id := client.NewTxnID()
+	id := kvoffload.NewTxnID()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := c.BatchOffload(ctx, id, []client.Object{{Key: "k", Value: val}})
+	res, err := c.BatchOffload(ctx, id, []kvoffload.Object{{Key: "k", Value: val}})
 	el := time.Since(start)
 	t.Logf("completed after %s", el)
 	if err != nil {
@@ -164,14 +164,14 @@ func TestGetFailsOverFromStalledMember(t *testing.T) {
 	opt.StallTimeout = 500 * time.Millisecond
 	c := mustDial(t, opt, fz.addr(), n2.addr)
 	ctx := testCtx(t)
-	if _, err := c.BatchOffload(ctx, client.NewTxnID(), []client.Object{{Key: "a", Value: []byte("A")}}); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: []byte("A")}}); err != nil {
 		t.Fatal(err)
 	}
 	fz.freeze()
 	start := time.Now()
 	got, err := c.BatchGet(ctx, []string{"a"})
 	el := time.Since(start)
-	if err != nil || got[0].Status != client.Found || string(got[0].Value) != "A" {
+	if err != nil || got[0].Status != kvoffload.Found || string(got[0].Value) != "A" {
 		t.Fatalf("after %s: %+v %v", el, got, err)
 	}
 	if el > 1500*time.Millisecond {
@@ -218,9 +218,9 @@ func TestStallWatchSparesLiveMember(t *testing.T) {
 			})
 			val := randBytes(r, 2<<20) // 32 messages of 64 KiB
 			start := time.Now()
-			res, err := c.BatchOffload(testCtx(t), client.NewTxnID(), []client.Object{{Key: "k", Value: val}})
+			res, err := c.BatchOffload(testCtx(t), kvoffload.NewTxnID(), []kvoffload.Object{{Key: "k", Value: val}})
 			t.Logf("took %s", time.Since(start))
-			if err != nil || res[0].Outcome != client.Stored || !bytes.Equal(f.val("k"), val) {
+			if err != nil || res[0].Outcome != kvoffload.Stored || !bytes.Equal(f.val("k"), val) {
 				t.Fatalf("%+v %v", res, err)
 			}
 			if txns, _, _ := f.snapshot(); len(txns) != 1 {

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"fmt"
+
+	"github.com/kvoffload/kvoffload"
 )
 
 // Txn is an explicit transaction staged on the client: Put adds objects, Commit sends them as
@@ -10,8 +12,8 @@ import (
 // for one goroutine.
 type Txn struct {
 	c     *Client
-	id    TxnID
-	objs  []Object
+	id    kvoffload.TxnID
+	objs  []kvoffload.Object
 	state txnState
 }
 
@@ -24,10 +26,10 @@ const (
 )
 
 // Begin starts an explicit transaction with a fresh ID.
-func (c *Client) Begin() *Txn { return &Txn{c: c, id: NewTxnID()} }
+func (c *Client) Begin() *Txn { return &Txn{c: c, id: kvoffload.NewTxnID()} }
 
 // ID is the transaction's ID.
-func (t *Txn) ID() TxnID { return t.id }
+func (t *Txn) ID() kvoffload.TxnID { return t.id }
 
 // Put stages an object. value is not copied: it must not be modified until Commit returns.
 // Put fails with ErrTxnDone once Commit or Abort was called.
@@ -35,7 +37,7 @@ func (t *Txn) Put(key string, value []byte) error {
 	if t.state != txnOpen {
 		return fmt.Errorf("%w: put %q", ErrTxnDone, key)
 	}
-	t.objs = append(t.objs, Object{Key: key, Value: value})
+	t.objs = append(t.objs, kvoffload.Object{Key: key, Value: value})
 	return nil
 }
 
@@ -43,7 +45,7 @@ func (t *Txn) Put(key string, value []byte) error {
 // one result per Put, in order. If it returns an error (for example ErrIndeterminate after its
 // context ended), Commit may be called again: the same ID makes the retry exactly-once. After
 // results were returned, Commit fails with ErrTxnDone.
-func (t *Txn) Commit(ctx context.Context) ([]KeyResult, error) {
+func (t *Txn) Commit(ctx context.Context) ([]kvoffload.KeyResult, error) {
 	if t.state == txnDone {
 		return nil, fmt.Errorf("%w: commit", ErrTxnDone)
 	}

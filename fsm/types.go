@@ -1,16 +1,14 @@
 package fsm
 
 import (
-	"encoding/hex"
 	"fmt"
+
+	"github.com/kvoffload/kvoffload"
 )
 
-// TxnID names one transaction. The client chooses it (128 random bits), so a
-// retry of the same batch carries the same TxnID and is de-duplicated by the FSM.
-type TxnID [16]byte
-
-// String returns the lower-case hex form of t.
-func (t TxnID) String() string { return hex.EncodeToString(t[:]) }
+// TxnID names one transaction: the caller's kvoffload.TxnID, recorded as is. A retry of the
+// same batch carries the same TxnID and is de-duplicated by the FSM.
+type TxnID = kvoffload.TxnID
 
 // Extent locates a key's bytes inside one bucket file of the owner node.
 type Extent struct {

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/workload/diskbench"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
@@ -45,12 +45,12 @@ func benchOffload(b *testing.B, block int) {
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(b.N) {
-				objs := make([]txn.Object, batch)
+				objs := make([]kvoffload.Object, batch)
 				for i := range objs {
 					s := seq.Add(1)
-					objs[i] = txn.Object{Key: fmt.Sprintf("bench@%d", s), Value: payloads[s%int64(len(payloads))]}
+					objs[i] = kvoffload.Object{Key: fmt.Sprintf("bench@%d", s), Value: payloads[s%int64(len(payloads))]}
 				}
-				if _, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objs); err != nil {
+				if _, err := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objs); err != nil {
 					b.Error(err)
 					return
 				}

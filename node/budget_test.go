@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 func testBudget(limit int64) *budget {
@@ -233,7 +233,7 @@ func TestIdleOffloadStreamEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := txn.NewTxnID()
+	id := kvoffload.NewTxnID()
 	if err := st.Send(&pb.OffloadChunk{TxnId: id[:], Key: keyOf("idle", 0), Size: 4 << 20, Data: []byte{1}}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -52,8 +52,8 @@ func TestC10FullDiskKeepsOffloading(t *testing.T) {
 				return
 			}
 			switch r := res[0]; {
-			case r.Status == txn.NotFound:
-			case r.Status == txn.Found && bytes.Equal(r.Value, trace.Payload(seed, k, block)):
+			case r.Status == kvoffload.NotFound:
+			case r.Status == kvoffload.Found && bytes.Equal(r.Value, trace.Payload(seed, k, block)):
 			default:
 				bad.Add(1)
 				t.Errorf("%s during eviction: %s %s", k, r.Status, r.Reason)
@@ -67,7 +67,7 @@ func TestC10FullDiskKeepsOffloading(t *testing.T) {
 			keys = append(keys, keyOf("c10", b*batch+i))
 		}
 		for _, r := range mustOffload(t, n, objects(seed, block, keys...)) {
-			if r.Outcome != txn.Stored {
+			if r.Outcome != kvoffload.Stored {
 				t.Fatalf("%s: %s %s", r.Key, r.Outcome, r.Reason)
 			}
 		}
@@ -83,7 +83,7 @@ func TestC10FullDiskKeepsOffloading(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	s, _ := n.Stats()
+	s, _ := n.Internals()
 	t.Logf("C10: %d keys evicted, %d live, max %d bytes allocated on disk (quota %d)", s.Txn.Evicted, s.Meta.Keys, maxAlloc, quota)
 	if s.Txn.Evicted == 0 || s.Meta.Keys == 0 || bad.Load() != 0 {
 		t.Fatalf("evicted %d, live %d, bad reads %d", s.Txn.Evicted, s.Meta.Keys, bad.Load())
@@ -103,17 +103,17 @@ func TestLeasePinsAgainstEviction(t *testing.T) {
 	defer mustClose(t, n)
 	first := keyOf("lease", 0)
 	mustOffload(t, n, objects(3, block, first))
-	if ex := n.BatchExistsLease(context.Background(), []string{first}, time.Minute); ex.PrefixPresent != 1 {
+	if ex := mustExists(n.BatchExists(context.Background(), []string{first}, time.Minute)); ex.PrefixPresent != 1 {
 		t.Fatalf("exists: %+v", ex)
 	}
 	for i := 1; i <= 40; i++ {
 		mustOffload(t, n, objects(3, block, keyOf("lease", i)))
 	}
-	if s, _ := n.Stats(); s.Txn.Evicted == 0 {
+	if s, _ := n.Internals(); s.Txn.Evicted == 0 {
 		t.Fatal("nothing was evicted: the test did not fill the quota")
 	}
 	checkReadable(t, n, 3, block, first)
-	if got, _ := n.BatchGet(context.Background(), []string{keyOf("lease", 1)}); got[0].Status != txn.NotFound {
+	if got, _ := n.BatchGet(context.Background(), []string{keyOf("lease", 1)}); got[0].Status != kvoffload.NotFound {
 		t.Fatalf("the oldest unleased key: %s, want evicted", got[0].Status)
 	}
 }
@@ -151,9 +151,9 @@ func TestShrunkQuotaAtStartUp(t *testing.T) {
 	found := 0
 	for i, r := range res {
 		switch {
-		case r.Status == txn.Found && bytes.Equal(r.Value, objects(5, block, keys[i])[0].Value):
+		case r.Status == kvoffload.Found && bytes.Equal(r.Value, objects(5, block, keys[i])[0].Value):
 			found++
-		case r.Status == txn.NotFound:
+		case r.Status == kvoffload.NotFound:
 			if found > 0 {
 				t.Errorf("%s (written after a kept key) was evicted: not least recently used first", keys[i])
 			}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/workload/replay"
@@ -20,7 +21,7 @@ func TestOffloadWarmRestart(t *testing.T) {
 	n := mustOpen(t, testConfig(dir))
 	keys := []string{keyOf("w", 0), keyOf("w", 1), keyOf("w", 2)}
 	for _, r := range mustOffload(t, n, objects(1, 64<<10, keys...)) {
-		if r.Outcome != txn.Stored {
+		if r.Outcome != kvoffload.Stored {
 			t.Fatalf("%s: %s, want Stored", r.Key, r.Outcome)
 		}
 	}
@@ -29,7 +30,7 @@ func TestOffloadWarmRestart(t *testing.T) {
 	defer mustClose(t, n)
 	checkReadable(t, n, 1, 64<<10, keys...)
 	for _, r := range mustOffload(t, n, objects(1, 64<<10, keys...)) {
-		if r.Outcome != txn.AlreadyStored {
+		if r.Outcome != kvoffload.AlreadyStored {
 			t.Fatalf("%s: %s after restart, want AlreadyStored", r.Key, r.Outcome)
 		}
 	}
@@ -47,12 +48,12 @@ func TestC1DuplicateKeys(t *testing.T) {
 		k := func(i int) string { return keyOf(fmt.Sprintf("c1r%d", round), i) }
 		a := objects(1, size, k(0), k(1), k(2), k(3), k(4), k(3), k(6), k(7))
 		b := objects(1, size, k(3), k(100), k(101), k(102))
-		var ra, rb []txn.KeyResult
+		var ra, rb []kvoffload.KeyResult
 		var ea, eb error
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go func() { defer wg.Done(); ra, ea = n.BatchOffload(context.Background(), txn.NewTxnID(), a) }()
-		go func() { defer wg.Done(); rb, eb = n.BatchOffload(context.Background(), txn.NewTxnID(), b) }()
+		go func() { defer wg.Done(); ra, ea = n.BatchOffload(context.Background(), kvoffload.NewTxnID(), a) }()
+		go func() { defer wg.Done(); rb, eb = n.BatchOffload(context.Background(), kvoffload.NewTxnID(), b) }()
 		wg.Wait()
 		if ea != nil || eb != nil {
 			t.Fatalf("round %d: batch errors %v, %v", round, ea, eb)
@@ -142,7 +143,7 @@ func TestC2MooncakeTrace(t *testing.T) {
 func TestRetrySameTxnID(t *testing.T) {
 	n := mustOpen(t, testConfig(t.TempDir()))
 	defer mustClose(t, n)
-	id := txn.NewTxnID()
+	id := kvoffload.NewTxnID()
 	objs := objects(1, 4096, keyOf("r", 0), keyOf("r", 1))
 	first, err := n.BatchOffload(context.Background(), id, objs)
 	if err != nil {
@@ -153,7 +154,7 @@ func TestRetrySameTxnID(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range first {
-		if first[i].Outcome != txn.Stored || again[i].Outcome != txn.Stored {
+		if first[i].Outcome != kvoffload.Stored || again[i].Outcome != kvoffload.Stored {
 			t.Fatalf("%s: first %s, retry %s; want Stored both", first[i].Key, first[i].Outcome, again[i].Outcome)
 		}
 	}
@@ -170,7 +171,7 @@ func TestBadInputPerKey(t *testing.T) {
 	n := mustOpen(t, cfg)
 	defer mustClose(t, n)
 	good := keyOf("ok", 1)
-	objs := []txn.Object{
+	objs := []kvoffload.Object{
 		{Key: "", Value: []byte("x")},
 		{Key: string(make([]byte, 65)), Value: []byte("x")},
 		{Key: "bad\x00key", Value: []byte("x")},
@@ -179,19 +180,19 @@ func TestBadInputPerKey(t *testing.T) {
 		{Key: "huge", Value: make([]byte, cfg.Txn.MaxObjectBytes+1)},
 		objects(1, 4096, good)[0],
 	}
-	res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objs)
+	res, err := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range res[:6] {
-		if r.Outcome != txn.Rejected || r.Reason == "" {
+		if r.Outcome != kvoffload.Rejected || r.Reason == "" {
 			t.Errorf("object %d: %s %q, want Rejected with a reason", i, r.Outcome, r.Reason)
 		}
 	}
-	if res[6].Outcome != txn.Stored {
+	if res[6].Outcome != kvoffload.Stored {
 		t.Fatalf("valid sibling: %s %s", res[6].Outcome, res[6].Reason)
 	}
-	_, err = n.BatchOffload(context.Background(), txn.NewTxnID(), objects(1, 16, "a", "b", "c", "d", "e", "f", "g", "h", "i"))
+	_, err = n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objects(1, 16, "a", "b", "c", "d", "e", "f", "g", "h", "i"))
 	if !errors.Is(err, txn.ErrBatchTooLarge) {
 		t.Fatalf("9 keys over a limit of 8: err = %v, want ErrBatchTooLarge", err)
 	}
@@ -205,11 +206,11 @@ func TestConflictSameKeyDifferentBytes(t *testing.T) {
 	defer mustClose(t, n)
 	k := keyOf("cf", 0)
 	mustOffload(t, n, objects(1, 4096, k))
-	res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objects(2, 4096, k))
+	res, err := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objects(2, 4096, k))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Outcome != txn.Conflict {
+	if res[0].Outcome != kvoffload.Conflict {
 		t.Fatalf("outcome %s, want Conflict", res[0].Outcome)
 	}
 	checkReadable(t, n, 1, 4096, k)

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // Keepalive on both listeners: a connection whose peer stops answering (SIGSTOP, a hung VM,
@@ -159,7 +159,7 @@ func (n *Node) announce() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if cur, ok := n.fsm.Member(n.cfg.ID); !ok || cur != me {
-		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: me})
+		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: me})
 		if _, err := n.raft.Propose(ctx, cmd); err != nil {
 			n.log.Warn("could not record this node in the member directory", "err", err)
 		}
@@ -213,7 +213,7 @@ func (n *Node) pruneLoop() {
 		}
 		before := applied - keep
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := n.raft.Propose(ctx, fsm.EncodePrune(fsm.Prune{TxnID: txn.NewTxnID(), Before: before}))
+		_, err := n.raft.Propose(ctx, fsm.EncodePrune(fsm.Prune{TxnID: kvoffload.NewTxnID(), Before: before}))
 		cancel()
 		if err != nil {
 			n.log.Debug("pruning transaction results failed", "err", err)

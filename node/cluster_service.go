@@ -10,10 +10,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/raftmeta"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // clusterService implements the node-to-node Cluster gRPC service.
@@ -62,7 +63,7 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 		return nil, raftError(err)
 	}
 	mem := fsm.Member{NodeID: req.NodeId, RaftAddr: req.RaftAddr, APIAddr: req.ApiAddr, PeerAddr: req.PeerAddr}
-	if _, err := s.n.raft.Propose(ctx, fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: mem})); err != nil {
+	if _, err := s.n.raft.Propose(ctx, fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: mem})); err != nil {
 		return nil, raftError(err)
 	}
 	s.n.log.Info("member joined", "id", req.NodeId, "raft", req.RaftAddr, "api", req.ApiAddr, "peer", req.PeerAddr, "voter", voter, "by", callerOf(ctx))
@@ -109,7 +110,7 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 		if err := s.n.raft.RemoveMember(ctx, req.NodeId); err != nil {
 			return nil, raftError(err)
 		}
-		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: fsm.Member{NodeID: req.NodeId}, Remove: true})
+		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: fsm.Member{NodeID: req.NodeId}, Remove: true})
 		if _, err := s.n.raft.Propose(ctx, cmd); err != nil {
 			return nil, raftError(err)
 		}
@@ -136,7 +137,7 @@ func (s clusterService) dropOwnerKeys(ctx context.Context, owner string) (uint64
 	var dropped uint64
 	for len(keys) > 0 {
 		n := min(len(keys), leaveRemoveBatch)
-		cmd := fsm.EncodeRemove(fsm.Remove{TxnID: txn.NewTxnID(), Keys: keys[:n], Reason: "owner " + owner + " left the cluster"})
+		cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys[:n], Reason: "owner " + owner + " left the cluster"})
 		res, err := s.n.raft.Propose(ctx, cmd)
 		if err != nil {
 			return dropped, raftError(fmt.Errorf("dropping the keys of %s (%d done; retry Leave to finish): %w", owner, dropped, err))
@@ -318,7 +319,7 @@ func (s clusterService) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamin
 	if err != nil {
 		return grpcError(err)
 	}
-	return sendGets(stream.Send, res)
+	return wire.SendGets(stream.Send, res)
 }
 
 // raftError maps raftmeta errors: FailedPrecondition means "not the leader, look again",

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/internal/freeport"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // freeAddr returns an address on 127.0.0.1 whose port was free a moment ago and that no
@@ -75,7 +75,7 @@ func TestClusterInProcess(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := nd.BatchOffload(ctx, txn.NewTxnID(), objects(5, 64<<10, dup))
+			res, err := nd.BatchOffload(ctx, kvoffload.NewTxnID(), objects(5, 64<<10, dup))
 			if err != nil || !res[0].Outcome.OK() {
 				t.Errorf("duplicate offload via %s: %v %+v", nd.cfg.ID, err, res)
 			}
@@ -88,7 +88,7 @@ func TestClusterInProcess(t *testing.T) {
 	}
 	for _, nd := range nodes {
 		waitApplied(t, nd, nodes[2])
-		if got, _ := nd.BatchGet(ctx, keys[:1]); got[0].Status != txn.NotFound {
+		if got, _ := nd.BatchGet(ctx, keys[:1]); got[0].Status != kvoffload.NotFound {
 			t.Fatalf("removed key via %s: %s", nd.cfg.ID, got[0].Status)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // cutProxy forwards TCP connections to target until cut: then it closes them and refuses new
@@ -136,8 +136,8 @@ func TestExistsOnLaggingMember(t *testing.T) {
 	never := keyOf("lag", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ex := lag.BatchExists(ctx, []string{old, acked, never})
-	if ex.Keys[0] != txn.Present || ex.Keys[1] != txn.Unknown || ex.Keys[2] != txn.Unknown || ex.PrefixPresent != 1 || ex.Reason == "" {
+	ex := mustExists(lag.BatchExists(ctx, []string{old, acked, never}, 0))
+	if ex.Keys[0] != kvoffload.Present || ex.Keys[1] != kvoffload.Unknown || ex.Keys[2] != kvoffload.Unknown || ex.PrefixPresent != 1 || ex.Reason == "" {
 		t.Fatalf("lagging member: %+v, want Present Unknown Unknown, prefix 1, a reason", ex)
 	}
 
@@ -157,11 +157,11 @@ func TestExistsOnLaggingMember(t *testing.T) {
 
 	proxy.setCut(false)
 	for {
-		ex = lag.BatchExists(ctx, []string{old, acked, never})
-		if ex.Keys[1] == txn.Present && ex.Keys[2] == txn.Absent && ex.PrefixPresent == 2 {
+		ex = mustExists(lag.BatchExists(ctx, []string{old, acked, never}, 0))
+		if ex.Keys[1] == kvoffload.Present && ex.Keys[2] == kvoffload.Absent && ex.PrefixPresent == 2 {
 			break
 		}
-		if ex.Keys[1] == txn.Absent || ex.Keys[2] == txn.Present {
+		if ex.Keys[1] == kvoffload.Absent || ex.Keys[2] == kvoffload.Present {
 			t.Fatalf("healed member: %+v", ex)
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // The forged-COMMIT attacks of issue 7 (defence in depth below authentication). Each test
@@ -53,7 +53,7 @@ func proposeAs(n *Node, caller string, entries ...fsm.Entry) error {
 		ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: credentials.TLSInfo{
 			State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}}})
 	}
-	cmd := fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: n.cfg.ID, Entries: entries})
+	cmd := fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: n.cfg.ID, Entries: entries})
 	_, err := clusterService{n: n}.Propose(ctx, &pb.ProposeRequest{Command: cmd})
 	return err
 }
@@ -64,7 +64,7 @@ func applyForged(t *testing.T, n *Node, entries ...fsm.Entry) []fsm.Outcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := n.Raft().Propose(ctx, fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: n.cfg.ID, Entries: entries}))
+	res, err := n.Raft().Propose(ctx, fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: n.cfg.ID, Entries: entries}))
 	if err != nil {
 		t.Fatalf("apply forged commit: %v", err)
 	}
@@ -98,9 +98,9 @@ func wantNotStored(t *testing.T, n *Node, key string) {
 			t.Fatalf("get %s: %v", key, err)
 		}
 		switch r := res[0]; {
-		case r.Status == txn.NotFound:
+		case r.Status == kvoffload.NotFound:
 			return
-		case r.Status == txn.Corrupt && i == 0:
+		case r.Status == kvoffload.Corrupt && i == 0:
 			t.Logf("forged key %s: %s %s", key, r.Status, r.Reason)
 		default:
 			t.Fatalf("forged key %s, read %d: %s %s", key, i+1, r.Status, r.Reason)
@@ -127,7 +127,7 @@ func TestForgedCommitNoBytes(t *testing.T) {
 	n, _ := forgedSetup(t, dir, keys...)
 	ghost := fsm.Entry{Key: keyOf("ghost", 0), Extent: fsm.Extent{Bucket: 99, Offset: 0, Length: 4096}, Size: 100, Sum: 1, Gen: 1}
 	wantRefused(t, "a COMMIT in node1's name from node2", proposeAs(n, "node2", ghost), `owner "node1"`, `node "node2"`)
-	if ex := n.BatchExists(context.Background(), []string{ghost.Key}); ex.Keys[0] == txn.Present {
+	if ex := mustExists(n.BatchExists(context.Background(), []string{ghost.Key}, 0)); ex.Keys[0] == kvoffload.Present {
 		t.Fatalf("refused forged key is %s", ex.Keys[0])
 	}
 	if err := proposeAs(n, "", ghost); err != nil {
@@ -217,7 +217,7 @@ func TestForgedCommitHugeExtent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a batch holding an inconsistent entry: %v (its Size must not count against the batch)", err)
 	}
-	if res[1].Status != txn.Corrupt || res[0].Status != txn.Found || res[2].Status != txn.Found {
+	if res[1].Status != kvoffload.Corrupt || res[0].Status != kvoffload.Found || res[2].Status != kvoffload.Found {
 		t.Fatalf("batch with an inconsistent entry: %s %s %s", res[0].Status, res[1].Status, res[2].Status)
 	}
 	wantNotStored(t, n, incons.Key)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -54,17 +54,17 @@ func mustClose(t *testing.T, n *Node) {
 
 func keyOf(prefix string, i int) string { return fmt.Sprintf("m@pcp0@dcp0@test:%s@%04d", prefix, i) }
 
-func objects(seed uint64, size int, keys ...string) []txn.Object {
-	objs := make([]txn.Object, len(keys))
+func objects(seed uint64, size int, keys ...string) []kvoffload.Object {
+	objs := make([]kvoffload.Object, len(keys))
 	for i, k := range keys {
-		objs[i] = txn.Object{Key: k, Value: trace.Payload(seed, k, size)}
+		objs[i] = kvoffload.Object{Key: k, Value: trace.Payload(seed, k, size)}
 	}
 	return objs
 }
 
-func mustOffload(t *testing.T, n *Node, objs []txn.Object) []txn.KeyResult {
+func mustOffload(t *testing.T, n *Node, objs []kvoffload.Object) []kvoffload.KeyResult {
 	t.Helper()
-	res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objs)
+	res, err := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objs)
 	if err != nil {
 		t.Fatalf("offload: %v", err)
 	}
@@ -84,7 +84,7 @@ func checkReadable(t *testing.T, n *Node, seed uint64, size int, keys ...string)
 		t.Fatalf("get: %v", err)
 	}
 	for _, r := range res {
-		if r.Status != txn.Found {
+		if r.Status != kvoffload.Found {
 			t.Fatalf("get %s: %s %s", r.Key, r.Status, r.Reason)
 		}
 		if !bytes.Equal(r.Value, trace.Payload(seed, r.Key, size)) {
@@ -112,7 +112,7 @@ func checkConsistent(t *testing.T, n *Node) {
 		t.Fatalf("get: %v", err)
 	}
 	for _, r := range res {
-		if r.Status != txn.Found {
+		if r.Status != kvoffload.Found {
 			t.Errorf("I1: metadata without readable data: %s %s %s", r.Key, r.Status, r.Reason)
 		}
 	}
@@ -143,8 +143,8 @@ func fsmToExtent(e fsm.Extent) bucketstore.Extent {
 }
 
 // getAll reads keys in batches under the per-request key limit.
-func getAll(ctx context.Context, n *Node, keys []string) ([]txn.GetResult, error) {
-	var out []txn.GetResult
+func getAll(ctx context.Context, n *Node, keys []string) ([]kvoffload.GetResult, error) {
+	var out []kvoffload.GetResult
 	for lo := 0; lo < len(keys); lo += 1024 {
 		res, err := n.BatchGet(ctx, keys[lo:min(lo+1024, len(keys))])
 		if err != nil {
@@ -153,4 +153,12 @@ func getAll(ctx context.Context, n *Node, keys []string) ([]txn.GetResult, error
 		out = append(out, res...)
 	}
 	return out, nil
+}
+
+// mustExists is a BatchExists answer, which on a live node never fails.
+func mustExists(r kvoffload.ExistsResult, err error) kvoffload.ExistsResult {
+	if err != nil {
+		panic("BatchExists: " + err.Error())
+	}
+	return r
 }

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // Cluster identity (docs/operations.md, "Cluster identity"). A cluster's ID is made when its
@@ -236,7 +236,7 @@ func (n *Node) recordClusterID(ctx context.Context) {
 		}
 		id = newClusterID() // a cluster from before cluster IDs gets one
 	}
-	res, err := n.raft.Propose(ctx, fsm.EncodeSetCluster(fsm.SetCluster{TxnID: txn.NewTxnID(), ID: id}))
+	res, err := n.raft.Propose(ctx, fsm.EncodeSetCluster(fsm.SetCluster{TxnID: kvoffload.NewTxnID(), ID: id}))
 	if err != nil {
 		n.log.Warn("could not record the cluster ID in the metadata", "err", err)
 		return

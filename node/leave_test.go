@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // TestLeave: a member removed with Leave (sent to another follower, which forwards it) is
@@ -69,14 +69,14 @@ func TestLeave(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range got {
-			if r.Status != txn.NotFound {
+			if r.Status != kvoffload.NotFound {
 				t.Fatalf("%s: key of the removed node read %s (%s), want NotFound", nd.cfg.ID, r.Status, r.Reason)
 			}
 		}
 	}
 	// A COMMIT the removed node still forwards (one in flight during the Leave) is refused,
 	// so no key comes back owned by it after Leave dropped its keys.
-	late := fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: gone.cfg.ID, Entries: []fsm.Entry{{
+	late := fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: gone.cfg.ID, Entries: []fsm.Entry{{
 		Key: keyOf("late", 0), Extent: fsm.Extent{Bucket: 1, Offset: 0, Length: 4096}, Size: 1, Sum: 1, Gen: 1,
 	}}})
 	if _, err := (clusterService{n: leader}).Propose(ctx, &pb.ProposeRequest{Command: late}); status.Code(err) != codes.PermissionDenied {
@@ -91,7 +91,7 @@ func TestLeave(t *testing.T) {
 	octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
 	defer ocancel()
 	start := time.Now()
-	res, err := gone.BatchOffload(octx, txn.NewTxnID(), objects(3, 8<<10, keyOf("zombie", 0)))
+	res, err := gone.BatchOffload(octx, kvoffload.NewTxnID(), objects(3, 8<<10, keyOf("zombie", 0)))
 	if err == nil && res[0].Outcome.OK() {
 		t.Fatalf("the removed node acknowledged an offload: %+v", res)
 	}

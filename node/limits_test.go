@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/txn"
 )
@@ -36,7 +37,7 @@ func TestC6EveryKeyOneState(t *testing.T) {
 	n := mustOpen(t, cfg)
 	defer mustClose(t, n)
 	sizes := []int{1, 7, 3, 9, 2, 5, 8}
-	results := make([][]txn.KeyResult, len(sizes))
+	results := make([][]kvoffload.KeyResult, len(sizes))
 	var wg sync.WaitGroup
 	next := 0
 	for b, size := range sizes {
@@ -48,7 +49,7 @@ func TestC6EveryKeyOneState(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objects(6, 4096, keys...))
+			res, err := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objects(6, 4096, keys...))
 			if err != nil {
 				t.Errorf("batch %d: %v", b, err)
 			}
@@ -56,7 +57,7 @@ func TestC6EveryKeyOneState(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for st, _ := n.Stats(); st.Txn.Waits == 0 && time.Now().Before(deadline); st, _ = n.Stats() {
+	for st, _ := n.Internals(); st.Txn.Waits == 0 && time.Now().Before(deadline); st, _ = n.Internals() {
 		time.Sleep(time.Millisecond)
 	}
 	close(gate)
@@ -67,7 +68,7 @@ func TestC6EveryKeyOneState(t *testing.T) {
 			switch {
 			case r.Outcome.OK():
 				ok++
-			case r.Outcome == txn.Failed && r.Reason != "":
+			case r.Outcome == kvoffload.Failed && r.Reason != "":
 				failed++
 				t.Logf("failed as injected: %s: %s", r.Key, r.Reason)
 			default:
@@ -82,7 +83,7 @@ func TestC6EveryKeyOneState(t *testing.T) {
 	if got := n.FSM().Stats().Keys; got != 33 {
 		t.Fatalf("metadata holds %d keys, want 33", got)
 	}
-	if st, _ := n.Stats(); st.Txn.Waits == 0 {
+	if st, _ := n.Internals(); st.Txn.Waits == 0 {
 		t.Fatal("no batch waited for an in-flight slot: back-pressure was not exercised or not counted")
 	}
 	checkConsistent(t, n)
@@ -106,7 +107,7 @@ func TestTxnIDReusedForAnotherBatch(t *testing.T) {
 	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), hold)
 	n := mustOpen(t, cfg)
 	defer mustClose(t, n)
-	id := txn.NewTxnID()
+	id := kvoffload.NewTxnID()
 	done := make(chan error, 1)
 	go func() {
 		_, err := n.BatchOffload(context.Background(), id, objects(1, 4096, keyOf("a", 0)))
@@ -140,11 +141,11 @@ func TestOverlongKeyRejectedAlone(t *testing.T) {
 	n := mustOpen(t, testConfig(t.TempDir()))
 	defer mustClose(t, n)
 	long := keyOf("long", 0) + strings.Repeat("x", 2000)
-	res, err := n.BatchOffload(context.Background(), txn.NewTxnID(), objects(1, 4096, keyOf("short", 0), long))
+	res, err := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objects(1, 4096, keyOf("short", 0), long))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Outcome != txn.Stored || res[1].Outcome != txn.Rejected {
+	if res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Rejected {
 		t.Fatalf("short %s (%s), long %s (%s); want Stored, Rejected", res[0].Outcome, res[0].Reason, res[1].Outcome, res[1].Reason)
 	}
 }
@@ -157,7 +158,7 @@ func TestTxnResultsPruned(t *testing.T) {
 	cfg.RetainTxnResults = 20
 	n := mustOpen(t, cfg)
 	defer mustClose(t, n)
-	first := txn.NewTxnID()
+	first := kvoffload.NewTxnID()
 	objs := objects(1, 4096, keyOf("prune", 0))
 	if _, err := n.BatchOffload(context.Background(), first, objs); err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestTxnResultsPruned(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	res, err := n.BatchOffload(context.Background(), first, objs)
-	if err != nil || res[0].Outcome != txn.AlreadyStored {
+	if err != nil || res[0].Outcome != kvoffload.AlreadyStored {
 		t.Fatalf("retry of a pruned txn: %v %+v", err, res)
 	}
 	if c := recordsOnDisk(t, n, keyOf("prune", 0)); c != 1 {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // metrics are the node's Prometheus metrics. Counters that the coordinator already keeps are
@@ -74,13 +74,13 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		logs: newLogLimiter(failureLogRate, failureLogBurst),
 	}
 	m.buffers = newBudget(bufferLimit(n.cfg.Txn), m.bufferedBytes, m.bufferWaits)
-	for _, o := range []txn.Outcome{txn.Stored, txn.AlreadyStored, txn.Conflict, txn.Rejected, txn.Failed} {
+	for _, o := range []kvoffload.Outcome{kvoffload.Stored, kvoffload.AlreadyStored, kvoffload.Conflict, kvoffload.Rejected, kvoffload.Failed} {
 		m.offloadKeys.WithLabelValues(outcomeLabel(o))
 	}
-	for _, st := range []txn.GetStatus{txn.Found, txn.NotFound, txn.Corrupt, txn.Unavailable} {
+	for _, st := range []kvoffload.GetStatus{kvoffload.Found, kvoffload.NotFound, kvoffload.Corrupt, kvoffload.Unavailable} {
 		m.getKeys.WithLabelValues(statusLabel(st))
 	}
-	for _, p := range []txn.Presence{txn.Present, txn.Absent, txn.InFlight, txn.Unknown} {
+	for _, p := range []kvoffload.Presence{kvoffload.Present, kvoffload.Absent, kvoffload.InFlight, kvoffload.Unknown} {
 		m.existsKeys.WithLabelValues(presenceLabel(p))
 	}
 	for _, fk := range failureKinds {
@@ -98,38 +98,38 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 
 // observeOffload counts one BatchOffload's outcomes; each key that is not OK is also counted
 // by reason class and logged (rate-limited) with the txn ID, key, outcome and reason.
-func (m *metrics) observeOffload(id fsm.TxnID, res []txn.KeyResult, objs []txn.Object, d time.Duration) {
+func (m *metrics) observeOffload(id fsm.TxnID, res []kvoffload.KeyResult, objs []kvoffload.Object, d time.Duration) {
 	m.offloadSeconds.Observe(d.Seconds())
 	for i, r := range res {
 		m.offloadKeys.WithLabelValues(outcomeLabel(r.Outcome)).Inc()
-		if r.Outcome == txn.Stored && i < len(objs) {
+		if r.Outcome == kvoffload.Stored && i < len(objs) {
 			m.offloadBytes.Add(float64(len(objs[i].Value)))
 		}
 		if !r.Outcome.OK() {
-			m.keyFailed("offload", id.String(), r.Key, outcomeLabel(r.Outcome), r.Reason, r.Outcome == txn.Failed)
+			m.keyFailed("offload", id.String(), r.Key, outcomeLabel(r.Outcome), r.Reason, r.Outcome == kvoffload.Failed)
 		}
 	}
 }
 
 // observeGets counts one BatchGet's statuses; Corrupt and Unavailable keys are also counted
 // by reason class and logged (rate-limited).
-func (m *metrics) observeGets(res []txn.GetResult, d time.Duration) {
+func (m *metrics) observeGets(res []kvoffload.GetResult, d time.Duration) {
 	m.getSeconds.Observe(d.Seconds())
 	for _, r := range res {
 		m.getKeys.WithLabelValues(statusLabel(r.Status)).Inc()
 		m.getBytes.Add(float64(len(r.Value)))
-		if r.Status == txn.Corrupt || r.Status == txn.Unavailable {
+		if r.Status == kvoffload.Corrupt || r.Status == kvoffload.Unavailable {
 			m.keyFailed("get", "", r.Key, statusLabel(r.Status), r.Reason, true)
 		}
 	}
 }
 
 // observeExists counts one BatchExists's answers; Unknown ones are logged (rate-limited).
-func (m *metrics) observeExists(keys []string, ex txn.ExistsResult) {
+func (m *metrics) observeExists(keys []string, ex kvoffload.ExistsResult) {
 	unknown := 0
 	for _, p := range ex.Keys {
 		m.existsKeys.WithLabelValues(presenceLabel(p)).Inc()
-		if p == txn.Unknown {
+		if p == kvoffload.Unknown {
 			unknown++
 		}
 	}
@@ -196,7 +196,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if n.coord == nil || n.fsm == nil || n.raft == nil {
 		return
 	}
-	st, err := n.Stats()
+	st, err := n.Internals()
 	if err != nil {
 		return
 	}

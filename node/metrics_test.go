@@ -16,8 +16,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
-	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/internal/wire"
 )
 
 // syncBuffer is a bytes.Buffer safe for the logger's goroutines.
@@ -140,8 +141,8 @@ func offloadRaw(ctx context.Context, cl pb.KVOffloadClient, id [16]byte, keys []
 		if err := st.Send(&pb.OffloadChunk{Key: k, Size: uint64(sizes[i])}); err != nil {
 			break // the server refused: its status comes with CloseAndRecv
 		}
-		for left := sizes[i]; left > 0; left -= chunkBytes {
-			if err := st.Send(&pb.OffloadChunk{Data: bytes.Repeat([]byte{'x'}, min(left, chunkBytes))}); err != nil {
+		for left := sizes[i]; left > 0; left -= wire.ChunkBytes {
+			if err := st.Send(&pb.OffloadChunk{Data: bytes.Repeat([]byte{'x'}, min(left, wire.ChunkBytes))}); err != nil {
 				break
 			}
 		}
@@ -157,10 +158,10 @@ func TestKeyFailuresCountedAndLogged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := keyOf("fail", 0)
-	if _, err := offloadRaw(ctx, cl, txn.NewTxnID(), []string{key}, []int{10}); err != nil {
+	if _, err := offloadRaw(ctx, cl, kvoffload.NewTxnID(), []string{key}, []int{10}); err != nil {
 		t.Fatal(err)
 	}
-	id := txn.NewTxnID()
+	id := kvoffload.NewTxnID()
 	resp, err := offloadRaw(ctx, cl, id, []string{key, "bad\x01key"}, []int{11, 1})
 	if err != nil {
 		t.Fatal(err)
@@ -202,15 +203,15 @@ func TestRefusalsNameTheLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	keys := []string{keyOf("lim", 0), keyOf("lim", 1), keyOf("lim", 2), keyOf("lim", 3)}
-	_, err := offloadRaw(ctx, cl, txn.NewTxnID(), keys, []int{1, 1, 1, 1})
+	_, err := offloadRaw(ctx, cl, kvoffload.NewTxnID(), keys, []int{1, 1, 1, 1})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `batch of 4 keys at key "`+keys[3]+`" exceeds MaxBatchKeys 3`) {
 		t.Errorf("4 keys: %v", err)
 	}
-	_, err = offloadRaw(ctx, cl, txn.NewTxnID(), keys[:2], []int{1 << 20, 4<<30 + 4097 - 1<<20})
+	_, err = offloadRaw(ctx, cl, kvoffload.NewTxnID(), keys[:2], []int{1 << 20, 4<<30 + 4097 - 1<<20})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `batch of 4294971393 bytes at key "`+keys[1]+`" exceeds MaxBatchBytes 4194304`) {
 		t.Errorf("4 GiB + 1 MiB: %v", err)
 	}
-	resp, err := offloadRaw(ctx, cl, txn.NewTxnID(), keys[:2], []int{1<<20 + 1, 10})
+	resp, err := offloadRaw(ctx, cl, kvoffload.NewTxnID(), keys[:2], []int{1<<20 + 1, 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestRemoveReusedTxnIDOnTheWire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := keyOf("rmid", 0)
-	id := txn.NewTxnID()
+	id := kvoffload.NewTxnID()
 	if _, err := offloadRaw(ctx, cl, id, []string{key}, []int{10}); err != nil {
 		t.Fatal(err)
 	}

@@ -270,32 +270,6 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// BatchOffload stores objs as one transaction; see txn.Coordinator.BatchOffload.
-func (n *Node) BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error) {
-	return n.coord.BatchOffload(ctx, id, objs)
-}
-
-// BatchGet reads keys with verification; see txn.Coordinator.BatchGet.
-func (n *Node) BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, error) {
-	return n.coord.BatchGet(ctx, keys)
-}
-
-// BatchExists reports which keys are present; see txn.Coordinator.BatchExists.
-func (n *Node) BatchExists(ctx context.Context, keys []string) txn.ExistsResult {
-	return n.coord.BatchExists(ctx, keys)
-}
-
-// BatchExistsLease reports which keys are present and pins the local ones against eviction
-// for lease; see txn.Coordinator.BatchExistsLease.
-func (n *Node) BatchExistsLease(ctx context.Context, keys []string, lease time.Duration) txn.ExistsResult {
-	return n.coord.BatchExistsLease(ctx, keys, lease)
-}
-
-// Remove deletes keys; see txn.Coordinator.Remove.
-func (n *Node) Remove(ctx context.Context, keys []string) ([]txn.RemoveResult, error) {
-	return n.coord.Remove(ctx, keys)
-}
-
 // Recovery returns what start-up repaired in the WAL and resolved in recovery.
 func (n *Node) Recovery() (wal.RepairReport, txn.RecoveryReport) { return n.repair, n.recovery }
 
@@ -311,18 +285,19 @@ func (n *Node) Raft() *raftmeta.Node { return n.raft }
 // Snapshot forces a Raft snapshot (and log compaction).
 func (n *Node) Snapshot() error { return n.raft.Snapshot() }
 
-// Stats is a point-in-time view of the node.
-type Stats struct {
+// Internals is a point-in-time view of the node's layers, for tools and tests (Stats is the
+// Store's view).
+type Internals struct {
 	Txn     txn.Stats
 	Meta    fsm.Stats
 	Buckets bucketstore.Stats
 	WAL     wal.Stats
 }
 
-// Stats returns the node's counters and space accounting.
-func (n *Node) Stats() (Stats, error) {
+// Internals returns the counters and space accounting of the node's layers.
+func (n *Node) Internals() (Internals, error) {
 	bs, err := n.buckets.Stats()
-	return Stats{Txn: n.coord.Stats(), Meta: n.fsm.Stats(), Buckets: bs, WAL: n.wal.Stats()}, err
+	return Internals{Txn: n.coord.Stats(), Meta: n.fsm.Stats(), Buckets: bs, WAL: n.wal.Stats()}, err
 }
 
 // meta joins the Raft proposer and the local FSM into txn.Meta.

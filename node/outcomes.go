@@ -5,49 +5,49 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload"
 )
 
 // Label values of the per-key metrics, snake_case like kvoffload_txn_events_total's kinds.
 
-func outcomeLabel(o txn.Outcome) string {
+func outcomeLabel(o kvoffload.Outcome) string {
 	switch o {
-	case txn.Stored:
+	case kvoffload.Stored:
 		return "stored"
-	case txn.AlreadyStored:
+	case kvoffload.AlreadyStored:
 		return "already_stored"
-	case txn.Conflict:
+	case kvoffload.Conflict:
 		return "conflict"
-	case txn.Rejected:
+	case kvoffload.Rejected:
 		return "rejected"
-	case txn.Failed:
+	case kvoffload.Failed:
 		return "failed"
 	}
 	return "unspecified"
 }
 
-func statusLabel(s txn.GetStatus) string {
+func statusLabel(s kvoffload.GetStatus) string {
 	switch s {
-	case txn.Found:
+	case kvoffload.Found:
 		return "found"
-	case txn.NotFound:
+	case kvoffload.NotFound:
 		return "not_found"
-	case txn.Corrupt:
+	case kvoffload.Corrupt:
 		return "corrupt"
 	}
-	return "unavailable" // what toPBStatus sends for any other status
+	return "unavailable" // what wire.StatusToPB sends for any other status
 }
 
-func presenceLabel(p txn.Presence) string {
+func presenceLabel(p kvoffload.Presence) string {
 	switch p {
-	case txn.Present:
+	case kvoffload.Present:
 		return "present"
-	case txn.Absent:
+	case kvoffload.Absent:
 		return "absent"
-	case txn.InFlight:
+	case kvoffload.InFlight:
 		return "in_flight"
 	}
-	return "unknown" // what toPBPresence sends for any other presence
+	return "unknown" // what wire.PresenceToPB sends for any other presence
 }
 
 // reasonClass names a class of per-key reasons: a reason containing any of subs.

@@ -2,21 +2,19 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/node/forward"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // Deadlines of a read from the member that owns the keys' bytes.
@@ -69,11 +67,11 @@ func (r *remoteReader) noteRead(owner string, timedOut bool) {
 	}
 }
 
-func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []string, size int64) []txn.GetResult {
-	fail := func(reason string) []txn.GetResult {
-		out := make([]txn.GetResult, len(keys))
+func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []string, size int64) []kvoffload.GetResult {
+	fail := func(reason string) []kvoffload.GetResult {
+		out := make([]kvoffload.GetResult, len(keys))
 		for i, k := range keys {
-			out[i] = txn.GetResult{Key: k, Status: txn.Unavailable, Reason: reason}
+			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: reason}
 		}
 		return out
 	}
@@ -88,9 +86,9 @@ func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []stri
 	rctx, cancel := context.WithTimeout(ctx, r.readBase(owner)+time.Duration(size)*time.Second/ownerReadRate)
 	defer cancel()
 	stream, err := cl.ReadLocal(rctx, &pb.GetRequest{Keys: keys})
-	var out []txn.GetResult
+	var out []kvoffload.GetResult
 	if err == nil {
-		out, err = recvGets(stream, keys)
+		out, err = wire.Collect(stream.Recv, keys, nil, bucketstore.MaxRecordLen)
 	}
 	if ctx.Err() == nil {
 		r.noteRead(owner, status.Code(err) == codes.DeadlineExceeded)
@@ -99,49 +97,4 @@ func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []stri
 		return fail(fmt.Sprintf("owner %s unavailable: %v", owner, err))
 	}
 	return out
-}
-
-// recvGets reassembles a stream of GetChunk messages into one result per key.
-func recvGets(stream grpc.ServerStreamingClient[pb.GetChunk], keys []string) ([]txn.GetResult, error) {
-	out := make([]txn.GetResult, len(keys))
-	for i, k := range keys {
-		out[i] = txn.GetResult{Key: k, Status: txn.Unavailable, Reason: "missing from the owner's reply"}
-	}
-	sizes := make([]uint64, len(keys))
-	for {
-		ch, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		i := int(ch.Index)
-		if i >= len(keys) {
-			return nil, fmt.Errorf("chunk for key %d of %d", i, len(keys))
-		}
-		if ch.Status != pb.GetStatus_GET_STATUS_UNSPECIFIED {
-			if ch.Size > bucketstore.MaxRecordLen {
-				return nil, fmt.Errorf("the owner announced %d bytes for key %d, over the largest record of %d", ch.Size, i, int64(bucketstore.MaxRecordLen))
-			}
-			out[i] = txn.GetResult{Key: keys[i], Status: fromPBStatus(ch.Status), Reason: ch.Reason}
-			sizes[i] = ch.Size
-			if ch.Size > 0 {
-				// Up to 8 MiB ahead; more as bytes arrive: an announced size costs no memory
-				// until the data comes.
-				out[i].Value = make([]byte, 0, min(ch.Size, 8<<20))
-			}
-		}
-		if uint64(len(out[i].Value))+uint64(len(ch.Data)) > sizes[i] {
-			return nil, fmt.Errorf("the owner sent more than the %d bytes it announced for key %d", sizes[i], i)
-		}
-		out[i].Value = append(out[i].Value, ch.Data...)
-	}
-	for i := range out {
-		if out[i].Status == txn.Found && uint64(len(out[i].Value)) != sizes[i] {
-			out[i] = txn.GetResult{Key: keys[i], Status: txn.Unavailable,
-				Reason: fmt.Sprintf("owner sent %d of %d bytes", len(out[i].Value), sizes[i])}
-		}
-	}
-	return out, nil
 }

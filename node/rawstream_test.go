@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // A raw gRPC stream whose second object has an empty key gets one result per object, the
@@ -31,7 +31,7 @@ func TestRawStreamEmptyKeyObject(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := txn.NewTxnID()
+		id := kvoffload.NewTxnID()
 		if err := st.Send(&pb.OffloadChunk{TxnId: id[:], Key: keyOf("raw", int(second.Size)), Size: 1, Data: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}

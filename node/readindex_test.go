@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload"
 )
 
 // TestReadAfterAckOnAnyNode: a key acknowledged through one follower is found at once
@@ -31,17 +31,17 @@ func TestReadAfterAckOnAnyNode(t *testing.T) {
 		key := keyOf("rai", i)
 		mustOffload(t, writer, objects(11, 4<<10, key))
 		got, err := reader.BatchGet(ctx, []string{key})
-		if err != nil || got[0].Status != txn.Found {
+		if err != nil || got[0].Status != kvoffload.Found {
 			t.Fatalf("round %d: read via %s right after the ack via %s: %v %+v", i, reader.cfg.ID, writer.cfg.ID, err, got)
 		}
 		key2 := keyOf("rai-ex", i)
 		mustOffload(t, reader, objects(11, 4<<10, key2))
-		if ex := writer.BatchExists(ctx, []string{key, key2}); ex.PrefixPresent != 2 {
+		if ex := mustExists(writer.BatchExists(ctx, []string{key, key2}, 0)); ex.PrefixPresent != 2 {
 			t.Fatalf("round %d: exists via %s right after the ack via %s: %+v", i, writer.cfg.ID, reader.cfg.ID, ex)
 		}
 	}
 	for _, f := range followers {
-		st, err := f.Stats()
+		st, err := f.Internals()
 		if err != nil || st.Txn.ReadIndexFailed != 0 {
 			t.Fatalf("%s: %d read indexes failed (%v)", f.cfg.ID, st.Txn.ReadIndexFailed, err)
 		}

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
-	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -107,7 +107,7 @@ func TestC7RemovedKeyNeverReturns(t *testing.T) {
 	if c := recordsOnDisk(t, n, k); c != 0 {
 		t.Fatalf("removed key has %d records on disk after restart", c)
 	}
-	if got, _ := n.BatchGet(context.Background(), []string{k}); got[0].Status != txn.NotFound {
+	if got, _ := n.BatchGet(context.Background(), []string{k}); got[0].Status != kvoffload.NotFound {
 		t.Fatalf("get removed key: %s", got[0].Status)
 	}
 	mustOffload(t, n, objects(2, 64<<10, k))
@@ -176,10 +176,10 @@ func existsButUnreadable(t *testing.T, n *Node, seed uint64, size, total int, go
 	for i := range keys {
 		keys[i] = keyOf("c11", i)
 	}
-	ex := n.BatchExists(context.Background(), keys)
+	ex := mustExists(n.BatchExists(context.Background(), keys, 0))
 	var present []string
 	for i, p := range ex.Keys {
-		if p == txn.Present {
+		if p == kvoffload.Present {
 			present = append(present, keys[i])
 		}
 	}
@@ -191,12 +191,12 @@ func existsButUnreadable(t *testing.T, n *Node, seed uint64, size, total int, go
 	bad := 0
 	for _, r := range res {
 		switch {
-		case r.Status == txn.Found:
+		case r.Status == kvoffload.Found:
 			if string(r.Value) != string(objects(seed, size, r.Key)[0].Value) {
 				t.Errorf("%s: wrong bytes", r.Key)
 				bad++
 			}
-		case r.Status == txn.NotFound && gone[r.Key]:
+		case r.Status == kvoffload.NotFound && gone[r.Key]:
 		default:
 			t.Errorf("%s: present but %s %s", r.Key, r.Status, r.Reason)
 			bad++
@@ -304,11 +304,11 @@ func TestC12BucketBitFlip(t *testing.T) {
 	// The damaged key is named twice: both positions must say Corrupt, not the second
 	// NotFound because the first removed the key (chaos seed 1796042550591936712).
 	got, _ := n.BatchGet(context.Background(), append(keys, keys[1]))
-	if got[1].Status != txn.Corrupt || got[3].Status != txn.Corrupt {
+	if got[1].Status != kvoffload.Corrupt || got[3].Status != kvoffload.Corrupt {
 		t.Fatalf("flipped record named twice: %s and %s (%s), want Corrupt for both", got[1].Status, got[3].Status, got[3].Reason)
 	}
 	checkReadable(t, n, seed, 32<<10, keys[0], keys[2])
-	if again, _ := n.BatchGet(context.Background(), keys[1:2]); again[0].Status != txn.NotFound {
+	if again, _ := n.BatchGet(context.Background(), keys[1:2]); again[0].Status != kvoffload.NotFound {
 		t.Fatalf("after repair: %s, want NotFound", again[0].Status)
 	}
 	checkConsistent(t, n)

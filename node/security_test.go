@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/devca"
-	"github.com/kvoffload/kvoffload/txn"
 )
 
 // peerCalls calls every Cluster RPC once on conn and returns each one's error.
@@ -27,7 +27,7 @@ func peerCalls(ctx context.Context, conn *grpc.ClientConn, id string) map[string
 	_, out["Join"] = cl.Join(ctx, &pb.JoinRequest{NodeId: "intruder", RaftAddr: "127.0.0.1:1", ApiAddr: "127.0.0.1:1", PeerAddr: "127.0.0.1:1"})
 	_, out["Leave"] = cl.Leave(ctx, &pb.LeaveRequest{NodeId: id})
 	_, out["Status"] = cl.Status(ctx, &pb.StatusRequest{})
-	commit := fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: id, Entries: []fsm.Entry{{Key: "forged", Size: 1, Gen: 1,
+	commit := fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: id, Entries: []fsm.Entry{{Key: "forged", Size: 1, Gen: 1,
 		Extent: fsm.Extent{Bucket: 1, Offset: 0, Length: 4096}}}})
 	_, out["Propose"] = cl.Propose(ctx, &pb.ProposeRequest{Command: commit})
 	_, out["Barrier"] = cl.Barrier(ctx, &pb.BarrierRequest{})
@@ -163,12 +163,12 @@ func TestTLSCluster(t *testing.T) {
 	if _, err := cl.ReadIndex(ctx, &pb.ReadIndexRequest{NodeId: leader.cfg.ID}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("read index in %s's name with %s's certificate: %v, want PermissionDenied", leader.cfg.ID, follower.cfg.ID, err)
 	}
-	forged := fsm.EncodeCommit(fsm.Commit{TxnID: txn.NewTxnID(), Node: leader.cfg.ID, Entries: []fsm.Entry{{Key: "forged", Size: 1, Gen: 1,
+	forged := fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: leader.cfg.ID, Entries: []fsm.Entry{{Key: "forged", Size: 1, Gen: 1,
 		Extent: fsm.Extent{Bucket: 1, Offset: 0, Length: 4096}}}})
 	if _, err := cl.Propose(ctx, &pb.ProposeRequest{Command: forged}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a COMMIT in %s's name with %s's certificate: %v, want PermissionDenied", leader.cfg.ID, follower.cfg.ID, err)
 	}
-	member := fsm.EncodeSetMember(fsm.SetMember{TxnID: txn.NewTxnID(), Member: fsm.Member{NodeID: "z", RaftAddr: "127.0.0.1:1"}})
+	member := fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: fsm.Member{NodeID: "z", RaftAddr: "127.0.0.1:1"}})
 	if _, err := cl.Propose(ctx, &pb.ProposeRequest{Command: member}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a forwarded Member command: %v, want PermissionDenied", err)
 	}
@@ -179,7 +179,7 @@ func TestTLSCluster(t *testing.T) {
 		t.Fatalf("the leader's configuration has %d servers after the refused calls, want 3", n)
 	}
 	ops := pb.NewClusterClient(dialAs(t, leader.PeerAddr(), dir, "ops", dir))
-	remove := fsm.EncodeRemove(fsm.Remove{TxnID: txn.NewTxnID(), Keys: []fsm.KeyGen{{Key: keys[0], Gen: 1}}})
+	remove := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: keys[0], Gen: 1}}})
 	if _, err := ops.Propose(ctx, &pb.ProposeRequest{Command: remove}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a REMOVE with the operator's certificate: %v, want PermissionDenied", err)
 	}

@@ -10,8 +10,10 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/txn"
 )
 
@@ -42,9 +44,9 @@ func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChun
 	for i := range res {
 		r := &res[i]
 		if reason, ok := tooLarge[i]; ok {
-			r.Outcome, r.Reason = txn.Rejected, reason
+			r.Outcome, r.Code, r.Reason = kvoffload.Rejected, kvoffload.CodeTooLarge, reason
 		}
-		out.Results[i] = &pb.KeyResult{Key: r.Key, Outcome: toPBOutcome(r.Outcome), Joined: r.Joined, Reason: r.Reason}
+		out.Results[i] = wire.KeyResultToPB(*r)
 	}
 	s.n.metrics.observeOffload(id, res, objs, time.Since(start))
 	return stream.SendAndClose(out)
@@ -61,9 +63,9 @@ const firstValueBytes = 64 << 10
 // as its bytes arrive, not when its size is announced (a stream announcing 64 MiB and sending
 // nothing reserves nothing), and each allocation is acquired from buf first, waiting while
 // the node's budget is taken (the stream is not read meanwhile: back-pressure on the client).
-func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, pb.OffloadResponse], buf *hold) (fsm.TxnID, []txn.Object, map[int]string, error) {
+func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, pb.OffloadResponse], buf *hold) (fsm.TxnID, []kvoffload.Object, map[int]string, error) {
 	var id fsm.TxnID
-	var objs []txn.Object
+	var objs []kvoffload.Object
 	tooLarge := map[int]string{}
 	var remaining, total uint64
 	lim := s.n.cfg.Txn
@@ -81,6 +83,9 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 				return id, nil, nil, invalid("txn_id must be %d bytes, got %d", len(id), len(ch.TxnId))
 			}
 			copy(id[:], ch.TxnId)
+			if err := kvoffload.CheckTxnID(id); err != nil {
+				return id, nil, nil, invalid("%v", err)
+			}
 		}
 		// A chunk starts a new object when the previous one is complete (after the first
 		// chunk, which may carry only the txn ID of an empty batch): a continuation chunk
@@ -93,7 +98,7 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			if len(objs) >= lim.MaxBatchKeys {
 				return id, nil, nil, grpcError(txn.BatchKeysError(uint64(len(objs)+1), ch.Key, lim.MaxBatchKeys))
 			}
-			objs = append(objs, txn.Object{Key: ch.Key})
+			objs = append(objs, kvoffload.Object{Key: ch.Key})
 			remaining = ch.Size
 			if ch.Size > uint64(lim.MaxBatchBytes)-total { // total <= MaxBatchBytes here: no overflow
 				return id, nil, nil, grpcError(txn.BatchBytesError(satAdd(total, ch.Size), ch.Key, lim.MaxBatchBytes))
@@ -163,7 +168,7 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 	if err := buf.acquire(ctx, min(want, s.n.cfg.Txn.MaxBatchBytes)); err != nil {
 		return grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, want, err))
 	}
-	res, err := s.n.coord.BatchGet(ctx, req.Keys)
+	res, err := s.n.BatchGet(ctx, req.Keys)
 	if err != nil {
 		return grpcError(err)
 	}
@@ -172,7 +177,7 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 		got += int64(len(r.Value))
 	}
 	buf.add(got - buf.n)
-	err = sendGets(stream.Send, res)
+	err = wire.SendGets(stream.Send, res)
 	s.n.metrics.observeGets(res, time.Since(start))
 	return err
 }
@@ -181,10 +186,13 @@ func (s kvService) BatchExists(ctx context.Context, req *pb.ExistsRequest) (*pb.
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	ex := s.n.coord.BatchExistsLease(ctx, req.Keys, time.Duration(req.LeaseMs)*time.Millisecond)
+	ex, err := s.n.BatchExists(ctx, req.Keys, time.Duration(req.LeaseMs)*time.Millisecond)
+	if err != nil {
+		return nil, grpcError(err)
+	}
 	out := &pb.ExistsResponse{Keys: make([]pb.Presence, len(ex.Keys)), PrefixPresent: uint32(ex.PrefixPresent), Reason: ex.Reason}
 	for i, p := range ex.Keys {
-		out.Keys[i] = toPBPresence(p)
+		out.Keys[i] = wire.PresenceToPB(p)
 	}
 	s.n.metrics.observeExists(req.Keys, ex)
 	return out, nil
@@ -200,11 +208,14 @@ func (s kvService) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.Remov
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	id := txn.NewTxnID()
+	id := kvoffload.NewTxnID()
 	switch len(req.TxnId) {
 	case 0:
 	case len(id):
 		copy(id[:], req.TxnId)
+		if err := kvoffload.CheckTxnID(id); err != nil {
+			return nil, invalid("%v", err)
+		}
 	default:
 		return nil, invalid("txn_id must be %d bytes, got %d", len(id), len(req.TxnId))
 	}
@@ -223,20 +234,9 @@ func (s kvService) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsResp
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	st, err := s.n.Stats()
+	st, err := s.n.Stats(ctx)
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	own := s.n.fsm.Owners()[s.n.cfg.ID]
-	t := st.Txn
-	return &pb.StatsResponse{
-		NodeId: s.n.cfg.ID, Keys: uint64(st.Meta.Keys), Bytes: uint64(st.Meta.Bytes),
-		LocalKeys: uint64(own.Keys), LocalBytes: uint64(own.Bytes),
-		LiveBytes: st.Buckets.LiveBytes, AllocatedBytes: st.Buckets.AllocatedBytes,
-		Counters: map[string]uint64{
-			"txns": t.Txns, "stored": t.Stored, "already_stored": t.AlreadyStored, "joined": t.Joined,
-			"conflicts": t.Conflicts, "rejected": t.Rejected, "failed": t.Failed, "waits": t.Waits,
-			"aborts": t.Aborts, "gets": t.Gets, "get_corrupt": t.GetCorrupt, "removed": t.Removed,
-		},
-	}, nil
+	return wire.StatsToPB(st), nil
 }

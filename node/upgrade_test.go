@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -78,8 +78,8 @@ func TestOpensDataDirectoryOfTheLastRelease(t *testing.T) {
 		}
 		for i, r := range res {
 			switch {
-			case i == 3 && r.Status == txn.NotFound:
-			case i != 3 && r.Status == txn.Found && bytes.Equal(r.Value, trace.Payload(7, keys[i], 4096+i)):
+			case i == 3 && r.Status == kvoffload.NotFound:
+			case i != 3 && r.Status == kvoffload.Found && bytes.Equal(r.Value, trace.Payload(7, keys[i], 4096+i)):
 			default:
 				t.Errorf("%s: %s %q (%d bytes)", keys[i], r.Status, r.Reason, len(r.Value))
 			}

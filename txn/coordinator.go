@@ -2,13 +2,13 @@ package txn
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -55,7 +55,8 @@ type flight struct {
 	done    chan struct{}
 	sum     uint64
 	size    uint32
-	outcome Outcome
+	outcome kvoffload.Outcome
+	code    kvoffload.Code
 	reason  string
 }
 
@@ -63,7 +64,7 @@ type flight struct {
 type running struct {
 	sig     uint64 // signature of the call's objects: a retry must send the same batch
 	done    chan struct{}
-	results []KeyResult
+	results []kvoffload.KeyResult
 	err     error
 }
 
@@ -96,15 +97,6 @@ func New(cfg Config, log IntentLog, data Buckets, meta Meta) (*Coordinator, erro
 
 // SetRemote installs the reader of keys whose bytes other nodes own. Call before serving.
 func (c *Coordinator) SetRemote(r Remote) { c.remote = r }
-
-// NewTxnID returns a random 128-bit transaction ID.
-func NewTxnID() fsm.TxnID {
-	var id fsm.TxnID
-	if _, err := rand.Read(id[:]); err != nil {
-		panic(fmt.Sprintf("txn: crypto/rand failed: %v", err))
-	}
-	return id
-}
 
 // Close stops background resolution and the reclaimer, after it has freed what was queued.
 // It does not close the seams.

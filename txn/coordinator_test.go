@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/wal"
@@ -119,15 +120,17 @@ func newCoordinatorCap(t *testing.T, m Meta, f *fsm.FSM, capacity int64) (*Coord
 	return c, data
 }
 
-func obj(key string, b byte) Object { return Object{Key: key, Value: []byte{b, b, b, b}} }
+func obj(key string, b byte) kvoffload.Object {
+	return kvoffload.Object{Key: key, Value: []byte{b, b, b, b}}
+}
 
 // A COMMIT whose first proposals are lost is proposed again and commits exactly once.
 func TestCommitRetriedAfterIndeterminate(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
 	m.failNext.Store(2)
-	res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
-	if err != nil || res[0].Outcome != Stored {
+	res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("after two lost proposals: %v %+v", err, res)
 	}
 }
@@ -138,8 +141,8 @@ func TestIndeterminateButApplied(t *testing.T) {
 	m := &flakyMeta{f: fsm.New(), applyAnyway: true}
 	c, _ := newTestCoordinator(t, m)
 	m.failNext.Store(1)
-	res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
-	if err != nil || res[0].Outcome != Stored {
+	res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("applied-but-lost commit: %v %+v", err, res)
 	}
 }
@@ -151,8 +154,8 @@ func TestIndeterminateThenRetrySameID(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, data := newTestCoordinator(t, m)
 	m.failNext.Store(1 << 30)
-	id := NewTxnID()
-	_, err := c.BatchOffload(context.Background(), id, []Object{obj("k", 1)})
+	id := kvoffload.NewTxnID()
+	_, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{obj("k", 1)})
 	if !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("err = %v, want ErrIndeterminate", err)
 	}
@@ -167,13 +170,13 @@ func TestIndeterminateThenRetrySameID(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	res, err := c.BatchOffload(context.Background(), id, []Object{obj("k", 1)})
-	if err != nil || res[0].Outcome != Failed {
-		t.Fatalf("retry of an aborted txn: %v %+v (want Failed: aborted, use a new txn ID)", err, res)
+	res, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != kvoffload.Failed {
+		t.Fatalf("retry of an aborted txn: %v %+v (want kvoffload.Failed: aborted, use a new txn ID)", err, res)
 	}
 	waitLive(t, data, 0)
-	res, err = c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
-	if err != nil || res[0].Outcome != Stored {
+	res, err = c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("new txn ID after the abort: %v %+v", err, res)
 	}
 }
@@ -200,14 +203,14 @@ func waitLive(t *testing.T, data *bucketstore.Store, want int64) {
 func TestRemoveFreesAfterApply(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, data := newTestCoordinator(t, m)
-	if _, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)}); err != nil {
+	if _, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	m.failNext.Store(1) // the REMOVE is lost: nothing may be freed
 	if _, err := c.Remove(context.Background(), []string{"k"}); err == nil {
 		t.Fatal("remove with a lost proposal succeeded")
 	}
-	if got, _ := c.BatchGet(context.Background(), []string{"k"}); got[0].Status != Found {
+	if got, _ := c.BatchGet(context.Background(), []string{"k"}); got[0].Status != kvoffload.Found {
 		t.Fatalf("key after a lost remove: %s", got[0].Status)
 	}
 	if _, err := c.Remove(context.Background(), []string{"k"}); err != nil {
@@ -242,8 +245,8 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.failNext.Store(1 << 30) // the ABORT after the failed sync is lost too: the process "dies"
-	res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
-	if err != nil || res[0].Outcome != Failed {
+	res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
+	if err != nil || res[0].Outcome != kvoffload.Failed {
 		t.Fatalf("offload with a failed fdatasync: %v %+v", err, res)
 	}
 	c.Close()
@@ -286,7 +289,7 @@ func TestCommitRefusedEndsAtOnce(t *testing.T) {
 	c, _ := newCoordinatorFor(t, m, m.f)
 	c.cfg.CommitTimeout = 10 * time.Second
 	start := time.Now()
-	_, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 1)})
+	_, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
 	if !errors.Is(err, ErrIndeterminate) || !errors.Is(err, ErrRefused) {
 		t.Fatalf("refused commit: %v, want ErrIndeterminate wrapping ErrRefused", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -57,7 +58,7 @@ func TestRecoverWithCorruptMetadata(t *testing.T) {
 	if _, err := c.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("real", 1)}); err != nil || res[0].Outcome != Stored {
+	if res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("real", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
 	c.Close()
@@ -65,7 +66,7 @@ func TestRecoverWithCorruptMetadata(t *testing.T) {
 
 	real, _ := m.f.Lookup("real")
 	fake := real
-	fake.Key, fake.Gen, fake.TxnID = "fake", 1, NewTxnID() // the same bytes, another key
+	fake.Key, fake.Gen, fake.TxnID = "fake", 1, kvoffload.NewTxnID() // the same bytes, another key
 	skew := real
 	skew.Key, skew.Gen = "skew", 1
 	skew.Extent.Offset += 100
@@ -88,7 +89,7 @@ func TestRecoverWithCorruptMetadata(t *testing.T) {
 	delete(m.extra, "fake") // the REMOVEs applied (the ghost entries are not in the FSM)
 	delete(m.extra, "skew")
 	got, err := c.BatchGet(context.Background(), []string{"real"})
-	if err != nil || got[0].Status != Found || string(got[0].Value) != string(obj("real", 1).Value) {
+	if err != nil || got[0].Status != kvoffload.Found || string(got[0].Value) != string(obj("real", 1).Value) {
 		t.Fatalf("the real key after start-up: %v %+v", err, got)
 	}
 	if st, _ := data.Stats(); st.LiveBytes != real.Extent.Length {
@@ -101,18 +102,18 @@ func TestRecoverWithCorruptMetadata(t *testing.T) {
 func TestReadOfCorruptMetadataKeepsOthersBytes(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, data := newTestCoordinator(t, m)
-	if res, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("real", 1)}); err != nil || res[0].Outcome != Stored {
+	if res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("real", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
 	real, _ := m.f.Lookup("real")
 	bad := fsm.Entry{Key: "bad", Gen: 1, Size: 1 << 20, Sum: 1, Extent: real.Extent} // Size does not match the Length
-	if r := m.f.ApplyCommand(100, fsm.EncodeCommit(fsm.Commit{TxnID: NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}})); r.Keys[0].Outcome != fsm.OutcomeInvalid {
+	if r := m.f.ApplyCommand(100, fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}})); r.Keys[0].Outcome != fsm.OutcomeInvalid {
 		t.Fatalf("apply of an entry on another key's bytes: %s", r.Keys[0].Outcome)
 	}
 	bad.Extent.Offset += 1 << 30 // elsewhere, so apply takes it; reads must refuse it
-	m.f.ApplyCommand(101, fsm.EncodeCommit(fsm.Commit{TxnID: NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}}))
+	m.f.ApplyCommand(101, fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}}))
 	got, err := c.BatchGet(context.Background(), []string{"bad", "real"})
-	if err != nil || got[0].Status != Corrupt || got[1].Status != Found {
+	if err != nil || got[0].Status != kvoffload.Corrupt || got[1].Status != kvoffload.Found {
 		t.Fatalf("read of corrupt metadata beside a real key: %v %+v", err, got)
 	}
 	if _, ok := m.f.Lookup("bad"); ok {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -18,7 +19,7 @@ func TestBatchGetDuplicatesCountAgainstMaxBatchBytes(t *testing.T) {
 	c, _ := newTestCoordinator(t, m)
 	c.cfg.MaxBatchBytes = 1 << 20
 	val := bytes.Repeat([]byte{7}, 512<<10)
-	if _, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{{Key: "k", Value: val}}); err != nil {
+	if _, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{{Key: "k", Value: val}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.BatchGet(context.Background(), []string{"k", "k", "k"}); !errors.Is(err, ErrBatchTooLarge) {
@@ -28,7 +29,7 @@ func TestBatchGetDuplicatesCountAgainstMaxBatchBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Status != Found || res[1].Status != Found || !bytes.Equal(res[1].Value, val) {
+	if res[0].Status != kvoffload.Found || res[1].Status != kvoffload.Found || !bytes.Equal(res[1].Value, val) {
 		t.Fatalf("two positions: %s, %s", res[0].Status, res[1].Status)
 	}
 	res[0].Value[0] = 9

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
@@ -86,7 +87,7 @@ func (c *Coordinator) evict(ctx context.Context, need int64) int {
 	for i, v := range victims {
 		kg[i] = fsm.KeyGen{Key: v.key, Gen: v.gen}
 	}
-	id := NewTxnID()
+	id := kvoffload.NewTxnID()
 	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "evicted: capacity"}))
 	if err != nil {
 		c.lg.Warn("eviction failed", "keys", len(kg), "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -16,7 +17,7 @@ import (
 // call is Present. If the read index fails within ReadIndexTimeout, those keys are Unknown
 // and Reason says why: a node that cannot confirm never answers "not stored" for a stored
 // key, the failure of Mooncake issue #2827 (docs/design.md, "The read index").
-func (c *Coordinator) BatchExists(ctx context.Context, keys []string) ExistsResult {
+func (c *Coordinator) BatchExists(ctx context.Context, keys []string) kvoffload.ExistsResult {
 	return c.BatchExistsLease(ctx, keys, 0)
 }
 
@@ -25,21 +26,21 @@ func (c *Coordinator) BatchExists(ctx context.Context, keys []string) ExistsResu
 // read them in that time (cases.md C11 with eviction running). Keys owned by other nodes are
 // reported but not pinned. Remove still removes a leased key. A lease longer than MaxLease
 // is shortened to it.
-func (c *Coordinator) BatchExistsLease(ctx context.Context, keys []string, lease time.Duration) ExistsResult {
+func (c *Coordinator) BatchExistsLease(ctx context.Context, keys []string, lease time.Duration) kvoffload.ExistsResult {
 	res := c.batchExists(keys, nil)
 	var unsure []int
 	for i, p := range res.Keys {
-		if p != Present {
+		if p != kvoffload.Present {
 			unsure = append(unsure, i)
 		}
 	}
 	if len(unsure) > 0 {
 		if err := c.confirmMisses(ctx, keys, unsure, make([]fsm.Entry, len(keys))); err != nil {
 			for _, i := range unsure {
-				res.Keys[i] = Unknown
+				res.Keys[i] = kvoffload.Unknown
 			}
 			res.Reason = "not confirmed: this node's metadata could not be brought up to date with the leader's: " + err.Error()
-			res.PrefixPresent = leadingPresent(res.Keys)
+			res.PrefixPresent = kvoffload.LeadingPresent(res.Keys)
 		} else {
 			res = c.batchExists(keys, res.Keys)
 		}
@@ -50,55 +51,45 @@ func (c *Coordinator) BatchExistsLease(ctx context.Context, keys []string, lease
 	return res
 }
 
-// leadingPresent is the number of Present keys before the first that is not.
-func leadingPresent(ps []Presence) int {
-	for i, p := range ps {
-		if p != Present {
-			return i
-		}
-	}
-	return len(ps)
-}
-
 // leasePresent leases the Present keys this node owns until until. A key an eviction has
 // already chosen, or removed since it was looked up, is reported Absent instead: a Present
 // answer with a lease must stay readable for the lease (cases.md C11).
-func (c *Coordinator) leasePresent(keys []string, res *ExistsResult, until time.Time) {
+func (c *Coordinator) leasePresent(keys []string, res *kvoffload.ExistsResult, until time.Time) {
 	for i, k := range keys {
-		if res.Keys[i] != Present {
+		if res.Keys[i] != kvoffload.Present {
 			continue
 		}
 		if e, ok := c.meta.Lookup(k); !ok {
-			res.Keys[i] = Absent // removed since it was looked up
+			res.Keys[i] = kvoffload.Absent // removed since it was looked up
 		} else if e.Owner == c.cfg.NodeID {
 			// Lease, then look again: a key still live in the same version after a lease
 			// that took cannot be chosen by an eviction until the lease ends.
 			leased := c.ev.lru.lease(k, until)
 			if cur, still := c.meta.Lookup(k); !leased || !still || cur.Gen != e.Gen {
-				res.Keys[i] = Absent
+				res.Keys[i] = kvoffload.Absent
 			}
 		}
 	}
-	res.PrefixPresent = leadingPresent(res.Keys)
+	res.PrefixPresent = kvoffload.LeadingPresent(res.Keys)
 }
 
 // batchExists classifies keys from local metadata and the in-flight table; with prev set,
 // only the keys prev does not have Present are looked up again (after a read index).
-func (c *Coordinator) batchExists(keys []string, prev []Presence) ExistsResult {
-	res := ExistsResult{Keys: make([]Presence, len(keys))}
+func (c *Coordinator) batchExists(keys []string, prev []kvoffload.Presence) kvoffload.ExistsResult {
+	res := kvoffload.ExistsResult{Keys: make([]kvoffload.Presence, len(keys))}
 	c.inflight.mu.Lock()
 	defer c.inflight.mu.Unlock()
 	present := func(k string) bool { _, ok := c.meta.Lookup(k); return ok }
 	for i, k := range keys {
 		switch {
-		case prev != nil && prev[i] == Present, present(k):
-			res.Keys[i] = Present
+		case prev != nil && prev[i] == kvoffload.Present, present(k):
+			res.Keys[i] = kvoffload.Present
 		case c.inflight.flights[k] != nil:
-			res.Keys[i] = InFlight
+			res.Keys[i] = kvoffload.InFlight
 		default:
-			res.Keys[i] = Absent
+			res.Keys[i] = kvoffload.Absent
 		}
 	}
-	res.PrefixPresent = leadingPresent(res.Keys)
+	res.PrefixPresent = kvoffload.LeadingPresent(res.Keys)
 	return res
 }

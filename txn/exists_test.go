@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -44,9 +45,9 @@ func TestExistsInFlightConfirmed(t *testing.T) {
 		proposing: make(chan struct{}), release: make(chan struct{})}
 	c, _ := newCoordinatorFor(t, m, m.f)
 	ctx := context.Background()
-	done := make(chan []KeyResult, 1)
+	done := make(chan []kvoffload.KeyResult, 1)
 	go func() {
-		res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)})
+		res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
 		if err != nil {
 			t.Errorf("the held offload: %v", err)
 		}
@@ -68,20 +69,20 @@ func TestExistsInFlightConfirmed(t *testing.T) {
 		v := obj(key, b).Value
 		return fsm.Entry{Key: key, Extent: fsm.Extent{Bucket: 1, Offset: int64(b) * 4096, Length: 4096}, Size: uint32(len(v)), Sum: xxhashOf(v), Gen: 1}
 	}
-	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeCommit(fsm.Commit{TxnID: NewTxnID(), Node: "n2",
+	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n2",
 		Entries: []fsm.Entry{other("k", 1), other("p", 2)}}))
 	m.hide("k", "p")
 	if ex := c.BatchExists(ctx, []string{"p", "k", "never"}); ex.PrefixPresent != 2 ||
-		ex.Keys[0] != Present || ex.Keys[1] != Present || ex.Keys[2] != Absent || ex.Reason != "" {
-		t.Fatalf("lagging replica, the read index answering: %+v (want Present Present Absent, prefix 2)", ex)
+		ex.Keys[0] != kvoffload.Present || ex.Keys[1] != kvoffload.Present || ex.Keys[2] != kvoffload.Absent || ex.Reason != "" {
+		t.Fatalf("lagging replica, the read index answering: %+v (want kvoffload.Present kvoffload.Present kvoffload.Absent, prefix 2)", ex)
 	}
 
 	m.hide("k", "p")
 	m.failReadIndex(errors.New("no leader (test)"))
 	ex := c.BatchExists(ctx, []string{"k", "p", "never"})
 	for i, p := range ex.Keys {
-		if p != Unknown {
-			t.Fatalf("key %d with a failed read index: %s, want Unknown (%+v)", i, p, ex)
+		if p != kvoffload.Unknown {
+			t.Fatalf("key %d with a failed read index: %s, want kvoffload.Unknown (%+v)", i, p, ex)
 		}
 	}
 	if ex.PrefixPresent != 0 || !strings.Contains(ex.Reason, "no leader (test)") {
@@ -92,15 +93,15 @@ func TestExistsInFlightConfirmed(t *testing.T) {
 	m.hide("p")
 	m.failReadIndex(errors.New("no leader (test)"))
 	ex = c.BatchExistsLease(ctx, []string{"k", "p"}, time.Minute)
-	if ex.PrefixPresent != 1 || ex.Keys[0] != Present || ex.Keys[1] != Unknown {
+	if ex.PrefixPresent != 1 || ex.Keys[0] != kvoffload.Present || ex.Keys[1] != kvoffload.Unknown {
 		t.Fatalf("present locally, then one not confirmed: %+v", ex)
 	}
 
 	m.failReadIndex(nil)
 	close(m.release)
 	released = true
-	if res := <-done; res == nil || res[0].Outcome != AlreadyStored {
-		t.Fatalf("the held offload: %+v, want AlreadyStored (the other member's commit came first)", res)
+	if res := <-done; res == nil || res[0].Outcome != kvoffload.AlreadyStored {
+		t.Fatalf("the held offload: %+v, want kvoffload.AlreadyStored (the other member's commit came first)", res)
 	}
 }
 
@@ -109,16 +110,16 @@ func TestExistsInFlightConfirmed(t *testing.T) {
 func TestExistsSingleReplica(t *testing.T) {
 	m := newHoldMeta()
 	c, _ := newCoordinatorFor(t, m, m.f)
-	done := startHeld(t, c, m, NewTxnID(), []Object{obj("w", 1)})
-	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeCommit(fsm.Commit{TxnID: NewTxnID(), Node: "n1",
+	done := startHeld(t, c, m, kvoffload.NewTxnID(), []kvoffload.Object{obj("w", 1)})
+	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1",
 		Entries: []fsm.Entry{{Key: "p", Extent: fsm.Extent{Bucket: 1, Length: 4096}, Size: 4, Sum: xxhashOf(obj("p", 2).Value), Gen: 1}}}))
 	ex := c.BatchExists(context.Background(), []string{"p", "w", "never"})
 	close(m.release)
 	<-done
-	if ex.PrefixPresent != 1 || ex.Keys[0] != Present || ex.Keys[1] != InFlight || ex.Keys[2] != Absent || ex.Reason != "" {
-		t.Fatalf("single replica: %+v, want Present InFlight Absent", ex)
+	if ex.PrefixPresent != 1 || ex.Keys[0] != kvoffload.Present || ex.Keys[1] != kvoffload.InFlight || ex.Keys[2] != kvoffload.Absent || ex.Reason != "" {
+		t.Fatalf("single replica: %+v, want kvoffload.Present kvoffload.InFlight kvoffload.Absent", ex)
 	}
-	if got := Unknown.String(); got != "Unknown" {
+	if got := kvoffload.Unknown.String(); got != "Unknown" {
 		t.Fatalf("Unknown.String() = %q", got)
 	}
 }

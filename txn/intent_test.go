@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/wal"
@@ -101,7 +102,7 @@ func TestRecoverJSONIntent(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.failNext.Store(1 << 30) // every proposal is lost: the process "dies" with the intent open
-	if _, err := c.BatchOffload(context.Background(), NewTxnID(), []Object{obj("k", 7)}); !errors.Is(err, ErrIndeterminate) {
+	if _, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 7)}); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("offload with every proposal lost: %v, want ErrIndeterminate", err)
 	}
 	c.Close()

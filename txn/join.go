@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -16,18 +17,18 @@ func (c *Coordinator) awaitJoins(ctx context.Context, p *plan) {
 		select {
 		case <-j.fl.done:
 		case <-ctx.Done():
-			r.Outcome, r.Reason = Failed, "gave up waiting for the in-flight offload of this key: "+ctx.Err().Error()
+			r.Outcome, r.Code, r.Reason = kvoffload.Failed, kvoffload.CodeCanceled, "gave up waiting for the in-flight offload of this key: "+ctx.Err().Error()
 			continue
 		}
 		if e, ok := c.meta.Lookup(r.Key); ok {
-			r.Outcome, r.Reason = compare(e, j.sum, j.size)
+			r.Outcome, r.Code, r.Reason = compare(e, j.sum, j.size)
 			continue
 		}
 		if j.fl.outcome.OK() {
-			r.Outcome, r.Reason = Rejected, "stored by the in-flight offload this call joined, then removed concurrently"
+			r.Outcome, r.Code, r.Reason = kvoffload.Rejected, kvoffload.CodeStaleGeneration, "stored by the in-flight offload this call joined, then removed concurrently"
 			continue
 		}
-		r.Outcome, r.Reason = Failed, "the in-flight offload this key joined failed: "+j.fl.reason
+		r.Outcome, r.Code, r.Reason = kvoffload.Failed, j.fl.code, "the in-flight offload this key joined failed: "+j.fl.reason
 	}
 }
 
@@ -38,14 +39,14 @@ func (c *Coordinator) awaitJoins(ctx context.Context, p *plan) {
 // (a recorded key missing, or sent with other bytes) gets ErrTxnIDInUse rather than the
 // original results. An aborted transaction records no keys: its batch cannot be checked, and
 // every key reports Failed.
-func (c *Coordinator) retried(id fsm.TxnID, res *fsm.Result, objs []Object, sums []uint64) ([]KeyResult, error) {
+func (c *Coordinator) retried(id fsm.TxnID, res *fsm.Result, objs []kvoffload.Object, sums []uint64) ([]kvoffload.KeyResult, error) {
 	if res.Type != fsm.CmdCommit && res.Type != fsm.CmdAbort {
 		return nil, fmt.Errorf("%w: txn %s names a %s command", ErrTxnIDInUse, id, res.Type)
 	}
-	out := make([]KeyResult, len(objs))
+	out := make([]kvoffload.KeyResult, len(objs))
 	if res.Aborted {
 		for i, o := range objs {
-			out[i] = KeyResult{Key: o.Key, Outcome: Failed,
+			out[i] = kvoffload.KeyResult{Key: o.Key, Outcome: kvoffload.Failed, Code: kvoffload.CodeAborted,
 				Reason: fmt.Sprintf("txn %s was aborted; retry with a new txn ID", id)}
 		}
 		return out, nil
@@ -59,15 +60,15 @@ func (c *Coordinator) retried(id fsm.TxnID, res *fsm.Result, objs []Object, sums
 	for i, o := range objs {
 		r := &out[i]
 		r.Key = o.Key
-		if reason := c.invalid(o); reason != "" {
-			r.Outcome, r.Reason = Rejected, reason
+		if code, reason := c.invalid(o); code != kvoffload.CodeNone {
+			r.Outcome, r.Code, r.Reason = kvoffload.Rejected, code, reason
 			continue
 		}
 		if j, ok := first[o.Key]; ok {
 			if sameBytes(objs, sums, i, j) {
 				*r = repeated(out[j])
 			} else {
-				r.Outcome, r.Reason = Conflict, dupConflict
+				r.Outcome, r.Code, r.Reason = kvoffload.Conflict, kvoffload.CodeDuplicateKey, dupConflict
 			}
 			continue
 		}
@@ -75,14 +76,14 @@ func (c *Coordinator) retried(id fsm.TxnID, res *fsm.Result, objs []Object, sums
 		size := uint32(len(o.Value))
 		ko, ok := byKey[o.Key]
 		if !ok {
-			r.Outcome, r.Reason = c.standing(o, sums[i])
+			r.Outcome, r.Code, r.Reason = c.standing(o, sums[i])
 			continue
 		}
 		if !mayMatch(ko, sums[i], size) {
 			return nil, fmt.Errorf("%w: txn %s wrote key %q with other bytes", ErrTxnIDInUse, id, o.Key)
 		}
 		matched++
-		r.Outcome, r.Reason = fromFSM(ko.Outcome)
+		r.Outcome, r.Code, r.Reason = fromFSM(ko.Outcome)
 	}
 	if matched < len(byKey) {
 		for _, ko := range res.Keys {
@@ -125,11 +126,11 @@ func otherBatch(res *fsm.Result, ws []*write) (string, bool) {
 }
 
 // standing reports a key of a retried batch that its original transaction did not write.
-func (c *Coordinator) standing(o Object, sum uint64) (Outcome, string) {
+func (c *Coordinator) standing(o kvoffload.Object, sum uint64) (kvoffload.Outcome, kvoffload.Code, string) {
 	if e, ok := c.meta.Lookup(o.Key); ok {
 		return compare(e, sum, uint32(len(o.Value)))
 	}
-	return Failed, "not written by the finished transaction with this ID; retry with a new txn ID"
+	return kvoffload.Failed, kvoffload.CodeTxnIDReused, "not written by the finished transaction with this ID; retry with a new txn ID"
 }
 
 func fsmExtent(e bucketstore.Extent) fsm.Extent {

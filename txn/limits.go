@@ -1,6 +1,8 @@
 package txn
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // batchLimitError is the request-level refusal of a batch over one of Config's limits. It
 // names the size reached, the key at which it was reached, the limit and its value, e.g.
@@ -26,4 +28,16 @@ func BatchBytesError(n uint64, key string, value int64) error {
 // MaxObjectBytes (value).
 func ObjectTooLarge(size uint64, value int64) string {
 	return fmt.Sprintf("too large: %d bytes exceeds MaxObjectBytes %d", size, value)
+}
+
+// CheckKeys refuses a request naming keys (BatchExists) on a closed or failed coordinator, or
+// over MaxBatchKeys (BatchKeysError).
+func (c *Coordinator) CheckKeys(keys []string) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if len(keys) > c.cfg.MaxBatchKeys {
+		return BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
+	}
+	return nil
 }

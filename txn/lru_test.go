@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -59,8 +60,11 @@ func TestLeaseDuringEviction(t *testing.T) {
 	var keys []string
 	for i := range 64 {
 		k := fmt.Sprintf("k%03d", i)
-		done := make(chan []KeyResult, 1)
-		go func() { r, _ := c.BatchOffload(ctx, NewTxnID(), []Object{{Key: k, Value: val}}); done <- r }()
+		done := make(chan []kvoffload.KeyResult, 1)
+		go func() {
+			r, _ := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: k, Value: val}})
+			done <- r
+		}()
 		select {
 		case r := <-done:
 			if !r[0].Outcome.OK() {
@@ -71,7 +75,7 @@ func TestLeaseDuringEviction(t *testing.T) {
 		case <-m.entered: // an eviction of the oldest keys is proposed and held
 		}
 		ex := c.BatchExistsLease(ctx, keys, time.Hour)
-		if ex.Keys[0] != Absent {
+		if ex.Keys[0] != kvoffload.Absent {
 			t.Fatalf("%s, chosen by the eviction under way, answered %v with a lease", keys[0], ex.Keys[0])
 		}
 		close(m.release)
@@ -84,10 +88,10 @@ func TestLeaseDuringEviction(t *testing.T) {
 		}
 		leased := 0
 		for j, p := range ex.Keys {
-			if p == Present {
+			if p == kvoffload.Present {
 				leased++
-				if got[j].Status != Found {
-					t.Fatalf("%s was Present with a 1 h lease, then read %s", keys[j], got[j].Status)
+				if got[j].Status != kvoffload.Found {
+					t.Fatalf("%s was kvoffload.Present with a 1 h lease, then read %s", keys[j], got[j].Status)
 				}
 			}
 		}
@@ -146,7 +150,7 @@ func TestLeaseAfterIndeterminateEviction(t *testing.T) {
 	var keys []string
 	for i := 0; ; i++ {
 		k := fmt.Sprintf("k%03d", i)
-		_, _ = c.BatchOffload(ctx, NewTxnID(), []Object{{Key: k, Value: val}})
+		_, _ = c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: k, Value: val}})
 		keys = append(keys, k)
 		select {
 		case <-m.lost:
@@ -158,11 +162,11 @@ func TestLeaseAfterIndeterminateEviction(t *testing.T) {
 		}
 		break
 	}
-	if ex := c.BatchExistsLease(ctx, keys[:1], time.Hour); ex.Keys[0] != Absent {
+	if ex := c.BatchExistsLease(ctx, keys[:1], time.Hour); ex.Keys[0] != kvoffload.Absent {
 		t.Fatalf("%s, chosen by an eviction whose outcome is unknown, answered %v with a lease", keys[0], ex.Keys[0])
 	}
 	m.f.ApplyCommand(1<<40, m.late) // the lost REMOVE applies after all
-	if g, _ := c.BatchGet(ctx, keys[:1]); g[0].Status != NotFound {
+	if g, _ := c.BatchGet(ctx, keys[:1]); g[0].Status != kvoffload.NotFound {
 		t.Fatalf("%s after the late REMOVE: %s", keys[0], g[0].Status)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
@@ -23,7 +24,7 @@ import (
 // error while joining a running retry) means nothing was accepted. Otherwise every key is in
 // exactly one state: Stored, AlreadyStored, Conflict, Rejected or Failed, and
 // Stored/AlreadyStored keys are readable when the call returns.
-func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Object) ([]KeyResult, error) {
+func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
@@ -62,7 +63,7 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 		}
 		select {
 		case <-r.done:
-			return append([]KeyResult(nil), r.results...), r.err
+			return append([]kvoffload.KeyResult(nil), r.results...), r.err
 		case <-ctx.Done():
 			return nil, fmt.Errorf("txn: waiting for the running call of txn %s: %w", id, ctx.Err())
 		}
@@ -75,12 +76,12 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []Obj
 	return r.results, r.err
 }
 
-func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []Object, sums []uint64) ([]KeyResult, error) {
+func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object, sums []uint64) ([]kvoffload.KeyResult, error) {
 	p := c.plan(id, objs, sums)
 	if len(p.writes) > 0 {
 		if err := c.acquire(ctx); err != nil {
 			for _, w := range p.writes {
-				w.outcome, w.reason = Rejected, "back-pressure: no in-flight slot before the deadline: "+err.Error()
+				w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeBackPressure, "back-pressure: no in-flight slot before the deadline: "+err.Error()
 			}
 			c.finish(p, p.writes)
 		} else {
@@ -131,7 +132,7 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 	idx, err := c.logIntent(p.id, ws)
 	if err != nil {
 		c.failStop(err)
-		c.fail(p, ws, "wal: "+err.Error())
+		c.fail(p, ws, kvoffload.CodeIO, "wal: "+err.Error())
 		return
 	}
 	_ = failpoint.Hit(failpoint.IntentLogged)
@@ -142,7 +143,7 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 	}
 	res, err := c.proposeCommit(ctx, intentOf(c.cfg.NodeID, written).commit(p.id))
 	if err != nil {
-		c.fail(p, ws, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
+		c.fail(p, ws, kvoffload.CodeUnavailable, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
 		p.err = fmt.Errorf("%w: txn %s: %w", ErrIndeterminate, p.id, err)
 		c.resolveLater(p.id, idx, ws)
 		return
@@ -151,12 +152,12 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 	if mutant.On(mutant.CommitBeforeSync) { // mutation test only: the fdatasync after the COMMIT
 		_ = c.data.Sync()
 	}
-	c.settle(p.id, idx, ws, res, "")
+	c.settle(p.id, idx, ws, res, kvoffload.CodeAborted, "")
 	if key, ok := otherBatch(res, ws); ok {
 		// The FSM de-duplicated this COMMIT against one of another batch under the same txn
 		// ID (a call on another node): none of these keys was stored by this call.
 		for _, w := range ws {
-			w.outcome, w.reason = Failed, "txn ID already used for a different batch"
+			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeTxnIDReused, "txn ID already used for a different batch"
 		}
 		p.err = fmt.Errorf("%w: txn %s committed key %q with other bytes", ErrTxnIDInUse, p.id, key)
 	}
@@ -174,11 +175,11 @@ func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 			ok = append(ok, w)
 			continue
 		case errors.Is(err, bucketstore.ErrNoSpace):
-			w.outcome, w.reason = Rejected, "quota: "+err.Error()
+			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeQuota, "quota: "+err.Error()
 		case errors.Is(err, bucketstore.ErrTooLarge):
-			w.outcome, w.reason = Rejected, "too large: "+err.Error()
+			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeTooLarge, "too large: "+err.Error()
 		default:
-			w.outcome, w.reason = Failed, "reserve: "+err.Error()
+			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeIO, "reserve: "+err.Error()
 		}
 		bad = append(bad, w)
 	}

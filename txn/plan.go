@@ -7,6 +7,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -14,11 +15,11 @@ import (
 // plan is step S0 of one transaction: what each input object becomes.
 type plan struct {
 	id      fsm.TxnID
-	results []KeyResult // one per input object, in input order
-	writes  []*write    // keys this transaction writes
-	joins   []joinRef   // keys in flight in another transaction
-	dups    []dupRef    // repeats of a key earlier in the same batch
-	err     error       // request-level outcome (ErrIndeterminate)
+	results []kvoffload.KeyResult // one per input object, in input order
+	writes  []*write              // keys this transaction writes
+	joins   []joinRef             // keys in flight in another transaction
+	dups    []dupRef              // repeats of a key earlier in the same batch
+	err     error                 // request-level outcome (ErrIndeterminate)
 }
 
 // write is one key this transaction writes.
@@ -31,7 +32,8 @@ type write struct {
 	ext     bucketstore.Extent
 	fl      *flight
 	err     error // the record could not be written: this key fails, its siblings go on
-	outcome Outcome
+	outcome kvoffload.Outcome
+	code    kvoffload.Code
 	reason  string
 }
 
@@ -55,7 +57,7 @@ func (w *write) entry() intentEntry {
 
 // checksums returns the xxhash64 of every value: computed once per call, it is both the
 // batch's signature and each record's PayloadSum.
-func checksums(objs []Object) []uint64 {
+func checksums(objs []kvoffload.Object) []uint64 {
 	sums := make([]uint64, len(objs))
 	for i, o := range objs {
 		sums[i] = xxhash.Sum64(o.Value)
@@ -66,7 +68,7 @@ func checksums(objs []Object) []uint64 {
 // signature identifies a batch by its keys, value lengths and value checksums, so a call that
 // reuses a running call's txn ID for a different batch is refused instead of being handed its
 // results.
-func signature(objs []Object, sums []uint64) uint64 {
+func signature(objs []kvoffload.Object, sums []uint64) uint64 {
 	d := xxhash.New()
 	var n [8]byte
 	put := func(v uint64) {
@@ -83,7 +85,7 @@ func signature(objs []Object, sums []uint64) uint64 {
 }
 
 // checkBatch enforces the per-request limits.
-func (c *Coordinator) checkBatch(objs []Object) error {
+func (c *Coordinator) checkBatch(objs []kvoffload.Object) error {
 	if len(objs) > c.cfg.MaxBatchKeys {
 		return BatchKeysError(uint64(len(objs)), objs[c.cfg.MaxBatchKeys].Key, c.cfg.MaxBatchKeys)
 	}
@@ -100,18 +102,18 @@ func (c *Coordinator) checkBatch(objs []Object) error {
 	return nil
 }
 
-// invalid returns why o is refused, or "".
-func (c *Coordinator) invalid(o Object) string {
+// invalid returns why o is refused (its code and reason), or CodeNone.
+func (c *Coordinator) invalid(o kvoffload.Object) (kvoffload.Code, string) {
 	if why := c.invalidKey(o.Key); why != "" {
-		return why
+		return kvoffload.CodeInvalidKey, why
 	}
 	switch {
 	case len(o.Value) == 0:
-		return "invalid value: empty"
+		return kvoffload.CodeInvalidValue, "invalid value: empty"
 	case int64(len(o.Value)) > c.cfg.MaxObjectBytes:
-		return ObjectTooLarge(uint64(len(o.Value)), c.cfg.MaxObjectBytes)
+		return kvoffload.CodeTooLarge, ObjectTooLarge(uint64(len(o.Value)), c.cfg.MaxObjectBytes)
 	}
-	return ""
+	return kvoffload.CodeNone, ""
 }
 
 // invalidKey returns why key can never be stored, or "".
@@ -135,16 +137,16 @@ func (c *Coordinator) invalidKey(key string) string {
 // plan classifies every object (sums[i] is the xxhash64 of objs[i].Value). Under
 // c.inflight.mu the FSM and the in-flight table together decide each key's state, so a key is
 // never both unclaimed and being written.
-func (c *Coordinator) plan(id fsm.TxnID, objs []Object, sums []uint64) *plan {
-	p := &plan{id: id, results: make([]KeyResult, len(objs))}
+func (c *Coordinator) plan(id fsm.TxnID, objs []kvoffload.Object, sums []uint64) *plan {
+	p := &plan{id: id, results: make([]kvoffload.KeyResult, len(objs))}
 	c.inflight.mu.Lock()
 	defer c.inflight.mu.Unlock()
 	first := make(map[string]int, len(objs))
 	for i, o := range objs {
 		r := &p.results[i]
 		r.Key = o.Key
-		if reason := c.invalid(o); reason != "" {
-			r.Outcome, r.Reason = Rejected, reason
+		if code, reason := c.invalid(o); code != kvoffload.CodeNone {
+			r.Outcome, r.Code, r.Reason = kvoffload.Rejected, code, reason
 			continue
 		}
 		size := uint32(len(o.Value))
@@ -152,13 +154,13 @@ func (c *Coordinator) plan(id fsm.TxnID, objs []Object, sums []uint64) *plan {
 			if sameBytes(objs, sums, i, j) {
 				p.dups = append(p.dups, dupRef{idx: i, first: j})
 			} else {
-				r.Outcome, r.Reason = Conflict, dupConflict
+				r.Outcome, r.Code, r.Reason = kvoffload.Conflict, kvoffload.CodeDuplicateKey, dupConflict
 			}
 			continue
 		}
 		first[o.Key] = i
 		if e, ok := c.meta.Lookup(o.Key); ok {
-			r.Outcome, r.Reason = compare(e, sums[i], size)
+			r.Outcome, r.Code, r.Reason = compare(e, sums[i], size)
 			continue
 		}
 		if fl, ok := c.inflight.flights[o.Key]; ok {
@@ -177,26 +179,26 @@ func (c *Coordinator) plan(id fsm.TxnID, objs []Object, sums []uint64) *plan {
 const dupConflict = "the batch holds this key twice with different bytes"
 
 // sameBytes reports whether objs[i] and objs[j] hold the same value (length and checksum).
-func sameBytes(objs []Object, sums []uint64, i, j int) bool {
+func sameBytes(objs []kvoffload.Object, sums []uint64, i, j int) bool {
 	return sums[i] == sums[j] && len(objs[i].Value) == len(objs[j].Value)
 }
 
 // repeated is the result of a key repeated in a batch with the bytes of its first copy, whose
 // result is first: stored once, so the repeat is AlreadyStored.
-func repeated(first KeyResult) KeyResult {
+func repeated(first kvoffload.KeyResult) kvoffload.KeyResult {
 	if first.Outcome.OK() {
-		first.Outcome, first.Reason = AlreadyStored, ""
+		first.Outcome, first.Code, first.Reason = kvoffload.AlreadyStored, kvoffload.CodeNone, ""
 	}
 	first.Joined = false
 	return first
 }
 
 // compare says what offloading bytes with (sum, size) means for a committed entry.
-func compare(e fsm.Entry, sum uint64, size uint32) (Outcome, string) {
+func compare(e fsm.Entry, sum uint64, size uint32) (kvoffload.Outcome, kvoffload.Code, string) {
 	if e.Sum == sum && e.Size == size {
-		return AlreadyStored, ""
+		return kvoffload.AlreadyStored, kvoffload.CodeNone, ""
 	}
-	return Conflict, "committed with different bytes"
+	return kvoffload.Conflict, kvoffload.CodeMismatch, "committed with different bytes"
 }
 
 // finish completes the flights of ws with their outcomes and records their results.
@@ -207,8 +209,9 @@ func (c *Coordinator) finish(p *plan, ws []*write) {
 		if c.inflight.flights[w.key] == w.fl {
 			delete(c.inflight.flights, w.key)
 		}
-		w.fl.outcome, w.fl.reason = w.outcome, w.reason
+		w.fl.outcome, w.fl.code, w.fl.reason = w.outcome, w.code, w.reason
 		close(w.fl.done)
-		p.results[w.idx].Outcome, p.results[w.idx].Reason = w.outcome, w.reason
+		r := &p.results[w.idx]
+		r.Outcome, r.Code, r.Reason = w.outcome, w.code, w.reason
 	}
 }

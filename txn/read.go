@@ -8,6 +8,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -21,7 +22,7 @@ func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
 // issued in (bucket, offset) order. A key named more than once is read once, and every
 // position gets the same answer (a Corrupt record is not reported NotFound at its second
 // position because the first removed it).
-func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult, error) {
+func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
@@ -38,10 +39,11 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]GetResult,
 		return nil, err
 	}
 	c.stats.gets.Add(uint64(len(keys)))
+	fillGetCodes(res)
 	if len(uniq) == len(keys) {
 		return res, nil
 	}
-	out := make([]GetResult, len(keys))
+	out := make([]kvoffload.GetResult, len(keys))
 	seen := make([]bool, len(uniq))
 	for i, p := range pos {
 		out[i] = res[p]
@@ -72,8 +74,8 @@ func collapse(keys []string) (uniq []string, pos []int) {
 
 // batchGet is BatchGet for keys without repeats; keys[i] counts times[i] times against
 // MaxBatchBytes.
-func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64) ([]GetResult, error) {
-	out := make([]GetResult, len(keys))
+func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64) ([]kvoffload.GetResult, error) {
+	out := make([]kvoffload.GetResult, len(keys))
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
 	var misses []int
@@ -87,7 +89,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 	}
 	if err := c.confirmMisses(ctx, keys, misses, entries); err != nil {
 		for _, i := range misses {
-			out[i].Status, out[i].Reason = Unavailable, "not in this node's metadata, which could not be brought up to date: "+err.Error()
+			out[i].Status, out[i].Reason = kvoffload.Unavailable, "not in this node's metadata, which could not be brought up to date: "+err.Error()
 		}
 	}
 	var total int64
@@ -96,7 +98,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 		switch {
 		case out[i].Status != 0:
 		case entries[i].Key == "": // absent, and confirmed absent
-			out[i].Status = NotFound
+			out[i].Status = kvoffload.NotFound
 		case fsm.CheckEntry(entries[i]) != nil:
 			// Refused before its Size counts against MaxBatchBytes or its Length is allocated,
 			// whichever node owns it: a bad entry must not fail the batch or exhaust memory.
@@ -124,7 +126,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			out[i].Status, out[i].Reason = Unavailable, err.Error()
+			out[i].Status, out[i].Code, out[i].Reason = kvoffload.Unavailable, kvoffload.CodeCanceled, err.Error()
 			continue
 		}
 		out[i] = c.get(ctx, keys[i], entries[i])
@@ -158,12 +160,12 @@ func (c *Coordinator) confirmMisses(ctx context.Context, keys []string, misses [
 
 // readRemote fills in the keys whose bytes live on other nodes, one call per owner, in
 // parallel. Without a Remote (single node) they are Unavailable.
-func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []fsm.Entry, byOwner map[string][]int, out []GetResult) {
+func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []fsm.Entry, byOwner map[string][]int, out []kvoffload.GetResult) {
 	var wg sync.WaitGroup
 	for owner, idx := range byOwner {
 		if c.remote == nil {
 			for _, i := range idx {
-				out[i] = GetResult{Key: keys[i], Status: Unavailable, Reason: "owned by node " + owner}
+				out[i] = kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "owned by node " + owner}
 			}
 			continue
 		}
@@ -179,15 +181,15 @@ func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []f
 			res := c.remote.ReadRemote(ctx, owner, ks, size)
 			for j, i := range idx {
 				if j >= len(res) {
-					out[i] = GetResult{Key: keys[i], Status: Unavailable, Reason: "owner " + owner + " returned too few results"}
+					out[i] = kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "owner " + owner + " returned too few results"}
 					continue
 				}
 				out[i] = res[j]
 				// The owner verified the record; check the bytes against this node's metadata too,
 				// so a stale owner or a damaged transfer never reaches the caller (G3).
 				e := entries[i]
-				if r := &out[i]; r.Status == Found && (uint32(len(r.Value)) != e.Size || xxhashOf(r.Value) != e.Sum) {
-					*r = GetResult{Key: r.Key, Status: Unavailable, Reason: "owner " + owner + " returned bytes that do not match the metadata"}
+				if r := &out[i]; r.Status == kvoffload.Found && (uint32(len(r.Value)) != e.Size || xxhashOf(r.Value) != e.Sum) {
+					*r = kvoffload.GetResult{Key: r.Key, Status: kvoffload.Unavailable, Reason: "owner " + owner + " returned bytes that do not match the metadata"}
 				}
 			}
 		}()
@@ -197,35 +199,36 @@ func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []f
 
 // BatchGetLocal reads only keys whose bytes this node owns (the owner side of a forwarded
 // read); keys the local metadata assigns to another node are Unavailable.
-func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]GetResult, error) {
+func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {
 		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
 	}
-	out := make([]GetResult, len(keys))
+	out := make([]kvoffload.GetResult, len(keys))
 	for i, k := range keys {
 		e, ok := c.meta.Lookup(k)
 		switch {
 		case ctx.Err() != nil:
-			out[i] = GetResult{Key: k, Status: Unavailable, Reason: ctx.Err().Error()}
+			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Code: kvoffload.CodeCanceled, Reason: ctx.Err().Error()}
 		case !ok:
-			out[i] = GetResult{Key: k, Status: NotFound}
+			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.NotFound}
 		case e.Owner != c.cfg.NodeID:
-			out[i] = GetResult{Key: k, Status: Unavailable, Reason: "not owned by node " + c.cfg.NodeID}
+			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: "not owned by node " + c.cfg.NodeID}
 		default:
 			out[i] = c.get(ctx, k, e)
 		}
 	}
 	c.stats.gets.Add(uint64(len(keys)))
+	fillGetCodes(out)
 	return out, nil
 }
 
 // get reads one committed entry. The extent is pinned, then the metadata is checked again:
 // bytes are freed only after their removal is applied, so an entry still present after the
 // pin cannot be freed under the reader.
-func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResult {
+func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) kvoffload.GetResult {
 	if err := fsm.CheckEntry(e); err != nil {
 		return c.corruptEntry(ctx, key, e, err)
 	}
@@ -233,39 +236,39 @@ func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) GetResul
 	c.reclaim.pin(ext)
 	defer c.reclaim.unpin(ext)
 	if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {
-		return GetResult{Key: key, Status: NotFound, Reason: "removed while reading"}
+		return kvoffload.GetResult{Key: key, Status: kvoffload.NotFound, Reason: "removed while reading"}
 	}
 	want := bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
 	val, err := c.data.Read(ext, want)
 	if err == nil {
 		c.ev.lru.touch(key)
-		return GetResult{Key: key, Status: Found, Value: val}
+		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}
 	}
 	if !errors.Is(err, bucketstore.ErrCorrupt) {
-		return GetResult{Key: key, Status: Unavailable, Reason: err.Error()}
+		return kvoffload.GetResult{Key: key, Status: kvoffload.Unavailable, Reason: err.Error()}
 	}
 	c.stats.getCorrupt.Add(1)
 	c.lg.Error("corrupt record; removing the key from metadata", "key", key, "extent", ext, "err", err)
 	c.repair(ctx, key, e)
-	return GetResult{Key: key, Status: Corrupt, Reason: err.Error()}
+	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: err.Error()}
 }
 
 // corruptEntry answers a key whose metadata entry names an extent no record can have
 // (fsm.CheckEntry: misaligned, too long, a Length that does not match Size): Corrupt, and its
 // removal through Raft, as for a record that fails verification. Its extent is not freed
 // (OnApplied): it was never a record of this key, and the bytes may be another's.
-func (c *Coordinator) corruptEntry(ctx context.Context, key string, e fsm.Entry, why error) GetResult {
+func (c *Coordinator) corruptEntry(ctx context.Context, key string, e fsm.Entry, why error) kvoffload.GetResult {
 	c.stats.getCorrupt.Add(1)
 	c.lg.Error("corrupt metadata; removing the key from metadata", "key", key, "owner", e.Owner, "extent", e.Extent, "err", why)
 	c.repair(ctx, key, e)
-	return GetResult{Key: key, Status: Corrupt, Reason: "corrupt metadata: " + why.Error()}
+	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: "corrupt metadata: " + why.Error()}
 }
 
 // repair removes a corrupt key's metadata (only the generation that was read); OnApplied
 // frees its bytes if no other live entry references them.
 func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
-	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: key, Gen: e.Gen}}, Reason: "corrupt record"})
+	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: key, Gen: e.Gen}}, Reason: "corrupt record"})
 	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
-		c.lg.Warn("repair of a corrupt key failed; it stays Corrupt until retried", "key", key, "err", err)
+		c.lg.Warn("repair of a corrupt key failed; it stays kvoffload.Corrupt until retried", "key", key, "err", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -58,12 +59,12 @@ func TestMissesConfirmedByReadIndex(t *testing.T) {
 	ctx := context.Background()
 	m := &laggingMeta{flakyMeta: &flakyMeta{f: fsm.New()}, hidden: map[string]bool{}}
 	c, _ := newCoordinatorFor(t, m, m.f)
-	if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k1", 1), obj("k2", 2)}); err != nil || res[0].Outcome != Stored || res[1].Outcome != Stored {
+	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k1", 1), obj("k2", 2)}); err != nil || res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
 
 	m.readIndexes.Store(0)
-	if res, err := c.BatchGet(ctx, []string{"k1", "k2"}); err != nil || res[0].Status != Found || res[1].Status != Found {
+	if res, err := c.BatchGet(ctx, []string{"k1", "k2"}); err != nil || res[0].Status != kvoffload.Found || res[1].Status != kvoffload.Found {
 		t.Fatalf("all present: %v %+v", err, res)
 	}
 	if n := m.readIndexes.Load(); n != 0 {
@@ -72,24 +73,24 @@ func TestMissesConfirmedByReadIndex(t *testing.T) {
 
 	m.hide("k1")
 	res, err := c.BatchGet(ctx, []string{"k1", "k2", "never"})
-	if err != nil || res[0].Status != Found || string(res[0].Value) != "\x01\x01\x01\x01" || res[1].Status != Found || res[2].Status != NotFound {
+	if err != nil || res[0].Status != kvoffload.Found || string(res[0].Value) != "\x01\x01\x01\x01" || res[1].Status != kvoffload.Found || res[2].Status != kvoffload.NotFound {
 		t.Fatalf("lagging replica: %v %+v", err, res)
 	}
 	if n := m.readIndexes.Load(); n != 1 {
 		t.Fatalf("read indexes: %d, want 1", n)
 	}
 	m.hide("k1")
-	if ex := c.BatchExists(ctx, []string{"k1", "k2", "never"}); ex.PrefixPresent != 2 || ex.Keys[2] != Absent {
+	if ex := c.BatchExists(ctx, []string{"k1", "k2", "never"}); ex.PrefixPresent != 2 || ex.Keys[2] != kvoffload.Absent {
 		t.Fatalf("exists on a lagging replica: %+v", ex)
 	}
 
 	m.hide("k1")
 	m.readIndexErr = errors.New("no leader (test)")
 	res, err = c.BatchGet(ctx, []string{"k1", "k2"})
-	if err != nil || res[0].Status != Unavailable || !strings.Contains(res[0].Reason, "no leader (test)") || res[1].Status != Found {
+	if err != nil || res[0].Status != kvoffload.Unavailable || !strings.Contains(res[0].Reason, "no leader (test)") || res[1].Status != kvoffload.Found {
 		t.Fatalf("read index failed: %v %+v", err, res)
 	}
-	if ex := c.BatchExists(ctx, []string{"k2", "k1"}); ex.PrefixPresent != 1 || ex.Keys[1] != Unknown || !strings.Contains(ex.Reason, "no leader (test)") {
+	if ex := c.BatchExists(ctx, []string{"k2", "k1"}); ex.PrefixPresent != 1 || ex.Keys[1] != kvoffload.Unknown || !strings.Contains(ex.Reason, "no leader (test)") {
 		t.Fatalf("exists with a failed read index: %+v", ex)
 	}
 	if got := c.Stats().ReadIndexFailed; got != 2 {
@@ -113,7 +114,7 @@ func TestOffloadCatchUpBounded(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)})
+		_, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
 		done <- err
 	}()
 	select {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -70,7 +71,7 @@ func newStallingCoordinatorCap(t *testing.T, capacity int64) (*Coordinator, *fla
 	if _, err := c.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)}); err != nil || res[0].Outcome != Stored {
+	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
 	return c, m, data, d
@@ -117,8 +118,8 @@ func TestApplyNotBlockedByStalledFree(t *testing.T) {
 	d.stall.Store(true)
 	applied := make(chan struct{})
 	go func() {
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeAbort(fsm.Abort{TxnID: NewTxnID(), Node: "n1", Reason: "a later command"}))
+		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
+		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeAbort(fsm.Abort{TxnID: kvoffload.NewTxnID(), Node: "n1", Reason: "a later command"}))
 		close(applied)
 	}()
 	d.waitStalled(t)
@@ -143,7 +144,7 @@ func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	done := make(chan struct{})
-	var res []RemoveResult
+	var res []kvoffload.RemoveResult
 	var err error
 	go func() {
 		res, err = c.Remove(ctx, []string{"k"})
@@ -170,14 +171,17 @@ func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
 func TestEvictingOffloadReturnsWhileFreeStalls(t *testing.T) {
 	c, _, _, d := newStallingCoordinatorCap(t, 2*bucketstore.Alignment) // room for two keys
 	ctx := context.Background()
-	if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("b", 1)}); err != nil || res[0].Outcome != Stored {
+	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("b", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload b: %v %+v", err, res)
 	}
 	d.stall.Store(true)
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	done := make(chan struct{})
-	go func() { _, _ = c.BatchOffload(cctx, NewTxnID(), []Object{obj("c", 1)}); close(done) }()
+	go func() {
+		_, _ = c.BatchOffload(cctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("c", 1)})
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -227,16 +231,16 @@ func TestResolverAfterPruneKeepsCommittedBytes(t *testing.T) {
 	ctx := context.Background()
 	m.cut.Store(true)
 	fm.failNext.Store(1 << 30)
-	_, _ = c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)}) // applied, every answer lost
+	_, _ = c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}) // applied, every answer lost
 	fm.failNext.Store(0)
-	fm.f.ApplyCommand(fm.index.Add(1), fsm.EncodePrune(fsm.Prune{TxnID: NewTxnID(), Before: fm.index.Load() + 1}))
+	fm.f.ApplyCommand(fm.index.Add(1), fsm.EncodePrune(fsm.Prune{TxnID: kvoffload.NewTxnID(), Before: fm.index.Load() + 1}))
 	m.cut.Store(false)
 	deadline := time.Now().Add(5 * time.Second)
 	for c.Stats().Aborts == 0 && time.Now().Before(deadline) { // the resolver settles with an ABORT
 		time.Sleep(20 * time.Millisecond)
 	}
 	got, err := c.BatchGet(ctx, []string{"k"})
-	if err != nil || got[0].Status != Found {
+	if err != nil || got[0].Status != kvoffload.Found {
 		t.Fatalf("a committed key lost its bytes: %v %+v", err, got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
@@ -210,7 +211,7 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (map[buc
 // store's control), so reads report NotFound instead of failing forever.
 func (c *Coordinator) dropLost(ctx context.Context, bucket uint32, keys []fsm.KeyGen, rep *RecoveryReport) error {
 	c.lg.Error("bucket file missing; removing its keys from metadata", "bucket", bucket, "keys", len(keys))
-	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: keys, Reason: fmt.Sprintf("bucket %d lost", bucket)})
+	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys, Reason: fmt.Sprintf("bucket %d lost", bucket)})
 	if _, err := c.propose(ctx, cmd); err != nil {
 		return fmt.Errorf("txn: recovery: dropping keys of lost bucket %d: %w", bucket, err)
 	}
@@ -285,7 +286,7 @@ func (c *Coordinator) dropCorrupt(ctx context.Context, bad []fsm.Entry, rep *Rec
 	for i, e := range bad {
 		keys[i] = fsm.KeyGen{Key: e.Key, Gen: e.Gen}
 	}
-	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: keys, Reason: "corrupt metadata"})
+	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys, Reason: "corrupt metadata"})
 	if _, err := c.propose(ctx, cmd); err != nil {
 		c.lg.Warn("removing corrupt metadata failed; reads will retry", "keys", len(keys), "err", err)
 		return

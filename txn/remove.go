@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/mutant"
 )
@@ -12,8 +13,8 @@ import (
 // are freed only after it is applied and the readers holding them have finished. A removed
 // key's generation advances, so an offload that was in flight before the removal cannot
 // commit its older version afterwards.
-func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult, error) {
-	return c.RemoveTxn(ctx, NewTxnID(), keys)
+func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]kvoffload.RemoveResult, error) {
+	return c.RemoveTxn(ctx, kvoffload.NewTxnID(), keys)
 }
 
 // RemoveTxn is Remove under a caller-chosen txn ID: a retry with the same ID returns the
@@ -25,14 +26,14 @@ func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]RemoveResult
 // refuses one: an offload running or recorded under it, or a REMOVE recorded under it for
 // other keys. The FSM de-duplicates by txn ID, so without the check such a call would be
 // handed the other request's result and answer "not removed" for keys it never removed.
-func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string) ([]RemoveResult, error) {
+func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string) ([]kvoffload.RemoveResult, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {
 		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
 	}
-	out := make([]RemoveResult, len(keys))
+	out := make([]kvoffload.RemoveResult, len(keys))
 	var kg []fsm.KeyGen
 	var at []int // index in keys of each kg entry
 	for i, k := range keys {

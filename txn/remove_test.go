@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -15,7 +16,7 @@ func TestRemoveInvalidKeys(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
 	ctx := context.Background()
-	if res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)}); err != nil || res[0].Outcome != Stored {
+	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
 	huge := strings.Repeat("x", 3<<20)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -16,8 +17,8 @@ func TestRemoveReusedTxnID(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
 	ctx := context.Background()
-	offID := NewTxnID()
-	if res, err := c.BatchOffload(ctx, offID, []Object{obj("a", 1), obj("b", 2)}); err != nil || res[0].Outcome != Stored {
+	offID := kvoffload.NewTxnID()
+	if res, err := c.BatchOffload(ctx, offID, []kvoffload.Object{obj("a", 1), obj("b", 2)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
 	if res, err := c.RemoveTxn(ctx, offID, []string{"a"}); !errors.Is(err, ErrTxnIDInUse) || !strings.Contains(err.Error(), "commit") {
@@ -27,7 +28,7 @@ func TestRemoveReusedTxnID(t *testing.T) {
 		t.Fatal("the refused remove removed the key")
 	}
 
-	rmID := NewTxnID()
+	rmID := kvoffload.NewTxnID()
 	if res, err := c.RemoveTxn(ctx, rmID, []string{"a", ""}); err != nil || !res[0].Removed || res[1].Removed {
 		t.Fatalf("remove: %v %+v", err, res)
 	}
@@ -49,7 +50,7 @@ func TestRemoveReusedTxnID(t *testing.T) {
 func TestRemoveReusedTxnIDNotYetApplied(t *testing.T) {
 	m := &laggingMeta{flakyMeta: &flakyMeta{f: fsm.New()}, hidden: map[string]bool{}}
 	c, _ := newCoordinatorFor(t, m, m.f)
-	id := NewTxnID()
+	id := kvoffload.NewTxnID()
 	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: []fsm.KeyGen{{Key: "x"}}}))
 	hid := &hiddenResults{Meta: m, id: id}
 	c.meta = hid
@@ -79,24 +80,24 @@ func TestLimitMessagesNameTheNumbers(t *testing.T) {
 	c.cfg.MaxBatchKeys, c.cfg.MaxBatchBytes, c.cfg.MaxObjectBytes = 3, 10, 6
 	ctx := context.Background()
 	keys := []string{"k0", "k1", "k2", "k3", "k4"}
-	objs := make([]Object, len(keys))
+	objs := make([]kvoffload.Object, len(keys))
 	for i, k := range keys {
-		objs[i] = Object{Key: k, Value: value('v', 1)}
+		objs[i] = kvoffload.Object{Key: k, Value: value('v', 1)}
 	}
 	for name, err := range map[string]error{
-		"offload": func() error { _, err := c.BatchOffload(ctx, NewTxnID(), objs); return err }(),
+		"offload": func() error { _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), objs); return err }(),
 		"remove":  func() error { _, err := c.Remove(ctx, keys); return err }(),
 	} {
 		if !errors.Is(err, ErrBatchTooLarge) || !strings.Contains(err.Error(), `batch of 5 keys at key "k3" exceeds MaxBatchKeys 3`) {
 			t.Errorf("%s of 5 keys: %v", name, err)
 		}
 	}
-	_, err := c.BatchOffload(ctx, NewTxnID(), []Object{{Key: "a", Value: value('a', 6)}, {Key: "b", Value: value('b', 5)}})
+	_, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "a", Value: value('a', 6)}, {Key: "b", Value: value('b', 5)}})
 	if !errors.Is(err, ErrBatchTooLarge) || !strings.Contains(err.Error(), `batch of 11 bytes at key "b" exceeds MaxBatchBytes 10`) {
 		t.Errorf("offload of 11 bytes: %v", err)
 	}
-	res, err := c.BatchOffload(ctx, NewTxnID(), []Object{{Key: "big", Value: value('a', 7)}})
-	if err != nil || res[0].Outcome != Rejected || !strings.Contains(res[0].Reason, "7 bytes exceeds MaxObjectBytes 6") {
+	res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "big", Value: value('a', 7)}})
+	if err != nil || res[0].Outcome != kvoffload.Rejected || !strings.Contains(res[0].Reason, "7 bytes exceeds MaxObjectBytes 6") {
 		t.Errorf("an object of 7 bytes: %v %+v", err, res)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/wal"
@@ -21,25 +22,25 @@ func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*writ
 	}
 	res, err := c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: p.id, Node: c.cfg.NodeID, Reason: reason}))
 	if err != nil {
-		c.fail(p, ws, reason)
+		c.fail(p, ws, kvoffload.CodeIO, reason)
 		c.resolveLater(p.id, idx, ws)
 		return
 	}
-	c.settle(p.id, idx, ws, res, reason)
+	c.settle(p.id, idx, ws, res, kvoffload.CodeIO, reason)
 	c.finish(p, ws)
 }
 
 // fail finishes ws as Failed without settling them (settlement happens later).
-func (c *Coordinator) fail(p *plan, ws []*write, reason string) {
+func (c *Coordinator) fail(p *plan, ws []*write, code kvoffload.Code, reason string) {
 	for _, w := range ws {
-		w.outcome, w.reason = Failed, reason
+		w.outcome, w.code, w.reason = kvoffload.Failed, code, reason
 	}
 	c.finish(p, ws)
 }
 
 // settle applies a transaction's final FSM result to its writes: outcomes are set, the
 // extents the metadata does not reference are freed, and DONE is queued in the WAL.
-func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Result, abortReason string) {
+func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Result, abortCode kvoffload.Code, abortReason string) {
 	byKey := make(map[string]fsm.KeyOutcome, len(res.Keys))
 	for _, ko := range res.Keys {
 		byKey[ko.Key] = ko
@@ -48,24 +49,24 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 		ko, ok := byKey[w.key]
 		switch {
 		case res.Aborted:
-			w.outcome, w.reason = Failed, "aborted: "+abortReason
+			w.outcome, w.code, w.reason = kvoffload.Failed, abortCode, "aborted: "+abortReason
 		case w.err != nil:
-			w.outcome, w.reason = Failed, w.err.Error()
+			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeIO, w.err.Error()
 		case !ok:
-			w.outcome, w.reason = Failed, "key missing from the commit result"
+			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeInternal, "key missing from the commit result"
 		case ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == id && ko.Entry.Owner == c.cfg.NodeID &&
 			ko.Entry.Extent == fsmExtent(w.ext):
-			w.outcome, w.reason = Stored, ""
+			w.outcome, w.code, w.reason = kvoffload.Stored, kvoffload.CodeNone, ""
 			continue
 		default:
-			w.outcome, w.reason = fromFSM(ko.Outcome)
+			w.outcome, w.code, w.reason = fromFSM(ko.Outcome)
 		}
 		if e, live := c.meta.Lookup(w.key); live && e.TxnID == id && e.Owner == c.cfg.NodeID && e.Extent == fsmExtent(w.ext) {
 			// The metadata holds this write as committed though the result says otherwise: the
 			// COMMIT applied and its result was pruned before this settle, which then proposed
 			// an ABORT or re-proposed the COMMIT (AlreadyStored). The bytes are a live entry's:
 			// keep them (review: freeing them broke G1).
-			w.outcome, w.reason = Stored, ""
+			w.outcome, w.code, w.reason = kvoffload.Stored, kvoffload.CodeNone, ""
 			continue
 		}
 		c.reclaim.free(w.ext)
@@ -90,7 +91,7 @@ func (c *Coordinator) done(id fsm.TxnID, idx uint64) {
 // after a Barrier the FSM either knows the transaction, or an ABORT is proposed; the FSM keeps
 // whichever of COMMIT and ABORT came first.
 func (c *Coordinator) resolveLater(id fsm.TxnID, idx uint64, ws []*write) {
-	c.onResolved(id, func(res *fsm.Result) { c.settle(id, idx, ws, res, "indeterminate commit") })
+	c.onResolved(id, func(res *fsm.Result) { c.settle(id, idx, ws, res, kvoffload.CodeAborted, "indeterminate commit") })
 }
 
 // onResolved calls fn, in the background, with the final result of transaction id (see

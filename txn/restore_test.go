@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
@@ -24,7 +25,7 @@ func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
 	var kg []fsm.KeyGen
 	for i := range 8 {
 		k := fmt.Sprintf("k%d", i)
-		if _, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj(k, byte(i))}); err != nil {
+		if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(k, byte(i))}); err != nil {
 			t.Fatal(err)
 		}
 		e, _ := m.f.Lookup(k)
@@ -39,7 +40,7 @@ func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
 	if err := lead.Restore(&buf); err != nil {
 		t.Fatal(err)
 	}
-	lead.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: kg, Reason: "remove"}))
+	lead.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: kg, Reason: "remove"}))
 	buf.Reset()
 	if _, err := lead.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
@@ -49,12 +50,12 @@ func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
 	}
 	waitLive(t, data, 0) // the reclaimer frees them after the Restore, off Raft's goroutine
 	for i := range 20 {
-		res, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj(fmt.Sprintf("n%d", i), 1), obj(fmt.Sprintf("n%d.b", i), 2)})
+		res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(fmt.Sprintf("n%d", i), 1), obj(fmt.Sprintf("n%d.b", i), 2)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range res {
-			if r.Outcome != Stored {
+			if r.Outcome != kvoffload.Stored {
 				t.Fatalf("offload %d: %s %s %s", i, r.Key, r.Outcome, r.Reason)
 			}
 		}
@@ -102,7 +103,7 @@ func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	if _, err := c.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.BatchOffload(ctx, NewTxnID(), []Object{obj("k", 1)}); err != nil {
+	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := m.f.Lookup("k")
@@ -110,7 +111,7 @@ func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	data.Close()
 
 	meta := &removeAfterForEach{flakyMeta: m, then: func() {
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
+		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
 	}}
 	c, data = open(meta)
 	defer data.Close()

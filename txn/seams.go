@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/wal"
@@ -61,7 +62,7 @@ type Meta interface {
 // key, in order; an unreachable owner yields Unavailable results quickly, not a time-out.
 // size is the keys' total payload size in bytes, to size the deadline.
 type Remote interface {
-	ReadRemote(ctx context.Context, owner string, keys []string, size int64) []GetResult
+	ReadRemote(ctx context.Context, owner string, keys []string, size int64) []kvoffload.GetResult
 }
 
 var (

@@ -1,6 +1,10 @@
 package txn
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/kvoffload/kvoffload"
+)
 
 // Stats are cumulative counters since the coordinator started.
 type Stats struct {
@@ -30,17 +34,17 @@ type counters struct {
 	gets, getCorrupt, removed, recovered, recoveryAbort, orphanBytes, evicted, readIndexFailed atomic.Uint64
 }
 
-func (c *counters) count(r KeyResult) {
+func (c *counters) count(r kvoffload.KeyResult) {
 	switch r.Outcome {
-	case Stored:
+	case kvoffload.Stored:
 		c.stored.Add(1)
-	case AlreadyStored:
+	case kvoffload.AlreadyStored:
 		c.already.Add(1)
-	case Conflict:
+	case kvoffload.Conflict:
 		c.conflicts.Add(1)
-	case Rejected:
+	case kvoffload.Rejected:
 		c.rejected.Add(1)
-	case Failed:
+	case kvoffload.Failed:
 		c.failed.Add(1)
 	}
 	if r.Joined {

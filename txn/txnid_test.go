@@ -10,6 +10,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -17,7 +18,7 @@ import (
 func value(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 
 // offloadOK offloads objs under id and fails the test on a request-level error.
-func offloadOK(t *testing.T, c *Coordinator, id fsm.TxnID, objs []Object) []KeyResult {
+func offloadOK(t *testing.T, c *Coordinator, id fsm.TxnID, objs []kvoffload.Object) []kvoffload.KeyResult {
 	t.Helper()
 	res, err := c.BatchOffload(context.Background(), id, objs)
 	if err != nil {
@@ -30,7 +31,7 @@ func offloadOK(t *testing.T, c *Coordinator, id fsm.TxnID, objs []Object) []KeyR
 func wantValue(t *testing.T, c *Coordinator, key string, want []byte) {
 	t.Helper()
 	got, err := c.BatchGet(context.Background(), []string{key})
-	if err != nil || got[0].Status != Found || !bytes.Equal(got[0].Value, want) {
+	if err != nil || got[0].Status != kvoffload.Found || !bytes.Equal(got[0].Value, want) {
 		t.Fatalf("get %q: %v %s %.8q, want %.8q", key, err, got[0].Status, got[0].Value, want)
 	}
 }
@@ -40,12 +41,12 @@ func wantValue(t *testing.T, c *Coordinator, key string, want []byte) {
 func TestFinishedTxnIDOtherBytesSameLength(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
-	id := NewTxnID()
+	id := kvoffload.NewTxnID()
 	a, b := value('A', 4096), value('B', 4096)
-	if res := offloadOK(t, c, id, []Object{{Key: "k", Value: a}}); res[0].Outcome != Stored {
+	if res := offloadOK(t, c, id, []kvoffload.Object{{Key: "k", Value: a}}); res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("first offload: %+v", res)
 	}
-	res, err := c.BatchOffload(context.Background(), id, []Object{{Key: "k", Value: b}})
+	res, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{{Key: "k", Value: b}})
 	if !errors.Is(err, ErrTxnIDInUse) {
 		t.Fatalf("finished txn ID with other bytes: %v %+v, want ErrTxnIDInUse", err, res)
 	}
@@ -56,11 +57,11 @@ func TestFinishedTxnIDOtherBytesSameLength(t *testing.T) {
 func TestFinishedTxnIDOtherLength(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
-	id := NewTxnID()
+	id := kvoffload.NewTxnID()
 	a := value('A', 4096)
-	offloadOK(t, c, id, []Object{{Key: "k", Value: a}})
+	offloadOK(t, c, id, []kvoffload.Object{{Key: "k", Value: a}})
 	for _, v := range [][]byte{a[:100], value('A', 5000)} {
-		res, err := c.BatchOffload(context.Background(), id, []Object{{Key: "k", Value: v}})
+		res, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{{Key: "k", Value: v}})
 		if !errors.Is(err, ErrTxnIDInUse) {
 			t.Fatalf("finished txn ID with %d bytes instead of 4096: %v %+v, want ErrTxnIDInUse", len(v), err, res)
 		}
@@ -74,13 +75,13 @@ func TestFinishedTxnIDOtherLength(t *testing.T) {
 func TestFinishedTxnIDOtherKeys(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
-	id := NewTxnID()
-	offloadOK(t, c, id, []Object{obj("k1", 1), obj("k2", 2)})
-	if _, err := c.BatchOffload(context.Background(), id, []Object{obj("k1", 1)}); !errors.Is(err, ErrTxnIDInUse) {
+	id := kvoffload.NewTxnID()
+	offloadOK(t, c, id, []kvoffload.Object{obj("k1", 1), obj("k2", 2)})
+	if _, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{obj("k1", 1)}); !errors.Is(err, ErrTxnIDInUse) {
 		t.Fatalf("retry without k2: %v, want ErrTxnIDInUse", err)
 	}
-	res, err := c.BatchOffload(context.Background(), id, []Object{obj("k1", 1), obj("k2", 2), obj("k3", 3)})
-	if err != nil || res[0].Outcome != Stored || res[1].Outcome != Stored || res[2].Outcome != Failed {
+	res, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{obj("k1", 1), obj("k2", 2), obj("k3", 3)})
+	if err != nil || res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Stored || res[2].Outcome != kvoffload.Failed {
 		t.Fatalf("retry with an extra key: %v %+v", err, res)
 	}
 	if _, ok := m.f.Lookup("k3"); ok {
@@ -92,9 +93,9 @@ func TestFinishedTxnIDOtherKeys(t *testing.T) {
 func TestTxnIDOfAnotherCommand(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
-	id := NewTxnID()
+	id := kvoffload.NewTxnID()
 	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: []fsm.KeyGen{{Key: "k"}}}))
-	if _, err := c.BatchOffload(context.Background(), id, []Object{obj("k", 1)}); !errors.Is(err, ErrTxnIDInUse) {
+	if _, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{obj("k", 1)}); !errors.Is(err, ErrTxnIDInUse) {
 		t.Fatalf("offload under a REMOVE's txn ID: %v, want ErrTxnIDInUse", err)
 	}
 }
@@ -117,8 +118,8 @@ func (m *holdMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 }
 
 // goOffload offloads objs under id in a goroutine and sends its results.
-func goOffload(t *testing.T, c *Coordinator, id fsm.TxnID, objs []Object) <-chan []KeyResult {
-	done := make(chan []KeyResult, 1)
+func goOffload(t *testing.T, c *Coordinator, id fsm.TxnID, objs []kvoffload.Object) <-chan []kvoffload.KeyResult {
+	done := make(chan []kvoffload.KeyResult, 1)
 	go func() {
 		res, err := c.BatchOffload(context.Background(), id, objs)
 		if err != nil {
@@ -131,7 +132,7 @@ func goOffload(t *testing.T, c *Coordinator, id fsm.TxnID, objs []Object) <-chan
 
 // startHeld starts offloading objs under id and returns once the call is running (it
 // proposes its COMMIT and waits there); close m.release to let it finish.
-func startHeld(t *testing.T, c *Coordinator, m *holdMeta, id fsm.TxnID, objs []Object) <-chan []KeyResult {
+func startHeld(t *testing.T, c *Coordinator, m *holdMeta, id fsm.TxnID, objs []kvoffload.Object) <-chan []kvoffload.KeyResult {
 	t.Helper()
 	done := goOffload(t, c, id, objs)
 	select {
@@ -150,17 +151,17 @@ func newHoldMeta() *holdMeta {
 func TestRunningTxnIDOtherBytes(t *testing.T) {
 	m := newHoldMeta()
 	c, _ := newCoordinatorFor(t, m, m.f)
-	id := NewTxnID()
+	id := kvoffload.NewTxnID()
 	a, b := value('A', 4096), value('B', 4096)
-	done := startHeld(t, c, m, id, []Object{{Key: "k", Value: a}})
+	done := startHeld(t, c, m, id, []kvoffload.Object{{Key: "k", Value: a}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := c.BatchOffload(ctx, id, []Object{{Key: "k", Value: b}})
+	res, err := c.BatchOffload(ctx, id, []kvoffload.Object{{Key: "k", Value: b}})
 	close(m.release)
 	if !errors.Is(err, ErrTxnIDInUse) {
 		t.Fatalf("running txn ID with other bytes: %v %+v, want ErrTxnIDInUse", err, res)
 	}
-	if res := <-done; res[0].Outcome != Stored {
+	if res := <-done; res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("the running call: %+v", res)
 	}
 	wantValue(t, c, "k", a)
@@ -170,14 +171,14 @@ func TestRunningTxnIDOtherBytes(t *testing.T) {
 func TestRunningTxnIDRetryJoins(t *testing.T) {
 	m := newHoldMeta()
 	c, _ := newCoordinatorFor(t, m, m.f)
-	id := NewTxnID()
-	objs := []Object{{Key: "k", Value: value('A', 4096)}}
+	id := kvoffload.NewTxnID()
+	objs := []kvoffload.Object{{Key: "k", Value: value('A', 4096)}}
 	done := startHeld(t, c, m, id, objs)
 	joined := goOffload(t, c, id, objs)
 	time.Sleep(50 * time.Millisecond) // let the retry find the call running
 	close(m.release)
 	first, retry := <-done, <-joined
-	if !reflect.DeepEqual(first, retry) || first[0].Outcome != Stored {
+	if !reflect.DeepEqual(first, retry) || first[0].Outcome != kvoffload.Stored {
 		t.Fatalf("running call %+v, retry %+v", first, retry)
 	}
 }
@@ -188,9 +189,9 @@ func TestRunningTxnIDRetryJoins(t *testing.T) {
 func TestFinishedTxnIDRetryGetsOriginalResults(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)
-	offloadOK(t, c, NewTxnID(), []Object{obj("old", 1), obj("other", 1)})
-	id := NewTxnID()
-	objs := []Object{
+	offloadOK(t, c, kvoffload.NewTxnID(), []kvoffload.Object{obj("old", 1), obj("other", 1)})
+	id := kvoffload.NewTxnID()
+	objs := []kvoffload.Object{
 		obj("new", 1),
 		obj("old", 1),   // AlreadyStored
 		obj("other", 2), // Conflict
@@ -201,7 +202,7 @@ func TestFinishedTxnIDRetryGetsOriginalResults(t *testing.T) {
 		obj("later", 3), // the first valid copy of "later" is this one
 	}
 	first := offloadOK(t, c, id, objs)
-	want := []Outcome{Stored, AlreadyStored, Conflict, Rejected, AlreadyStored, Conflict, Rejected, Stored}
+	want := []kvoffload.Outcome{kvoffload.Stored, kvoffload.AlreadyStored, kvoffload.Conflict, kvoffload.Rejected, kvoffload.AlreadyStored, kvoffload.Conflict, kvoffload.Rejected, kvoffload.Stored}
 	for i, r := range first {
 		if r.Outcome != want[i] {
 			t.Fatalf("first call, object %d (%q): %s %q, want %s", i, r.Key, r.Outcome, r.Reason, want[i])
@@ -264,12 +265,12 @@ func (m *raceMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 // A COMMIT de-duplicated against another batch's COMMIT under the same txn ID is refused:
 // this call's records are freed and none of its keys is reported stored.
 func TestCommitDeduplicatedAgainstOtherBatch(t *testing.T) {
-	id := NewTxnID()
+	id := kvoffload.NewTxnID()
 	b := value('B', 4096)
 	m := &raceMeta{flakyMeta: &flakyMeta{f: fsm.New()}, foreign: fsm.EncodeCommit(fsm.Commit{TxnID: id, Node: "n2",
 		Entries: []fsm.Entry{{Key: "k", Size: uint32(len(b)), Sum: xxhash.Sum64(b), Gen: 1}}})}
 	c, data := newCoordinatorFor(t, m, m.f)
-	res, err := c.BatchOffload(context.Background(), id, []Object{{Key: "k", Value: value('A', 4096)}})
+	res, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{{Key: "k", Value: value('A', 4096)}})
 	if !errors.Is(err, ErrTxnIDInUse) {
 		t.Fatalf("offload whose COMMIT lost to another batch's: %v %+v, want ErrTxnIDInUse", err, res)
 	}

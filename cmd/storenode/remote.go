@@ -27,6 +27,7 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 	defer cancel()
 	opt := client.DefaultOptions()
 	opt.Logger = logger(verbose)
+	opt.CallTimeout = remoteCallTimeout // one call, retries included: a cluster that stays down shows as batch errors
 	if err := creds.apply(&opt); err != nil {
 		return nil, nil, err
 	}
@@ -48,7 +49,7 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 			return nil, nil, fmt.Errorf("cannot reach the cluster at %s: %w", addr, err)
 		}
 		clients = append(clients, c)
-		spread.Targets = append(spread.Targets, replay.Remote{Client: c, CallTimeout: remoteCallTimeout})
+		spread.Targets = append(spread.Targets, c)
 	}
 	return &spread, closeAll, nil
 }

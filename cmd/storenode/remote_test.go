@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/client"
 )
 
 // memMember is a minimal in-memory cluster member (no de-duplication, no limits): enough to
@@ -135,7 +136,7 @@ func TestStatusRemote(t *testing.T) {
 	if err := runStatus(context.Background(), statusFlags{addr: addr, json: true, timeout: 5 * time.Second}, &js); err != nil {
 		t.Fatal(err)
 	}
-	var got clusterStatus
+	var got client.ClusterStatus
 	if err := json.Unmarshal(js.Bytes(), &got); err != nil || got.LeaderID != "n1" || len(got.Members) != 1 || !got.Members[0].Leader {
 		t.Fatalf("--json: %v %+v\n%s", err, got, js.String())
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -64,7 +63,7 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 		return fmt.Errorf("status: %s: %w", c.Addr(), err)
 	}
 	if f.json {
-		return json.NewEncoder(w).Encode(statusJSON(st))
+		return json.NewEncoder(w).Encode(st)
 	}
 	printStatus(w, st)
 	return nil
@@ -81,51 +80,20 @@ func splitAddrs(s string) []string {
 	return out
 }
 
-// clusterStatus is the --json form of a StatusResponse. Field names are the --json contract.
-type clusterStatus struct {
-	ClusterID    string         `json:"cluster_id"`
-	LeaderID     string         `json:"leader_id"`
-	AppliedIndex uint64         `json:"applied_index"`
-	Keys         uint64         `json:"keys"`
-	Bytes        uint64         `json:"bytes"`
-	Members      []memberStatus `json:"members"`
-}
-
-type memberStatus struct {
-	NodeID   string `json:"node_id"`
-	RaftAddr string `json:"raft_addr"`
-	APIAddr  string `json:"api_addr"`
-	PeerAddr string `json:"peer_addr"`
-	Voter    bool   `json:"voter"`
-	Leader   bool   `json:"leader"`
-	Keys     uint64 `json:"keys"`
-	Bytes    uint64 `json:"bytes"`
-}
-
-func statusJSON(st *kvoffloadv1.StatusResponse) clusterStatus {
-	out := clusterStatus{ClusterID: st.GetClusterId(), LeaderID: st.GetLeaderId(), AppliedIndex: st.GetAppliedIndex(),
-		Keys: st.GetKeys(), Bytes: st.GetBytes(), Members: []memberStatus{}}
-	for _, m := range st.GetMembers() {
-		out.Members = append(out.Members, memberStatus{NodeID: m.GetNodeId(), RaftAddr: m.GetRaftAddr(),
-			APIAddr: m.GetApiAddr(), PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(), Keys: m.GetKeys(), Bytes: m.GetBytes()})
-	}
-	return out
-}
-
-func printStatus(w io.Writer, st *kvoffloadv1.StatusResponse) {
-	leader := st.GetLeaderId()
+func printStatus(w io.Writer, st client.ClusterStatus) {
+	leader := st.LeaderID
 	if leader == "" {
 		leader = "(none known)"
 	}
-	fmt.Fprintf(w, "cluster        %s\n", st.GetClusterId())
+	fmt.Fprintf(w, "cluster        %s\n", st.ClusterID)
 	fmt.Fprintf(w, "leader         %s\n", leader)
-	fmt.Fprintf(w, "applied index  %d\n", st.GetAppliedIndex())
-	fmt.Fprintf(w, "keys           %d (%d bytes)\n\n", st.GetKeys(), st.GetBytes())
+	fmt.Fprintf(w, "applied index  %d\n", st.AppliedIndex)
+	fmt.Fprintf(w, "keys           %d (%d bytes)\n\n", st.Keys, st.Bytes)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT ADDR\tAPI ADDR\tPEER ADDR\tVOTER\tLEADER\tKEYS\tBYTES")
-	for _, m := range st.GetMembers() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.GetNodeId(), m.GetRaftAddr(), m.GetApiAddr(), m.GetPeerAddr(),
-			yesNo(m.GetVoter()), yesNo(m.GetLeader()), m.GetKeys(), m.GetBytes())
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.NodeID, m.RaftAddr, m.APIAddr, m.PeerAddr,
+			yesNo(m.Voter), yesNo(m.Leader), m.Keys, m.Bytes)
 	}
 	_ = tw.Flush()
 }

@@ -55,8 +55,12 @@ var rules = []rule{
 		why:    "raftmeta is the one adapter between hashicorp/raft and the rest of the store"},
 	{from: []string{"raftmeta/..."}, only: []string{"fsm", "internal/failpoint"},
 		why: "raftmeta adapts the FSM to Raft and knows nothing of transactions, the WAL or node"},
-	{from: []string{"client/..."}, only: []string{"api/..."},
+	{from: []string{"client/..."}, only: []string{"api/...", "internal/wire"},
 		why: "the client library depends on the wire API only, so callers do not build the server"},
+	{from: []string{"."}, only: []string{},
+		why: "the root package kvoffload is the API's vocabulary: every layer may import it, it imports none"},
+	{from: []string{"fake/...", "storetest/..."}, only: []string{},
+		why: "the fake and the conformance suite depend on the API's vocabulary only"},
 	{from: []string{"api/...", "ops/...", "internal/...", "workload/trace", "workload/diskbench"}, tests: true, only: []string{"api/..."},
 		why: "leaves: the API, the ops endpoint, the internal helpers, the trace and the disk baseline import no other package of this module"},
 }

@@ -14,15 +14,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // Target is what a replay drives: an embedded node or a cluster client.
 type Target interface {
-	BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error)
-	BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, error)
+	BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error)
+	BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error)
 }
 
 // Options shape the workload.
@@ -105,7 +105,7 @@ type writer struct {
 	offered   atomic.Int64
 	mu        sync.Mutex
 	latencies []time.Duration
-	counts    map[txn.Outcome]int
+	counts    map[kvoffload.Outcome]int
 	joined    int
 	keys      int
 	batchErrs int
@@ -113,7 +113,7 @@ type writer struct {
 }
 
 func (w *writer) run(ctx context.Context) {
-	w.counts = map[txn.Outcome]int{}
+	w.counts = map[kvoffload.Outcome]int{}
 	var wg sync.WaitGroup
 	for range w.opt.Writers {
 		wg.Add(1)
@@ -133,9 +133,9 @@ func (w *writer) run(ctx context.Context) {
 
 func (w *writer) one(ctx context.Context, req trace.Request) {
 	keys := trace.Keys(w.opt.Model, req)
-	objs := make([]txn.Object, len(keys))
+	objs := make([]kvoffload.Object, len(keys))
 	for i, k := range keys {
-		objs[i] = txn.Object{Key: k, Value: trace.Payload(w.opt.Seed, k, w.opt.BlockSize)}
+		objs[i] = kvoffload.Object{Key: k, Value: trace.Payload(w.opt.Seed, k, w.opt.BlockSize)}
 	}
 	t0 := time.Now()
 	res, err := w.t.BatchOffload(ctx, txnID(), objs)
@@ -143,7 +143,7 @@ func (w *writer) one(ctx context.Context, req trace.Request) {
 	w.offered.Add(int64(len(keys) * w.opt.BlockSize))
 	w.doneReqs.Add(1)
 	for _, r := range res {
-		if r.Outcome == txn.Stored {
+		if r.Outcome == kvoffload.Stored {
 			w.bytes.Add(int64(w.opt.BlockSize))
 		}
 	}
@@ -200,11 +200,11 @@ func (w *writer) progress(start time.Time) (stop func()) {
 
 func (w *writer) fill(s *Summary) {
 	s.Keys = w.keys
-	s.Stored = w.counts[txn.Stored]
-	s.AlreadyStored = w.counts[txn.AlreadyStored]
-	s.Conflict = w.counts[txn.Conflict]
-	s.Rejected = w.counts[txn.Rejected]
-	s.Failed = w.counts[txn.Failed]
+	s.Stored = w.counts[kvoffload.Stored]
+	s.AlreadyStored = w.counts[kvoffload.AlreadyStored]
+	s.Conflict = w.counts[kvoffload.Conflict]
+	s.Rejected = w.counts[kvoffload.Rejected]
+	s.Failed = w.counts[kvoffload.Failed]
 	s.Joined = w.joined
 	s.BatchErrors = w.batchErrs
 	s.Bytes = w.bytes.Load()
@@ -254,14 +254,14 @@ func verify(ctx context.Context, t Target, keys []string, opt Options, s *Summar
 		}
 		for _, r := range res {
 			switch r.Status {
-			case txn.Found:
+			case kvoffload.Found:
 				read += int64(len(r.Value))
 				trace.FillPayload(want, opt.Seed, r.Key)
 				if !bytes.Equal(r.Value, want) {
 					s.Corrupt++
 					s.noteProblem(r.Key + ": bytes differ from what was offloaded")
 				}
-			case txn.Corrupt:
+			case kvoffload.Corrupt:
 				s.Corrupt++
 				s.noteProblem(r.Key + ": " + r.Reason)
 			default:
@@ -279,4 +279,4 @@ func (s *Summary) noteProblem(p string) {
 	}
 }
 
-func txnID() fsm.TxnID { return txn.NewTxnID() }
+func txnID() fsm.TxnID { return kvoffload.NewTxnID() }

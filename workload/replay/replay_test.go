@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -18,27 +18,27 @@ type memTarget struct {
 	onGet func()
 }
 
-func (t *memTarget) BatchOffload(ctx context.Context, id fsm.TxnID, objs []txn.Object) ([]txn.KeyResult, error) {
+func (t *memTarget) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]txn.KeyResult, len(objs))
+	out := make([]kvoffload.KeyResult, len(objs))
 	for i, o := range objs {
 		t.m[o.Key] = o.Value
-		out[i] = txn.KeyResult{Key: o.Key, Outcome: txn.Stored}
+		out[i] = kvoffload.KeyResult{Key: o.Key, Outcome: kvoffload.Stored}
 	}
 	return out, nil
 }
 
-func (t *memTarget) BatchGet(ctx context.Context, keys []string) ([]txn.GetResult, error) {
+func (t *memTarget) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
 	t.onGet()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]txn.GetResult, len(keys))
+	out := make([]kvoffload.GetResult, len(keys))
 	for i, k := range keys {
-		out[i] = txn.GetResult{Key: k, Status: txn.Found, Value: t.m[k]}
+		out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Found, Value: t.m[k]}
 	}
 	return out, nil
 }

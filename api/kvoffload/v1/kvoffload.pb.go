@@ -90,6 +90,106 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{0}
 }
 
+// Code is the machine-readable reason of a per-key result (kvoffload.Code in Go, same numbers;
+// code.go at the module root documents each). A receiver reads a number it does not know as
+// is, never as CODE_NONE.
+type Code int32
+
+const (
+	Code_CODE_NONE             Code = 0
+	Code_CODE_INVALID_KEY      Code = 1
+	Code_CODE_INVALID_VALUE    Code = 2
+	Code_CODE_TOO_LARGE        Code = 3
+	Code_CODE_QUOTA            Code = 4
+	Code_CODE_BACK_PRESSURE    Code = 5
+	Code_CODE_STALE_GENERATION Code = 6
+	Code_CODE_ABORTED          Code = 7
+	Code_CODE_TXN_ID_REUSED    Code = 8
+	Code_CODE_MISMATCH         Code = 9
+	Code_CODE_DUPLICATE_KEY    Code = 10
+	Code_CODE_REFUSED          Code = 11
+	Code_CODE_IO               Code = 12
+	Code_CODE_CANCELED         Code = 13
+	Code_CODE_UNAVAILABLE      Code = 14
+	Code_CODE_NOT_FOUND        Code = 15
+	Code_CODE_CORRUPT          Code = 16
+	Code_CODE_SHORT_BUFFER     Code = 17
+	Code_CODE_INTERNAL         Code = 18
+)
+
+// Enum value maps for Code.
+var (
+	Code_name = map[int32]string{
+		0:  "CODE_NONE",
+		1:  "CODE_INVALID_KEY",
+		2:  "CODE_INVALID_VALUE",
+		3:  "CODE_TOO_LARGE",
+		4:  "CODE_QUOTA",
+		5:  "CODE_BACK_PRESSURE",
+		6:  "CODE_STALE_GENERATION",
+		7:  "CODE_ABORTED",
+		8:  "CODE_TXN_ID_REUSED",
+		9:  "CODE_MISMATCH",
+		10: "CODE_DUPLICATE_KEY",
+		11: "CODE_REFUSED",
+		12: "CODE_IO",
+		13: "CODE_CANCELED",
+		14: "CODE_UNAVAILABLE",
+		15: "CODE_NOT_FOUND",
+		16: "CODE_CORRUPT",
+		17: "CODE_SHORT_BUFFER",
+		18: "CODE_INTERNAL",
+	}
+	Code_value = map[string]int32{
+		"CODE_NONE":             0,
+		"CODE_INVALID_KEY":      1,
+		"CODE_INVALID_VALUE":    2,
+		"CODE_TOO_LARGE":        3,
+		"CODE_QUOTA":            4,
+		"CODE_BACK_PRESSURE":    5,
+		"CODE_STALE_GENERATION": 6,
+		"CODE_ABORTED":          7,
+		"CODE_TXN_ID_REUSED":    8,
+		"CODE_MISMATCH":         9,
+		"CODE_DUPLICATE_KEY":    10,
+		"CODE_REFUSED":          11,
+		"CODE_IO":               12,
+		"CODE_CANCELED":         13,
+		"CODE_UNAVAILABLE":      14,
+		"CODE_NOT_FOUND":        15,
+		"CODE_CORRUPT":          16,
+		"CODE_SHORT_BUFFER":     17,
+		"CODE_INTERNAL":         18,
+	}
+)
+
+func (x Code) Enum() *Code {
+	p := new(Code)
+	*p = x
+	return p
+}
+
+func (x Code) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Code) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[1].Descriptor()
+}
+
+func (Code) Type() protoreflect.EnumType {
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[1]
+}
+
+func (x Code) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Code.Descriptor instead.
+func (Code) EnumDescriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+}
+
 type GetStatus int32
 
 const (
@@ -98,6 +198,7 @@ const (
 	GetStatus_GET_STATUS_NOT_FOUND   GetStatus = 2
 	GetStatus_GET_STATUS_CORRUPT     GetStatus = 3
 	GetStatus_GET_STATUS_UNAVAILABLE GetStatus = 4
+	GetStatus_GET_STATUS_INVALID_KEY GetStatus = 5 // the key can never name an object (empty, not UTF-8, control characters)
 )
 
 // Enum value maps for GetStatus.
@@ -108,6 +209,7 @@ var (
 		2: "GET_STATUS_NOT_FOUND",
 		3: "GET_STATUS_CORRUPT",
 		4: "GET_STATUS_UNAVAILABLE",
+		5: "GET_STATUS_INVALID_KEY",
 	}
 	GetStatus_value = map[string]int32{
 		"GET_STATUS_UNSPECIFIED": 0,
@@ -115,6 +217,7 @@ var (
 		"GET_STATUS_NOT_FOUND":   2,
 		"GET_STATUS_CORRUPT":     3,
 		"GET_STATUS_UNAVAILABLE": 4,
+		"GET_STATUS_INVALID_KEY": 5,
 	}
 )
 
@@ -129,11 +232,11 @@ func (x GetStatus) String() string {
 }
 
 func (GetStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvoffload_v1_kvoffload_proto_enumTypes[1].Descriptor()
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[2].Descriptor()
 }
 
 func (GetStatus) Type() protoreflect.EnumType {
-	return &file_kvoffload_v1_kvoffload_proto_enumTypes[1]
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[2]
 }
 
 func (x GetStatus) Number() protoreflect.EnumNumber {
@@ -142,7 +245,7 @@ func (x GetStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GetStatus.Descriptor instead.
 func (GetStatus) EnumDescriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
 }
 
 type Presence int32
@@ -186,11 +289,11 @@ func (x Presence) String() string {
 }
 
 func (Presence) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvoffload_v1_kvoffload_proto_enumTypes[2].Descriptor()
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[3].Descriptor()
 }
 
 func (Presence) Type() protoreflect.EnumType {
-	return &file_kvoffload_v1_kvoffload_proto_enumTypes[2]
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[3]
 }
 
 func (x Presence) Number() protoreflect.EnumNumber {
@@ -199,7 +302,7 @@ func (x Presence) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Presence.Descriptor instead.
 func (Presence) EnumDescriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
 }
 
 type OffloadChunk struct {
@@ -276,6 +379,7 @@ type KeyResult struct {
 	Outcome       Outcome                `protobuf:"varint,2,opt,name=outcome,proto3,enum=kvoffload.v1.Outcome" json:"outcome,omitempty"`
 	Joined        bool                   `protobuf:"varint,3,opt,name=joined,proto3" json:"joined,omitempty"`
 	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Code          Code                   `protobuf:"varint,5,opt,name=code,proto3,enum=kvoffload.v1.Code" json:"code,omitempty"` // why the key is not stored; CODE_NONE when it is
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -336,6 +440,13 @@ func (x *KeyResult) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *KeyResult) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_NONE
 }
 
 type OffloadResponse struct {
@@ -431,8 +542,9 @@ type GetChunk struct {
 	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`                               // position of the key in the request
 	Status        GetStatus              `protobuf:"varint,2,opt,name=status,proto3,enum=kvoffload.v1.GetStatus" json:"status,omitempty"` // set on the first chunk of a key
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"` // total value size; set on the first chunk of a Found key
-	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`  // the next bytes of the value
+	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`                        // total value size; set on the first chunk of a Found key
+	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`                         // the next bytes of the value
+	Code          Code                   `protobuf:"varint,6,opt,name=code,proto3,enum=kvoffload.v1.Code" json:"code,omitempty"` // set on the first chunk of a key that is not Found
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +612,13 @@ func (x *GetChunk) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *GetChunk) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_NONE
 }
 
 type ExistsRequest struct {
@@ -1554,23 +1673,25 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x06txn_id\x18\x01 \x01(\fR\x05txnId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"~\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\xa6\x01\n" +
 	"\tKeyResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.kvoffload.v1.OutcomeR\aoutcome\x12\x16\n" +
 	"\x06joined\x18\x03 \x01(\bR\x06joined\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"D\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12&\n" +
+	"\x04code\x18\x05 \x01(\x0e2\x12.kvoffload.v1.CodeR\x04code\"D\n" +
 	"\x0fOffloadResponse\x121\n" +
 	"\aresults\x18\x01 \x03(\v2\x17.kvoffload.v1.KeyResultR\aresults\" \n" +
 	"\n" +
 	"GetRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\x91\x01\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xb9\x01\n" +
 	"\bGetChunk\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12/\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x17.kvoffload.v1.GetStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\fR\x04data\">\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12&\n" +
+	"\x04code\x18\x06 \x01(\x0e2\x12.kvoffload.v1.CodeR\x04code\">\n" +
 	"\rExistsRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x19\n" +
 	"\blease_ms\x18\x02 \x01(\rR\aleaseMs\"{\n" +
@@ -1650,13 +1771,36 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x16OUTCOME_ALREADY_STORED\x10\x02\x12\x14\n" +
 	"\x10OUTCOME_CONFLICT\x10\x03\x12\x14\n" +
 	"\x10OUTCOME_REJECTED\x10\x04\x12\x12\n" +
-	"\x0eOUTCOME_FAILED\x10\x05*\x8b\x01\n" +
+	"\x0eOUTCOME_FAILED\x10\x05*\x87\x03\n" +
+	"\x04Code\x12\r\n" +
+	"\tCODE_NONE\x10\x00\x12\x14\n" +
+	"\x10CODE_INVALID_KEY\x10\x01\x12\x16\n" +
+	"\x12CODE_INVALID_VALUE\x10\x02\x12\x12\n" +
+	"\x0eCODE_TOO_LARGE\x10\x03\x12\x0e\n" +
+	"\n" +
+	"CODE_QUOTA\x10\x04\x12\x16\n" +
+	"\x12CODE_BACK_PRESSURE\x10\x05\x12\x19\n" +
+	"\x15CODE_STALE_GENERATION\x10\x06\x12\x10\n" +
+	"\fCODE_ABORTED\x10\a\x12\x16\n" +
+	"\x12CODE_TXN_ID_REUSED\x10\b\x12\x11\n" +
+	"\rCODE_MISMATCH\x10\t\x12\x16\n" +
+	"\x12CODE_DUPLICATE_KEY\x10\n" +
+	"\x12\x10\n" +
+	"\fCODE_REFUSED\x10\v\x12\v\n" +
+	"\aCODE_IO\x10\f\x12\x11\n" +
+	"\rCODE_CANCELED\x10\r\x12\x14\n" +
+	"\x10CODE_UNAVAILABLE\x10\x0e\x12\x12\n" +
+	"\x0eCODE_NOT_FOUND\x10\x0f\x12\x10\n" +
+	"\fCODE_CORRUPT\x10\x10\x12\x15\n" +
+	"\x11CODE_SHORT_BUFFER\x10\x11\x12\x11\n" +
+	"\rCODE_INTERNAL\x10\x12*\xa7\x01\n" +
 	"\tGetStatus\x12\x1a\n" +
 	"\x16GET_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10GET_STATUS_FOUND\x10\x01\x12\x18\n" +
 	"\x14GET_STATUS_NOT_FOUND\x10\x02\x12\x16\n" +
 	"\x12GET_STATUS_CORRUPT\x10\x03\x12\x1a\n" +
-	"\x16GET_STATUS_UNAVAILABLE\x10\x04*}\n" +
+	"\x16GET_STATUS_UNAVAILABLE\x10\x04\x12\x1a\n" +
+	"\x16GET_STATUS_INVALID_KEY\x10\x05*}\n" +
 	"\bPresence\x12\x18\n" +
 	"\x14PRESENCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PRESENCE_PRESENT\x10\x01\x12\x13\n" +
@@ -1691,76 +1835,79 @@ func file_kvoffload_v1_kvoffload_proto_rawDescGZIP() []byte {
 	return file_kvoffload_v1_kvoffload_proto_rawDescData
 }
 
-var file_kvoffload_v1_kvoffload_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_kvoffload_v1_kvoffload_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_kvoffload_v1_kvoffload_proto_goTypes = []any{
 	(Outcome)(0),              // 0: kvoffload.v1.Outcome
-	(GetStatus)(0),            // 1: kvoffload.v1.GetStatus
-	(Presence)(0),             // 2: kvoffload.v1.Presence
-	(*OffloadChunk)(nil),      // 3: kvoffload.v1.OffloadChunk
-	(*KeyResult)(nil),         // 4: kvoffload.v1.KeyResult
-	(*OffloadResponse)(nil),   // 5: kvoffload.v1.OffloadResponse
-	(*GetRequest)(nil),        // 6: kvoffload.v1.GetRequest
-	(*GetChunk)(nil),          // 7: kvoffload.v1.GetChunk
-	(*ExistsRequest)(nil),     // 8: kvoffload.v1.ExistsRequest
-	(*ExistsResponse)(nil),    // 9: kvoffload.v1.ExistsResponse
-	(*RemoveRequest)(nil),     // 10: kvoffload.v1.RemoveRequest
-	(*RemoveResponse)(nil),    // 11: kvoffload.v1.RemoveResponse
-	(*StatsRequest)(nil),      // 12: kvoffload.v1.StatsRequest
-	(*StatsResponse)(nil),     // 13: kvoffload.v1.StatsResponse
-	(*JoinRequest)(nil),       // 14: kvoffload.v1.JoinRequest
-	(*JoinResponse)(nil),      // 15: kvoffload.v1.JoinResponse
-	(*LeaveRequest)(nil),      // 16: kvoffload.v1.LeaveRequest
-	(*LeaveResponse)(nil),     // 17: kvoffload.v1.LeaveResponse
-	(*StatusRequest)(nil),     // 18: kvoffload.v1.StatusRequest
-	(*Member)(nil),            // 19: kvoffload.v1.Member
-	(*StatusResponse)(nil),    // 20: kvoffload.v1.StatusResponse
-	(*ProposeRequest)(nil),    // 21: kvoffload.v1.ProposeRequest
-	(*ProposeResponse)(nil),   // 22: kvoffload.v1.ProposeResponse
-	(*BarrierRequest)(nil),    // 23: kvoffload.v1.BarrierRequest
-	(*BarrierResponse)(nil),   // 24: kvoffload.v1.BarrierResponse
-	(*ReadIndexRequest)(nil),  // 25: kvoffload.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil), // 26: kvoffload.v1.ReadIndexResponse
-	nil,                       // 27: kvoffload.v1.StatsResponse.CountersEntry
+	(Code)(0),                 // 1: kvoffload.v1.Code
+	(GetStatus)(0),            // 2: kvoffload.v1.GetStatus
+	(Presence)(0),             // 3: kvoffload.v1.Presence
+	(*OffloadChunk)(nil),      // 4: kvoffload.v1.OffloadChunk
+	(*KeyResult)(nil),         // 5: kvoffload.v1.KeyResult
+	(*OffloadResponse)(nil),   // 6: kvoffload.v1.OffloadResponse
+	(*GetRequest)(nil),        // 7: kvoffload.v1.GetRequest
+	(*GetChunk)(nil),          // 8: kvoffload.v1.GetChunk
+	(*ExistsRequest)(nil),     // 9: kvoffload.v1.ExistsRequest
+	(*ExistsResponse)(nil),    // 10: kvoffload.v1.ExistsResponse
+	(*RemoveRequest)(nil),     // 11: kvoffload.v1.RemoveRequest
+	(*RemoveResponse)(nil),    // 12: kvoffload.v1.RemoveResponse
+	(*StatsRequest)(nil),      // 13: kvoffload.v1.StatsRequest
+	(*StatsResponse)(nil),     // 14: kvoffload.v1.StatsResponse
+	(*JoinRequest)(nil),       // 15: kvoffload.v1.JoinRequest
+	(*JoinResponse)(nil),      // 16: kvoffload.v1.JoinResponse
+	(*LeaveRequest)(nil),      // 17: kvoffload.v1.LeaveRequest
+	(*LeaveResponse)(nil),     // 18: kvoffload.v1.LeaveResponse
+	(*StatusRequest)(nil),     // 19: kvoffload.v1.StatusRequest
+	(*Member)(nil),            // 20: kvoffload.v1.Member
+	(*StatusResponse)(nil),    // 21: kvoffload.v1.StatusResponse
+	(*ProposeRequest)(nil),    // 22: kvoffload.v1.ProposeRequest
+	(*ProposeResponse)(nil),   // 23: kvoffload.v1.ProposeResponse
+	(*BarrierRequest)(nil),    // 24: kvoffload.v1.BarrierRequest
+	(*BarrierResponse)(nil),   // 25: kvoffload.v1.BarrierResponse
+	(*ReadIndexRequest)(nil),  // 26: kvoffload.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil), // 27: kvoffload.v1.ReadIndexResponse
+	nil,                       // 28: kvoffload.v1.StatsResponse.CountersEntry
 }
 var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
 	0,  // 0: kvoffload.v1.KeyResult.outcome:type_name -> kvoffload.v1.Outcome
-	4,  // 1: kvoffload.v1.OffloadResponse.results:type_name -> kvoffload.v1.KeyResult
-	1,  // 2: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
-	2,  // 3: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
-	27, // 4: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
-	19, // 5: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
-	3,  // 6: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
-	6,  // 7: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
-	8,  // 8: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
-	10, // 9: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
-	12, // 10: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
-	18, // 11: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
-	14, // 12: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
-	16, // 13: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
-	18, // 14: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
-	21, // 15: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
-	23, // 16: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
-	25, // 17: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
-	6,  // 18: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
-	5,  // 19: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
-	7,  // 20: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
-	9,  // 21: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
-	11, // 22: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
-	13, // 23: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
-	20, // 24: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
-	15, // 25: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
-	17, // 26: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
-	20, // 27: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
-	22, // 28: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
-	24, // 29: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
-	26, // 30: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
-	7,  // 31: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
-	19, // [19:32] is the sub-list for method output_type
-	6,  // [6:19] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	1,  // 1: kvoffload.v1.KeyResult.code:type_name -> kvoffload.v1.Code
+	5,  // 2: kvoffload.v1.OffloadResponse.results:type_name -> kvoffload.v1.KeyResult
+	2,  // 3: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
+	1,  // 4: kvoffload.v1.GetChunk.code:type_name -> kvoffload.v1.Code
+	3,  // 5: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
+	28, // 6: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
+	20, // 7: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
+	4,  // 8: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
+	7,  // 9: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
+	9,  // 10: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
+	11, // 11: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
+	13, // 12: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
+	19, // 13: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
+	15, // 14: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
+	17, // 15: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
+	19, // 16: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
+	22, // 17: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
+	24, // 18: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
+	26, // 19: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
+	7,  // 20: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
+	6,  // 21: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
+	8,  // 22: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
+	10, // 23: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
+	12, // 24: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
+	14, // 25: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
+	21, // 26: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
+	16, // 27: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
+	18, // 28: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
+	21, // 29: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
+	23, // 30: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
+	25, // 31: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
+	27, // 32: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
+	8,  // 33: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
+	21, // [21:34] is the sub-list for method output_type
+	8,  // [8:21] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_kvoffload_v1_kvoffload_proto_init() }
@@ -1773,7 +1920,7 @@ func file_kvoffload_v1_kvoffload_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvoffload_v1_kvoffload_proto_rawDesc), len(file_kvoffload_v1_kvoffload_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,

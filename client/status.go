@@ -1,0 +1,39 @@
+package client
+
+import kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+
+// ClusterStatus describes a cluster as one member sees it (Client.Status).
+// Its JSON form is what `storenode status --json` prints.
+type ClusterStatus struct {
+	ClusterID string `json:"cluster_id"` // "kv-" and 24 hex digits (docs/operations.md, "Cluster identity")
+	LeaderID  string `json:"leader_id"`  // empty while there is no leader
+	// AppliedIndex is the Raft index the answering member has applied.
+	AppliedIndex uint64 `json:"applied_index"`
+	// Keys and Bytes are the live keys and payload bytes in the cluster metadata.
+	Keys    uint64   `json:"keys"`
+	Bytes   uint64   `json:"bytes"`
+	Members []Member `json:"members"`
+}
+
+// Member is one node of the cluster's configuration.
+type Member struct {
+	NodeID   string `json:"node_id"`
+	RaftAddr string `json:"raft_addr"`
+	APIAddr  string `json:"api_addr"`
+	PeerAddr string `json:"peer_addr"`
+	Voter    bool   `json:"voter"`
+	Leader   bool   `json:"leader"`
+	// Keys and Bytes are the keys and payload bytes whose records the node holds.
+	Keys  uint64 `json:"keys"`
+	Bytes uint64 `json:"bytes"`
+}
+
+func clusterStatus(s *kvoffloadv1.StatusResponse) ClusterStatus {
+	out := ClusterStatus{ClusterID: s.GetClusterId(), LeaderID: s.GetLeaderId(), AppliedIndex: s.GetAppliedIndex(),
+		Keys: s.GetKeys(), Bytes: s.GetBytes(), Members: []Member{}}
+	for _, m := range s.GetMembers() {
+		out.Members = append(out.Members, Member{NodeID: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr(),
+			PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(), Keys: m.GetKeys(), Bytes: m.GetBytes()})
+	}
+	return out
+}

@@ -1,0 +1,116 @@
+// Package wire converts between the Store's types (package kvoffload) and the protocol's
+// messages (api/kvoffload/v1): the one converter at the API edge, used by the node's gRPC
+// services and by the Go client alike.
+//
+// The enumerations have the same numbers on both sides (kvoffload.Outcome and pb.Outcome,
+// GetStatus, Presence, Code), so a value converts by number; what a receiver does with a
+// number it does not know is decided here, once: an unknown outcome is Failed, an unknown
+// status Unavailable, an unknown presence Unknown (never "not stored"), an unknown code itself.
+package wire
+
+import (
+	"fmt"
+
+	"github.com/kvoffload/kvoffload"
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+)
+
+// KeyResultToPB is the wire form of r.
+func KeyResultToPB(r kvoffload.KeyResult) *pb.KeyResult {
+	return &pb.KeyResult{Key: r.Key, Outcome: pb.Outcome(r.Outcome), Joined: r.Joined, Reason: r.Reason, Code: pb.Code(r.Code)}
+}
+
+// KeyResultFromPB reads a result for key. An outcome this build does not know is Failed with
+// CodeInternal, its number in the Reason.
+func KeyResultFromPB(r *pb.KeyResult, key string) kvoffload.KeyResult {
+	out := kvoffload.KeyResult{Key: key, Outcome: kvoffload.Outcome(r.GetOutcome()), Joined: r.GetJoined(),
+		Code: kvoffload.Code(r.GetCode()), Reason: r.GetReason()}
+	switch out.Outcome {
+	case kvoffload.Stored, kvoffload.AlreadyStored, kvoffload.Conflict, kvoffload.Rejected, kvoffload.Failed:
+	default:
+		out.Outcome, out.Code = kvoffload.Failed, kvoffload.CodeInternal
+		out.Reason = fmt.Sprintf("unknown outcome %d from the member: %s", r.GetOutcome(), r.GetReason())
+	}
+	return out
+}
+
+// StatusToPB is the wire form of s. ShortBuffer never travels (the receiver decides it); any
+// status the protocol does not have is sent as Unavailable.
+func StatusToPB(s kvoffload.GetStatus) pb.GetStatus {
+	switch s {
+	case kvoffload.Found, kvoffload.NotFound, kvoffload.Corrupt, kvoffload.Unavailable, kvoffload.InvalidKey:
+		return pb.GetStatus(s)
+	}
+	return pb.GetStatus_GET_STATUS_UNAVAILABLE
+}
+
+// StatusFromPB reads a status; ok is false for one this build does not know (or
+// UNSPECIFIED), which the caller reports Unavailable.
+func StatusFromPB(s pb.GetStatus) (status kvoffload.GetStatus, ok bool) {
+	switch st := kvoffload.GetStatus(s); st {
+	case kvoffload.Found, kvoffload.NotFound, kvoffload.Corrupt, kvoffload.Unavailable, kvoffload.InvalidKey:
+		return st, true
+	}
+	return kvoffload.Unavailable, false
+}
+
+// PresenceToPB is the wire form of p; a presence the protocol does not have is sent as
+// Unknown, which claims neither "stored" nor "not stored".
+func PresenceToPB(p kvoffload.Presence) pb.Presence {
+	switch p {
+	case kvoffload.Present, kvoffload.Absent, kvoffload.InFlight:
+		return pb.Presence(p)
+	}
+	return pb.Presence_PRESENCE_UNKNOWN
+}
+
+// PresenceFromPB reads a presence; one this build does not know is Unknown.
+func PresenceFromPB(p pb.Presence) kvoffload.Presence {
+	switch pr := kvoffload.Presence(p); pr {
+	case kvoffload.Present, kvoffload.Absent, kvoffload.InFlight:
+		return pr
+	}
+	return kvoffload.Unknown
+}
+
+// StatsToPB is the wire form of s.
+func StatsToPB(s kvoffload.Stats) *pb.StatsResponse {
+	return &pb.StatsResponse{NodeId: s.NodeID, Keys: s.Keys, Bytes: s.Bytes, LocalKeys: s.LocalKeys,
+		LocalBytes: s.LocalBytes, LiveBytes: s.LiveBytes, AllocatedBytes: s.AllocatedBytes, Counters: s.Counters}
+}
+
+// StatsFromPB reads a StatsResponse.
+func StatsFromPB(s *pb.StatsResponse) kvoffload.Stats {
+	return kvoffload.Stats{NodeID: s.GetNodeId(), Keys: s.GetKeys(), Bytes: s.GetBytes(), LocalKeys: s.GetLocalKeys(),
+		LocalBytes: s.GetLocalBytes(), LiveBytes: s.GetLiveBytes(), AllocatedBytes: s.GetAllocatedBytes(), Counters: s.GetCounters()}
+}
+
+// ChunkBytes is the largest data field sent in one GetChunk or OffloadChunk (1 MiB, the
+// protocol's chunk size).
+const ChunkBytes = 1 << 20
+
+// SendGets streams res as GetChunk messages: each key's first chunk carries its index, status,
+// code and reason (and size when Found); its value follows in chunks of at most ChunkBytes.
+// Data slices alias the values; nothing is copied.
+func SendGets(send func(*pb.GetChunk) error, res []kvoffload.GetResult) error {
+	for i, r := range res {
+		first := &pb.GetChunk{Index: uint32(i), Status: StatusToPB(r.Status), Reason: r.Reason, Code: pb.Code(r.Code)}
+		var val []byte
+		if r.Status == kvoffload.Found {
+			first.Size, val = uint64(len(r.Value)), r.Value
+		}
+		n := min(len(val), ChunkBytes)
+		first.Data, val = val[:n], val[n:]
+		if err := send(first); err != nil {
+			return err
+		}
+		for len(val) > 0 {
+			n := min(len(val), ChunkBytes)
+			if err := send(&pb.GetChunk{Index: uint32(i), Data: val[:n]}); err != nil {
+				return err
+			}
+			val = val[n:]
+		}
+	}
+	return nil
+}
