@@ -47,8 +47,15 @@ func TestEmbedderBuildsThePatchedRaft(t *testing.T) {
 
 	scratch := t.TempDir()
 	writeScratchModule(t, scratch, mainGoMod(t).Go.Version, version)
+	// This module comes from the file proxy; the rest from the module cache, and what the
+	// main module's `go mod download` left out (go mod tidy also loads the tests of
+	// dependencies) from the proxy the machine is set up with.
+	proxies := []string{fileURL(proxy), fileURL(filepath.Join(modCache, "cache", "download"))}
+	if p := strings.TrimSpace(run(t, root, nil, goBin, "env", "GOPROXY")); p != "" && p != "off" {
+		proxies = append(proxies, p)
+	}
 	env := []string{
-		"GOPROXY=" + fileURL(proxy) + "," + fileURL(filepath.Join(modCache, "cache", "download")),
+		"GOPROXY=" + strings.Join(proxies, ","),
 		"GOMODCACHE=" + modCache,
 		"GOFLAGS=-mod=mod -modcacherw",
 		"GOSUMDB=off",
