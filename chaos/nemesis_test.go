@@ -18,9 +18,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // TestRaftNemesis (L6; faults F17 and F18 of docs/chaos.md's fault table): five

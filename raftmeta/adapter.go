@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // raftFSM adapts *fsm.FSM to raft.FSM. raft calls Apply, Snapshot and Restore

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // TestInmemCluster joins three in-memory nodes: commits replicate to every

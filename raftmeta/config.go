@@ -7,7 +7,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // Config configures one raft member. A zero tunable (counts, durations) means

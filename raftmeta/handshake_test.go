@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // listenWith returns a stream layer on a free loopback port whose cluster ID is *id, and

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hashicorp/raft"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // MaxVoters is the most voters AddMember puts in the configuration; members

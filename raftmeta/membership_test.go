@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // clusterConfig is testConfig without bootstrap and with raft's default

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 const (
@@ -86,7 +86,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raftmeta: open raft.db: %w", err)
 	}
-	logs, err := raft.NewLogCache(logCacheSize, n.store)
+	logs, err := raft.NewLogCache(logCacheSize, boltLogs{n.store})
 	if err != nil {
 		return fmt.Errorf("raftmeta: log cache: %w", err)
 	}

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 func TestConfigValidate(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/hashicorp/raft"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // LogCommands calls fn with the data of every command entry in this node's log, oldest

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
+
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // TestSnapshotInstallLivelock is hashicorp/raft#697 (third_party/raft/KVOFFLOAD.md): a

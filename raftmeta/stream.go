@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // streamLayer is the raft.StreamLayer of a TCP transport that is mutual TLS (Config.TLS), or

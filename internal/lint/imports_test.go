@@ -33,6 +33,13 @@ var product = []string{"..."}
 
 var wings = []string{"chaos/...", "cmd/...", "workload/...", "internal/..."}
 
+// raftFork is the patched hashicorp/raft that consensus runs on (third_party/raft/KVOFFLOAD.md);
+// upstreamRaft is the release it was copied from, which only raft-boltdb's types bring in.
+const (
+	raftFork     = "third_party/raft/..."
+	upstreamRaft = "github.com/hashicorp/raft/..."
+)
+
 // rules is docs/architecture.md's list of rules that must never break, as data. Imports are
 // read from every .go file whatever its build tags, so files built only with -tags chaos
 // count too.
@@ -44,16 +51,20 @@ var rules = []rule{
 	{from: product, except: wings, forbid: []string{"workload/..."},
 		why: "the product never depends on the workloads that drive it (its tests may)"},
 	{from: []string{"fsm/..."}, tests: true, only: []string{"internal/mutant"},
-		forbid: []string{"github.com/hashicorp/raft/...", "github.com/hashicorp/raft-boltdb/..."},
+		forbid: []string{raftFork, upstreamRaft, "github.com/hashicorp/raft-boltdb/..."},
 		why:    "fsm is the pure state machine: no Raft, no WAL, no buckets"},
 	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant"},
 		why: "wal and bucketstore are leaves: storage that knows nothing of transactions or Raft"},
-	{from: []string{"txn/..."}, tests: true, forbid: []string{"raftmeta/...", "node/...", "github.com/hashicorp/raft/..."},
+	{from: []string{"txn/..."}, tests: true, forbid: []string{"raftmeta/...", "node/...", raftFork, upstreamRaft},
 		why: "txn holds no Raft types: it reaches consensus through its Meta seam (txn/seams.go)"},
-	{from: product, except: append([]string{"raftmeta/..."}, wings...),
-		forbid: []string{"github.com/hashicorp/raft/...", "github.com/hashicorp/raft-boltdb/..."},
-		why:    "raftmeta is the one adapter between hashicorp/raft and the rest of the store"},
-	{from: []string{"raftmeta/..."}, only: []string{"fsm", "internal/failpoint"},
+	{from: product, except: append([]string{"raftmeta/...", raftFork}, wings...),
+		forbid: []string{raftFork, upstreamRaft, "github.com/hashicorp/raft-boltdb/..."},
+		why:    "raftmeta is the one adapter between Raft and the rest of the store"},
+	{from: []string{"..."}, except: []string{"raftmeta/..."}, tests: true, forbid: []string{upstreamRaft},
+		why: "consensus runs on the patched fork only; upstream Raft is raft-boltdb's, met in raftmeta/logstore.go alone"},
+	{from: []string{raftFork}, tests: true, only: []string{},
+		why: "the fork imports no other package of this module, so a new release can be copied in (third_party/raft/KVOFFLOAD.md)"},
+	{from: []string{"raftmeta/..."}, only: []string{"fsm", "internal/failpoint", "third_party/raft"},
 		why: "raftmeta adapts the FSM to Raft and knows nothing of transactions, the WAL or node"},
 	{from: []string{"client/..."}, only: []string{"api/...", "internal/wire"},
 		why: "the client library depends on the wire API only, so callers do not build the server"},
@@ -68,7 +79,7 @@ var rules = []rule{
 // TestImportRules fails on any import that breaks a rule.
 func TestImportRules(t *testing.T) {
 	pkgs := readImports(t, moduleRoot(t))
-	for _, p := range []string{"fsm", "wal", "bucketstore", "txn", "raftmeta", "node", "client", "chaos", "cmd/storenode"} {
+	for _, p := range []string{"fsm", "wal", "bucketstore", "txn", "raftmeta", "node", "client", "chaos", "cmd/storenode", "third_party/raft"} {
 		if _, ok := pkgs[p]; !ok {
 			t.Fatalf("package %s not found: the walk of the module is broken", p)
 		}
@@ -81,15 +92,22 @@ func TestImportRules(t *testing.T) {
 // TestImportRulesCatch feeds check imports that break each kind of rule.
 func TestImportRulesCatch(t *testing.T) {
 	bad := map[string]imports{
-		"fsm":      {code: []string{module + "/internal/mutant", "github.com/hashicorp/raft"}},
-		"wal":      {tests: []string{module + "/txn"}},
-		"node":     {code: []string{module + "/workload/trace"}, tests: []string{module + "/workload/trace"}},
-		"txn":      {tests: []string{module + "/cmd/storenode"}},
-		"workload": {code: []string{module + "/chaos"}},
+		"fsm":              {code: []string{module + "/internal/mutant", module + "/third_party/raft"}},
+		"node":             {code: []string{module + "/workload/trace", "github.com/hashicorp/raft"}, tests: []string{module + "/workload/trace"}},
+		"chaos":            {tests: []string{"github.com/hashicorp/raft"}},
+		"raftmeta":         {code: []string{"github.com/hashicorp/raft", module + "/txn"}},
+		"third_party/raft": {code: []string{module + "/fsm"}},
+		"wal":              {tests: []string{module + "/txn"}},
+		"txn":              {tests: []string{module + "/cmd/storenode"}},
+		"workload":         {code: []string{module + "/chaos"}},
 	}
 	got := check(bad, rules)
 	for _, want := range []string{
-		"fsm imports github.com/hashicorp/raft",
+		"fsm imports third_party/raft",
+		"node imports github.com/hashicorp/raft",
+		"chaos (test) imports github.com/hashicorp/raft",
+		"raftmeta imports txn",
+		"third_party/raft imports fsm",
 		"wal (test) imports txn",
 		"node imports workload/trace",
 		"txn (test) imports cmd/storenode",
@@ -101,6 +119,9 @@ func TestImportRulesCatch(t *testing.T) {
 	}
 	if slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "node (test)") }) {
 		t.Errorf("a product test importing a workload was flagged: %q", got)
+	}
+	if slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "raftmeta imports github.com/hashicorp/raft:") }) {
+		t.Errorf("raftmeta's log-store adapter importing upstream Raft was flagged: %q", got)
 	}
 }
 
@@ -160,8 +181,8 @@ func matchAny(patterns []string, pkg string) bool {
 	return false
 }
 
-// readImports parses the import block of every .go file below root (third_party, testdata
-// and hidden directories aside), keyed by module-relative package directory.
+// readImports parses the import block of every .go file below root (testdata and hidden
+// directories aside), keyed by module-relative package directory.
 func readImports(t *testing.T, root string) map[string]imports {
 	t.Helper()
 	pkgs := map[string]imports{}
@@ -172,7 +193,7 @@ func readImports(t *testing.T, root string) map[string]imports {
 		}
 		if d.IsDir() {
 			n := d.Name()
-			if path != root && (n == "third_party" || n == "testdata" || strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_")) {
+			if path != root && (n == "testdata" || strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_")) {
 				return filepath.SkipDir
 			}
 			return nil

@@ -784,7 +784,7 @@ func decodeResponse(conn *netConn, resp interface{}) (bool, error) {
 
 	// Format an error if any
 	if rpcError != "" {
-		return true, fmt.Errorf(rpcError)
+		return true, errors.New(rpcError) // kvoffload patch (go vet): was fmt.Errorf(rpcError), which reads % in the message as verbs
 	}
 	return true, nil
 }

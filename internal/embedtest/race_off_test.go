@@ -1,0 +1,5 @@
+//go:build !race
+
+package embedtest
+
+const raceEnabled = false
