@@ -33,6 +33,9 @@ var product = []string{"..."}
 
 var wings = []string{"chaos/...", "cmd/...", "workload/...", "internal/..."}
 
+// testFS names the test filesystems: only _test.go files and chaos may import them.
+var testFS = []string{"vfs/memfs", "vfs/errorfs"}
+
 // rules is docs/architecture.md's list of rules that must never break, as data. Imports are
 // read from every .go file whatever its build tags, so files built only with -tags chaos
 // count too.
@@ -46,8 +49,12 @@ var rules = []rule{
 	{from: []string{"fsm/..."}, tests: true, only: []string{"internal/mutant"},
 		forbid: []string{"github.com/hashicorp/raft/...", "github.com/hashicorp/raft-boltdb/..."},
 		why:    "fsm is the pure state machine: no Raft, no WAL, no buckets"},
-	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant"},
+	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant", "vfs/..."},
 		why: "wal and bucketstore are leaves: storage that knows nothing of transactions or Raft"},
+	{from: []string{"vfs/..."}, tests: true, only: []string{"vfs/..."},
+		why: "vfs is a leaf: the filesystem seam and its test filesystems know nothing of the store"},
+	{from: []string{"..."}, except: []string{"chaos/...", "vfs/..."}, forbid: testFS,
+		why: "the test filesystems (vfs/memfs, vfs/errorfs) are for tests and the chaos suite; code that ships runs on vfs.OSFS"},
 	{from: []string{"txn/..."}, tests: true, forbid: []string{"raftmeta/...", "node/...", "github.com/hashicorp/raft/..."},
 		why: "txn holds no Raft types: it reaches consensus through its Meta seam (txn/seams.go)"},
 	{from: product, except: append([]string{"raftmeta/..."}, wings...),
@@ -64,7 +71,7 @@ var rules = []rule{
 // TestImportRules fails on any import that breaks a rule.
 func TestImportRules(t *testing.T) {
 	pkgs := readImports(t, moduleRoot(t))
-	for _, p := range []string{"fsm", "wal", "bucketstore", "txn", "raftmeta", "node", "client", "chaos", "cmd/storenode"} {
+	for _, p := range []string{"fsm", "wal", "bucketstore", "vfs", "vfs/memfs", "vfs/errorfs", "txn", "raftmeta", "node", "client", "chaos", "cmd/storenode"} {
 		if _, ok := pkgs[p]; !ok {
 			t.Fatalf("package %s not found: the walk of the module is broken", p)
 		}
@@ -77,17 +84,21 @@ func TestImportRules(t *testing.T) {
 // TestImportRulesCatch feeds check imports that break each kind of rule.
 func TestImportRulesCatch(t *testing.T) {
 	bad := map[string]imports{
-		"fsm":      {code: []string{module + "/internal/mutant", "github.com/hashicorp/raft"}},
-		"wal":      {tests: []string{module + "/txn"}},
-		"node":     {code: []string{module + "/workload/trace"}, tests: []string{module + "/workload/trace"}},
-		"txn":      {tests: []string{module + "/cmd/storenode"}},
-		"workload": {code: []string{module + "/chaos"}},
+		"fsm": {code: []string{module + "/internal/mutant", "github.com/hashicorp/raft"}},
+		"wal": {tests: []string{module + "/txn"}},
+		"node": {code: []string{module + "/workload/trace", module + "/vfs/memfs"},
+			tests: []string{module + "/workload/trace", module + "/vfs/memfs", module + "/vfs/errorfs"}},
+		"vfs/memfs": {code: []string{module + "/bucketstore"}},
+		"txn":       {tests: []string{module + "/cmd/storenode"}},
+		"workload":  {code: []string{module + "/chaos"}},
 	}
 	got := check(bad, rules)
 	for _, want := range []string{
 		"fsm imports github.com/hashicorp/raft",
 		"wal (test) imports txn",
 		"node imports workload/trace",
+		"node imports vfs/memfs",
+		"vfs/memfs imports bucketstore",
 		"txn (test) imports cmd/storenode",
 		"workload imports chaos",
 	} {
