@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
-// BenchmarkAppendSync measures Reserve+WriteRecord+Sync of one record at a time on OSFS with
+// BenchmarkAppendSync measures Reserve+WriteRecord+Sync of one record at a time on vfs.OSFS with
 // O_DIRECT in b.TempDir, then, in the same run, a plain O_DIRECT sequential write + fdatasync
 // of the same sizes and count. It reports the store's MB/s (SetBytes), the baseline's
 // disk_MB/s and their ratio x_disk (1.0 = as fast as the raw disk pattern).
@@ -64,19 +66,18 @@ func directActive(b *testing.B, s *Store) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, ok := s.open.f.(*osFile)
-	return ok && f.direct
+	return vfs.DirectIO(s.open.f)
 }
 
 // benchDirect is the baseline: n sequential O_DIRECT writes of size bytes, each followed by
 // fdatasync, on a fresh file. It runs with the benchmark timer stopped.
 func benchDirect(b *testing.B, size int64) time.Duration {
-	f, err := OSFS{DirectIO: true}.OpenFile(filepath.Join(b.TempDir(), "baseline"), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := vfs.OSFS{DirectIO: true}.OpenFile(filepath.Join(b.TempDir(), "baseline"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	buf := AlignedBuffer(int(size))
+	buf := vfs.AlignedBuffer(int(size))
 	copy(buf, testPayload(2, len(buf)))
 	start := time.Now()
 	for i := range b.N {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 const (
@@ -20,11 +22,11 @@ const (
 type bucket struct {
 	id       uint32
 	path     string
-	f        File   // immutable after creation
-	fresh    bool   // created by this Store: the only kind that accepts writes
-	tail     int64  // next free offset (fresh buckets)
-	prealloc int64  // file allocated up to here (fresh buckets); -1: not supported
-	dirGen   uint64 // Store.dirGen that covers its creation
+	f        vfs.File // immutable after creation
+	fresh    bool     // created by this Store: the only kind that accepts writes
+	tail     int64    // next free offset (fresh buckets)
+	prealloc int64    // file allocated up to here (fresh buckets); -1: not supported
+	dirGen   uint64   // Store.dirGen that covers its creation
 
 	live      map[int64]int64 // offset -> length of each live extent
 	liveBytes int64

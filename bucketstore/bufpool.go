@@ -1,6 +1,10 @@
 package bucketstore
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/kvoffload/kvoffload/vfs"
+)
 
 // bufPools recycles aligned record buffers by exact size. KV-cache blocks come in a few fixed
 // sizes, so exact-size pools hit almost always; reusing warm pages matters on VMs where
@@ -19,7 +23,7 @@ func getBuffer(n int) []byte {
 			return *b
 		}
 	}
-	return AlignedBuffer(n)
+	return vfs.AlignedBuffer(n)
 }
 
 // putBuffer returns b (from getBuffer) for reuse; the caller must not touch it afterwards.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // DefaultBucketSize is the bucket file size past which the store rolls to a new file.
@@ -13,8 +15,8 @@ const DefaultBucketSize = 1 << 30
 type Config struct {
 	// Dir holds the bucket files and the LOCK file. Required.
 	Dir string
-	// FS is the filesystem; nil means OSFS{DirectIO: true}.
-	FS FS
+	// FS is the filesystem; nil means vfs.OSFS{DirectIO: true}.
+	FS vfs.FS
 	// BucketSize is the size past which Reserve rolls to a new bucket file; a multiple of
 	// Alignment. 0 means DefaultBucketSize. Reserves larger than it fail with ErrTooLarge.
 	BucketSize int64
@@ -27,7 +29,7 @@ type Config struct {
 
 // DefaultConfig returns a fresh Config for dir with every default spelled out.
 func DefaultConfig(dir string) Config {
-	return Config{Dir: dir, FS: OSFS{DirectIO: true}, BucketSize: DefaultBucketSize}
+	return Config{Dir: dir, FS: vfs.OSFS{DirectIO: true}, BucketSize: DefaultBucketSize}
 }
 
 // Validate reports every problem of c at once.
@@ -53,7 +55,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Logger = c.Logger.With("pkg", "bucketstore")
 	if c.FS == nil {
-		c.FS = OSFS{DirectIO: true, Logger: c.Logger}
+		c.FS = vfs.OSFS{DirectIO: true, Logger: c.Logger}
 	}
 	if c.BucketSize == 0 {
 		c.BucketSize = DefaultBucketSize

@@ -3,17 +3,19 @@ package bucketstore
 import (
 	"fmt"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
-// TestStoreCrash writes records, syncing some, crashes the MemFS in every mode and checks
+// TestStoreCrash writes records, syncing some, crashes the memfs.FS in every mode and checks
 // that every synced record survives, and that whatever else Scan finds either verifies as a
 // record the test wrote or is reported as damage.
 func TestStoreCrash(t *testing.T) {
 	rng := testRand(t)
-	for _, mode := range []CrashMode{CrashDropAll, CrashPrefix, CrashTorn} {
+	for _, mode := range []memfs.CrashMode{memfs.CrashDropAll, memfs.CrashPrefix, memfs.CrashTorn} {
 		for round := range 20 {
 			t.Run(fmt.Sprintf("mode%d/round%d", mode, round), func(t *testing.T) {
-				m := NewMemFS()
+				m := memfs.New()
 				cfg := memConfig(m)
 				cfg.BucketSize = 8 * Alignment
 				s := mustOpen(t, cfg)

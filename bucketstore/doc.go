@@ -71,9 +71,11 @@
 //
 // # Filesystem seam
 //
-// The store does all I/O through FS: OSFS (real, O_DIRECT), MemFS (in-memory, crashable:
-// Crash keeps durable state plus a seeded choice of pending operations) and ErrorFS (wraps
-// another FS and injects errors chosen by an Injector, e.g. FailNth).
+// The store does all I/O through vfs.FS (Config.FS): vfs.OSFS (real, O_DIRECT) in
+// production; its tests also run on memfs.FS (vfs/memfs: in-memory, crashable: Crash keeps
+// durable state plus a seeded choice of pending operations) and errorfs.FS (vfs/errorfs:
+// wraps another FS and injects errors chosen by an Injector, e.g. FailNth). A record's
+// Alignment is a multiple of vfs.DirectIOAlignment, so records are written with direct I/O.
 //
 // # Logging
 //

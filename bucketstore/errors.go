@@ -7,7 +7,8 @@ var (
 	// checksums, non-zero padding, or a field that differs from what the caller expected.
 	// Use IsCorrupt to classify; the wrapped message carries the detail.
 	ErrCorrupt = errors.New("bucketstore: corrupt record")
-	// ErrLocked reports that another Store (in this or another process) holds Dir/LOCK.
+	// ErrLocked reports that another Store (in this or another process) holds Dir/LOCK; Open
+	// wraps it around the FS's vfs.ErrLocked.
 	ErrLocked = errors.New("bucketstore: directory locked by another store")
 	// ErrNoSpace reports that a Reserve would push live+reserved bytes past Config.Capacity.
 	ErrNoSpace = errors.New("bucketstore: capacity exceeded")

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // Free releases a live extent: it stops counting it and punches a hole over it. When a bucket
@@ -148,7 +149,7 @@ func sortedLive(id uint32, live []Extent) ([]Extent, error) {
 
 // reclaimGaps punches the gaps between the sorted live extents, truncates after the last one
 // and returns the bytes still allocated.
-func reclaimGaps(f File, sorted []Extent) (int64, error) {
+func reclaimGaps(f vfs.File, sorted []Extent) (int64, error) {
 	var pos int64
 	for _, e := range sorted {
 		if e.Offset > pos {

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/vfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 var (
@@ -28,10 +31,10 @@ func testRand(tb testing.TB) *rand.Rand {
 
 const testDir = "/data"
 
-// memConfig is a small-bucket config on fsys (a fresh MemFS when nil).
-func memConfig(fsys FS) Config {
+// memConfig is a small-bucket config on fsys (a fresh memfs.FS when nil).
+func memConfig(fsys vfs.FS) Config {
 	if fsys == nil {
-		fsys = NewMemFS()
+		fsys = memfs.New()
 	}
 	return Config{Dir: testDir, FS: fsys, BucketSize: 64 * Alignment}
 }
@@ -145,7 +148,7 @@ func checkAccounting(tb testing.TB, s *Store, live map[Extent]bool) {
 func bucketPath(dir string, id uint32) string { return filepath.Join(dir, bucketName(id)) }
 
 // flipByte xors one byte of a file through fsys.
-func flipByte(tb testing.TB, fsys FS, path string, off int64) {
+func flipByte(tb testing.TB, fsys vfs.FS, path string, off int64) {
 	tb.Helper()
 	f, err := fsys.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {

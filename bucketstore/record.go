@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/kvoffload/kvoffload/internal/mutant"
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // These constants are on-disk format: changing any of them requires a new version.
@@ -28,6 +28,10 @@ const (
 	headerLen       = 56
 	headerSumOffset = 48
 )
+
+// Records are written with direct I/O, so Alignment must be a multiple of
+// vfs.DirectIOAlignment: this array index fails to compile otherwise.
+var _ = [1]struct{}{}[Alignment%vfs.DirectIOAlignment]
 
 var recordMagic = [4]byte{'K', 'V', 'B', '1'}
 
@@ -65,17 +69,6 @@ func RecordSize(keyLen, payloadLen int) int64 {
 }
 
 func alignUp(n int64) int64 { return (n + Alignment - 1) &^ (Alignment - 1) }
-
-// AlignedBuffer returns a zeroed buffer of n bytes whose first byte is Alignment-aligned in
-// memory, as O_DIRECT requires.
-func AlignedBuffer(n int) []byte {
-	raw := make([]byte, n+Alignment)
-	skip := 0
-	if rem := int(uintptr(unsafe.Pointer(unsafe.SliceData(raw))) % Alignment); rem != 0 {
-		skip = Alignment - rem
-	}
-	return raw[skip : skip+n : skip+n]
-}
 
 // EncodeRecord writes the record into buf, whose length must be RecordSize(len(h.Key),
 // len(payload)). It verifies h.PayloadLen and h.PayloadSum against payload first, so that a

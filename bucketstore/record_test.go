@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 func encodeTest(tb testing.TB, h Header, payload []byte) []byte {
 	tb.Helper()
-	buf := AlignedBuffer(int(RecordSize(len(h.Key), len(payload))))
+	buf := vfs.AlignedBuffer(int(RecordSize(len(h.Key), len(payload))))
 	if err := EncodeRecord(buf, h, payload); err != nil {
 		tb.Fatalf("EncodeRecord: %v", err)
 	}
@@ -113,15 +115,6 @@ func TestDecodeRecordRejectsWrongLength(t *testing.T) {
 	for _, b := range [][]byte{nil, buf[:headerLen-1], buf[:Alignment], append(buf, make([]byte, Alignment)...)} {
 		if _, _, err := DecodeRecord(b); !IsCorrupt(err) {
 			t.Errorf("length %d: err %v, want ErrCorrupt", len(b), err)
-		}
-	}
-}
-
-func TestAlignedBuffer(t *testing.T) {
-	for _, n := range []int{0, 1, Alignment, 3*Alignment + 5} {
-		b := AlignedBuffer(n)
-		if len(b) != n || !ioAligned(b[:n/Alignment*Alignment], 0) {
-			t.Errorf("AlignedBuffer(%d): len %d, not aligned", n, len(b))
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // Scan walks every record of every bucket file in bucket and offset order, for checkers and
@@ -34,18 +36,18 @@ func (s *Store) Scan(fn func(ext Extent, h Header, err error) error) error {
 // scanner reads one bucket file block by block.
 type scanner struct {
 	id    uint32
-	f     File
+	f     vfs.File
 	size  int64
 	block []byte
 	buf   []byte // record buffer, reused
 }
 
-func scanBucket(id uint32, f File, fn func(Extent, Header, error) error) error {
+func scanBucket(id uint32, f vfs.File, fn func(Extent, Header, error) error) error {
 	size, err := f.Size()
 	if err != nil {
 		return fmt.Errorf("bucketstore: scan bucket %d: %w", id, err)
 	}
-	sc := &scanner{id: id, f: f, size: size, block: AlignedBuffer(Alignment)}
+	sc := &scanner{id: id, f: f, size: size, block: vfs.AlignedBuffer(Alignment)}
 	for off := int64(0); off < size; {
 		next, err := sc.step(off, fn)
 		if err != nil {
@@ -69,7 +71,7 @@ func (sc *scanner) step(off int64, fn func(Extent, Header, error) error) (int64,
 	if herr == nil {
 		ext := Extent{Bucket: sc.id, Offset: off, Length: RecordSize(len(h.Key), int(h.PayloadLen))}
 		if int64(cap(sc.buf)) < ext.Length {
-			sc.buf = AlignedBuffer(int(ext.Length))
+			sc.buf = vfs.AlignedBuffer(int(ext.Length))
 		}
 		_, _, rerr := readRecord(sc.f, ext, sc.buf)
 		if rerr == nil {

@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/vfs"
 
 	"errors"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 // Store appends records to bucket files. See the package documentation for the contract.
 type Store struct {
 	cfg  Config
-	fs   FS
+	fs   vfs.FS
 	log  *slog.Logger
 	lock io.Closer
 
@@ -46,6 +47,9 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("bucketstore: mkdir %s: %w", cfg.Dir, err)
 	}
 	lock, err := cfg.FS.Lock(filepath.Join(cfg.Dir, lockName))
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("%w: %w", ErrLocked, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +107,7 @@ func (s *Store) preallocateLocked(b *bucket) {
 		b.prealloc = -1 // allocated-ahead bytes would count against a quota measured on disk
 		return
 	}
-	a, ok := b.f.(Allocator)
+	a, ok := b.f.(vfs.Allocator)
 	if !ok {
 		b.prealloc = -1
 		return
@@ -199,9 +203,9 @@ func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
 }
 
 // readRecord reads and decodes the record at ext, reusing buf if it is large enough.
-func readRecord(f File, ext Extent, buf []byte) (Header, []byte, error) {
+func readRecord(f vfs.File, ext Extent, buf []byte) (Header, []byte, error) {
 	if int64(cap(buf)) < ext.Length {
-		buf = AlignedBuffer(int(ext.Length))
+		buf = vfs.AlignedBuffer(int(ext.Length))
 	}
 	buf = buf[:ext.Length]
 	n, err := f.ReadAt(buf, ext.Offset)

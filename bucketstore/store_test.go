@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
-// storeBackends runs a test on MemFS and on OSFS (O_DIRECT on t.TempDir).
+// storeBackends runs a test on memfs.FS and on vfs.OSFS (O_DIRECT on t.TempDir).
 func storeBackends(t *testing.T, fn func(t *testing.T, cfg Config)) {
 	t.Run("MemFS", func(t *testing.T) { fn(t, memConfig(nil)) })
 	t.Run("OSFS", func(t *testing.T) {
@@ -196,7 +198,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestStoreFreeRemovesEmptySealedBucket(t *testing.T) {
-	m := NewMemFS()
+	m := memfs.New()
 	cfg := memConfig(m)
 	cfg.BucketSize = 4 * Alignment
 	s := mustOpen(t, cfg)
@@ -213,7 +215,7 @@ func TestStoreFreeRemovesEmptySealedBucket(t *testing.T) {
 	if got := s.Buckets(); !slices.Equal(got, []uint32{c.ext.Bucket}) {
 		t.Fatalf("Buckets = %v, want only %d", got, c.ext.Bucket)
 	}
-	if names, _ := m.Crash(CrashDropAll, testRand(t)).ReadDir(testDir); slices.Contains(names, bucketName(a.ext.Bucket)) {
+	if names, _ := m.Crash(memfs.CrashDropAll, testRand(t)).ReadDir(testDir); slices.Contains(names, bucketName(a.ext.Bucket)) {
 		t.Fatal("removed bucket survives a crash: directory not synced")
 	}
 	if err := s.Free(c.ext); err != nil { // the open bucket stays

@@ -7,17 +7,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/vfs/errorfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 // TestSyncGroupCommit: concurrent Syncs of one bucket share fdatasyncs.
 func TestSyncGroupCommit(t *testing.T) {
-	slow := func(op Op, _ string) error {
-		if op == OpSync {
+	slow := func(op errorfs.Op, _ string) error {
+		if op == errorfs.OpSync {
 			time.Sleep(20 * time.Millisecond)
 		}
 		return nil
 	}
-	s := mustOpen(t, memConfig(NewErrorFS(NewMemFS(), slow)))
+	s := mustOpen(t, memConfig(errorfs.Wrap(memfs.New(), slow)))
 	const writers = 32
 	ws := make([]written, writers)
 	var wg sync.WaitGroup
@@ -45,8 +48,8 @@ func TestSyncGroupCommit(t *testing.T) {
 
 // TestSyncFailureIsSticky: a failed fdatasync is never retried and the bucket is abandoned.
 func TestSyncFailureIsSticky(t *testing.T) {
-	m := NewMemFS()
-	s := mustOpen(t, memConfig(NewErrorFS(m, FailNth(OpSync, 1, syscall.EIO))))
+	m := memfs.New()
+	s := mustOpen(t, memConfig(errorfs.Wrap(m, errorfs.FailNth(errorfs.OpSync, 1, syscall.EIO))))
 	w := mustPut(t, s, "a", 1, 100)
 	err := s.Sync(w.ext.Bucket)
 	if !errors.Is(err, ErrSyncFailed) || !errors.Is(err, syscall.EIO) {
@@ -72,7 +75,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 }
 
 func TestSyncDirFailureFailsNewBucket(t *testing.T) {
-	s := mustOpen(t, memConfig(NewErrorFS(NewMemFS(), FailNth(OpSyncDir, 1, syscall.EIO))))
+	s := mustOpen(t, memConfig(errorfs.Wrap(memfs.New(), errorfs.FailNth(errorfs.OpSyncDir, 1, syscall.EIO))))
 	w := mustPut(t, s, "a", 1, 100)
 	if err := s.Sync(w.ext.Bucket); !errors.Is(err, ErrSyncFailed) {
 		t.Fatalf("Sync: %v, want ErrSyncFailed", err)
@@ -90,13 +93,13 @@ func TestSyncDirFailureFailsNewBucket(t *testing.T) {
 // creation or removal.
 func TestSyncCounts(t *testing.T) {
 	var dirSyncs atomic.Int64
-	count := func(op Op, _ string) error {
-		if op == OpSyncDir {
+	count := func(op errorfs.Op, _ string) error {
+		if op == errorfs.OpSyncDir {
 			dirSyncs.Add(1)
 		}
 		return nil
 	}
-	s := mustOpen(t, memConfig(NewErrorFS(NewMemFS(), count)))
+	s := mustOpen(t, memConfig(errorfs.Wrap(memfs.New(), count)))
 	w := mustPut(t, s, "a", 1, 100)
 	for range 3 {
 		if err := s.Sync(w.ext.Bucket); err != nil {

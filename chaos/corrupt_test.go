@@ -22,6 +22,7 @@ import (
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/node"
+	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -351,7 +352,7 @@ func flipBucketRecords(t *testing.T, h *harness, rng *rand.Rand) corruption {
 	records := map[string][]rec{}
 	dir := filepath.Join(h.dir, "buckets")
 	cfg := bucketstore.DefaultConfig(dir)
-	cfg.FS = bucketstore.OSFS{}
+	cfg.FS = vfs.OSFS{}
 	s, err := bucketstore.Open(cfg)
 	if err != nil {
 		t.Fatal(err)

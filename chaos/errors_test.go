@@ -20,24 +20,26 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/vfs"
+	"github.com/kvoffload/kvoffload/vfs/errorfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 // The error-path tier (L5; docs/chaos.md, TestErrorPaths): each kind of file operation the bucket store
 // performs fails once, with EIO or ENOSPC, at its 1st, 2nd and a seeded later hit, while a
-// small workload runs on bucketstore.ErrorFS (offloads with duplicates and joins, a snapshot,
+// small workload runs on errorfs.FS (offloads with duplicates and joins, a snapshot,
 // a Remove, reads) and while the node recovers on the still-failing filesystem. Every key's
 // result must be one of the five outcomes, a failure must say why, no acknowledged key may go
 // missing, no read may return wrong bytes; once the fault is gone a recovery must pass the
 // checkers. TestRealENOSPC fills a small tmpfs that holds the whole data directory.
 
-// errorOps are the operation kinds the bucket store performs (bucketstore.Op).
-var errorOps = []bucketstore.Op{
-	bucketstore.OpOpen, bucketstore.OpWrite, bucketstore.OpSync, bucketstore.OpSyncDir,
-	bucketstore.OpRemove, bucketstore.OpTruncate, bucketstore.OpPunch, bucketstore.OpRead,
+// errorOps are the operation kinds the bucket store performs (errorfs.Op).
+var errorOps = []errorfs.Op{
+	errorfs.OpOpen, errorfs.OpWrite, errorfs.OpSync, errorfs.OpSyncDir,
+	errorfs.OpRemove, errorfs.OpTruncate, errorfs.OpPunch, errorfs.OpRead,
 }
 
 var errnoNames = map[syscall.Errno]string{syscall.EIO: "EIO", syscall.ENOSPC: "ENOSPC"}
@@ -45,14 +47,14 @@ var errnoNames = map[syscall.Errno]string{syscall.EIO: "EIO", syscall.ENOSPC: "E
 // fault fails the nth operation of kind op with err (err 0: never) and counts every operation
 // by kind.
 type fault struct {
-	op    bucketstore.Op
+	op    errorfs.Op
 	nth   int64
 	err   syscall.Errno
-	count [bucketstore.OpPunch + 1]atomic.Int64
+	count [errorfs.OpPunch + 1]atomic.Int64
 	fired atomic.Pointer[string] // the file the fault hit
 }
 
-func (f *fault) inject(op bucketstore.Op, name string) error {
+func (f *fault) inject(op errorfs.Op, name string) error {
 	if op < 0 || int(op) >= len(f.count) {
 		return nil
 	}
@@ -218,7 +220,7 @@ func (l *ledger) ackedKeys() []string {
 // errorConfig keeps buckets small (four 16 KiB records each), so the workload creates,
 // seals, empties and removes bucket files; it truncates the WAL every few entries and
 // snapshots Raft often, so those paths run too.
-func errorConfig(dir string, fs bucketstore.FS) node.Config {
+func errorConfig(dir string, fs vfs.FS) node.Config {
 	cfg := memConfig(dir, fs)
 	cfg.BucketSize = 96 << 10
 	cfg.SnapshotThreshold = 16
@@ -246,8 +248,8 @@ func runErrorCase(dir string, seed uint64, f *fault) errorRun {
 	run := errorRun{fault: f}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	mem := bucketstore.NewMemFS()
-	efs := bucketstore.NewErrorFS(mem, f.inject)
+	mem := memfs.New()
+	efs := errorfs.Wrap(mem, f.inject)
 	l := newLedger(Workload{Seed: seed, BlockSize: errorBlock})
 	for i, phase := range []func(context.Context, *node.Node, *ledger) error{errorFirstRun, errorSecondRun} {
 		n, err := node.Open(ctx, errorConfig(dir, efs))

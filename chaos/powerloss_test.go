@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/node"
+	"github.com/kvoffload/kvoffload/vfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 // errPowerCut stops the workload after a power-loss image has been captured.
@@ -27,11 +28,11 @@ var errPowerCut = errors.New("chaos: power cut")
 // their files on disk are their durable state; an unsynced WAL tail may be torn in the copy,
 // which is what the repair handles).
 type image struct {
-	fs  *bucketstore.MemFS
+	fs  *memfs.FS
 	dir string
 }
 
-func capture(t *testing.T, mem *bucketstore.MemFS, dataDir string, mode bucketstore.CrashMode, rng *rand.Rand) image {
+func capture(t *testing.T, mem *memfs.FS, dataDir string, mode memfs.CrashMode, rng *rand.Rand) image {
 	img := image{fs: mem.Crash(mode, rng), dir: filepath.Join(t.TempDir(), "data")}
 	for _, sub := range []string{"wal", "raft"} {
 		if err := copyDir(filepath.Join(dataDir, sub), filepath.Join(img.dir, sub)); err != nil {
@@ -41,7 +42,7 @@ func capture(t *testing.T, mem *bucketstore.MemFS, dataDir string, mode bucketst
 	return img
 }
 
-func memConfig(dir string, fs bucketstore.FS) node.Config {
+func memConfig(dir string, fs vfs.FS) node.Config {
 	cfg := node.DefaultConfig(dir)
 	cfg.FS = fs
 	cfg.BucketSize = 4 << 20
@@ -61,7 +62,7 @@ func TestPowerLossAtEveryStep(t *testing.T) {
 // batches and quota of cell.
 func powerLossMatrix(t *testing.T, fps []string, cell powerLoss) {
 	seed := testSeed(t)
-	modes := map[string]bucketstore.CrashMode{"drop": bucketstore.CrashDropAll, "prefix": bucketstore.CrashPrefix, "torn": bucketstore.CrashTorn}
+	modes := map[string]memfs.CrashMode{"drop": memfs.CrashDropAll, "prefix": memfs.CrashPrefix, "torn": memfs.CrashTorn}
 	for _, fp := range fps {
 		for name, mode := range modes {
 			t.Run(fmt.Sprintf("%s/%s", fp, name), func(t *testing.T) {
@@ -92,12 +93,12 @@ const evictQuota = 8 * (64<<10 + 4<<10)
 // (0: none; with one, keys may be evicted and the buckets are 256 KiB).
 type powerLoss struct {
 	fp      string
-	mode    bucketstore.CrashMode
+	mode    memfs.CrashMode
 	batches int
 	quota   int64
 }
 
-func (p powerLoss) config(dir string, fs bucketstore.FS) node.Config {
+func (p powerLoss) config(dir string, fs vfs.FS) node.Config {
 	cfg := memConfig(dir, fs)
 	if p.quota > 0 {
 		cfg.Capacity, cfg.BucketSize = p.quota, 256<<10
@@ -110,7 +111,7 @@ func powerLossAt(t *testing.T, p powerLoss, seed uint64) {
 	failpoint.Reset() // @N counts must start here, not carry hits of an earlier tier
 	defer failpoint.Reset()
 	rng := rand.New(rand.NewPCG(seed, uint64(len(fp))))
-	mem := bucketstore.NewMemFS()
+	mem := memfs.New()
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // Config configures a node.
@@ -17,7 +17,7 @@ type Config struct {
 	// DataDir holds the node's WAL, buckets and Raft state.
 	DataDir string
 	// FS is the filesystem for bucket files; nil means the OS with O_DIRECT.
-	FS bucketstore.FS
+	FS vfs.FS
 	// BucketSize is the size in bytes at which a bucket file is sealed and a new one opened.
 	BucketSize int64
 	// Capacity is the quota in bytes on live bucket data; 0 means unlimited.

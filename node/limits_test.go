@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/vfs/errorfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 // TestC6EveryKeyOneState is docs/cases.md C6 (Mooncake #3006, #2632, #2997): with four in-flight
@@ -22,17 +23,17 @@ func TestC6EveryKeyOneState(t *testing.T) {
 	// Record writes are held until a batch has been counted waiting for a slot (or a
 	// deadline has passed): the batches holding the four slots stay in flight until then.
 	gate := make(chan struct{})
-	held := func(op bucketstore.Op, _ string) error {
-		if op == bucketstore.OpWrite {
+	held := func(op errorfs.Op, _ string) error {
+		if op == errorfs.OpWrite {
 			<-gate
 		}
 		return nil
 	}
-	eio := bucketstore.Any(held,
-		bucketstore.FailNth(bucketstore.OpWrite, 7, syscall.EIO),
-		bucketstore.FailNth(bucketstore.OpWrite, 20, syscall.EIO))
+	eio := errorfs.Any(held,
+		errorfs.FailNth(errorfs.OpWrite, 7, syscall.EIO),
+		errorfs.FailNth(errorfs.OpWrite, 20, syscall.EIO))
 	cfg := testConfig(t.TempDir())
-	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), eio)
+	cfg.FS = errorfs.Wrap(memfs.New(), eio)
 	cfg.Txn.MaxInFlight = 4
 	n := mustOpen(t, cfg)
 	defer mustClose(t, n)
@@ -96,15 +97,15 @@ func TestTxnIDReusedForAnotherBatch(t *testing.T) {
 	// registered before it writes) and holds it there until the second call has returned.
 	writing, release := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
-	hold := func(op bucketstore.Op, _ string) error {
-		if op == bucketstore.OpWrite && first.CompareAndSwap(false, true) {
+	hold := func(op errorfs.Op, _ string) error {
+		if op == errorfs.OpWrite && first.CompareAndSwap(false, true) {
 			close(writing)
 			<-release
 		}
 		return nil
 	}
 	cfg := testConfig(t.TempDir())
-	cfg.FS = bucketstore.NewErrorFS(bucketstore.NewMemFS(), hold)
+	cfg.FS = errorfs.Wrap(memfs.New(), hold)
 	n := mustOpen(t, cfg)
 	defer mustClose(t, n)
 	id := kvoffload.NewTxnID()

@@ -12,6 +12,8 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/vfs/errorfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -100,7 +102,7 @@ func newCoordinatorFor(t *testing.T, m Meta, f *fsm.FSM) (*Coordinator, *buckets
 func newCoordinatorCap(t *testing.T, m Meta, f *fsm.FSM, capacity int64) (*Coordinator, *bucketstore.Store) {
 	t.Helper()
 	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS, cfg.Capacity = bucketstore.NewMemFS(), capacity
+	cfg.FS, cfg.Capacity = memfs.New(), capacity
 	data, err := bucketstore.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -222,10 +224,10 @@ func TestRemoveFreesAfterApply(t *testing.T) {
 // A transaction whose fdatasync failed is never rolled forward by recovery, even when its
 // records read back afterwards (fsyncgate): the DATA_FAILED mark in the WAL decides.
 func TestDataFailedNeverRolledForward(t *testing.T) {
-	mem := bucketstore.NewMemFS()
-	open := func(inj bucketstore.Injector) *bucketstore.Store {
+	mem := memfs.New()
+	open := func(inj errorfs.Injector) *bucketstore.Store {
 		cfg := bucketstore.DefaultConfig("/b")
-		cfg.FS = bucketstore.NewErrorFS(mem, inj)
+		cfg.FS = errorfs.Wrap(mem, inj)
 		s, err := bucketstore.Open(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -236,7 +238,7 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	tc := DefaultConfig("n1")
 	tc.CommitTimeout = 200 * time.Millisecond
-	data := open(bucketstore.FailNth(bucketstore.OpSync, 1, errors.New("EIO (test)")))
+	data := open(errorfs.FailNth(errorfs.OpSync, 1, errors.New("EIO (test)")))
 	c, err := New(tc, log, data, m)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +255,7 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 	data.Close()
 
 	m.failNext.Store(0)
-	data = open(func(bucketstore.Op, string) error { return nil }) // the next fdatasync succeeds
+	data = open(func(errorfs.Op, string) error { return nil }) // the next fdatasync succeeds
 	defer data.Close()
 	c, err = New(tc, log, data, m)
 	if err != nil {

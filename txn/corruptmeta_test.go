@@ -8,6 +8,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 // ghostMeta is flakyMeta whose metadata also holds extra entries that apply would refuse
@@ -37,7 +38,7 @@ func (m *ghostMeta) ForEach(fn func(fsm.Entry) bool) {
 // misaligned extent: the node starts (Collect would refuse both), the bad entries are removed
 // through Raft without freeing anything, and the real key reads back with its bytes counted.
 func TestRecoverWithCorruptMetadata(t *testing.T) {
-	mem := bucketstore.NewMemFS()
+	mem := memfs.New()
 	open := func() *bucketstore.Store {
 		cfg := bucketstore.DefaultConfig("/b")
 		cfg.FS = mem

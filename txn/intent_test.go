@@ -17,6 +17,8 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/vfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -96,7 +98,7 @@ func jsonIntents(t *testing.T, l *memLog) int {
 // A WAL left by a binary that wrote JSON INTENT bodies recovers: its unresolved transaction
 // is rolled forward and its key serves.
 func TestRecoverJSONIntent(t *testing.T) {
-	mem, log, m := bucketstore.NewMemFS(), &memLog{}, &flakyMeta{f: fsm.New()}
+	mem, log, m := memfs.New(), &memLog{}, &flakyMeta{f: fsm.New()}
 	c, data, _, err := restart(t, mem, log, m)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +128,7 @@ func TestRecoverJSONIntent(t *testing.T) {
 
 // restart opens the bucket store on mem and a coordinator over log and m, as a process start
 // does, and returns the recovery's report and error.
-func restart(t *testing.T, mem bucketstore.FS, log *memLog, m Meta) (*Coordinator, *bucketstore.Store, RecoveryReport, error) {
+func restart(t *testing.T, mem vfs.FS, log *memLog, m Meta) (*Coordinator, *bucketstore.Store, RecoveryReport, error) {
 	t.Helper()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS = mem

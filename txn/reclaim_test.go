@@ -10,6 +10,8 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/vfs/errorfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 // stallingDisk is a bucket store over an in-memory FS whose hole punches and file removals
@@ -28,8 +30,8 @@ func (d *stallingDisk) release() {
 	}
 }
 
-func (d *stallingDisk) inject(op bucketstore.Op, _ string) error {
-	if d.stall.Load() && (op == bucketstore.OpPunch || op == bucketstore.OpRemove) {
+func (d *stallingDisk) inject(op errorfs.Op, _ string) error {
+	if d.stall.Load() && (op == errorfs.OpPunch || op == errorfs.OpRemove) {
 		select {
 		case d.stalled <- struct{}{}:
 		default:
@@ -52,7 +54,7 @@ func newStallingCoordinatorCap(t *testing.T, capacity int64) (*Coordinator, *fla
 	t.Helper()
 	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
 	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS, cfg.Capacity = bucketstore.NewErrorFS(bucketstore.NewMemFS(), d.inject), capacity
+	cfg.FS, cfg.Capacity = errorfs.Wrap(memfs.New(), d.inject), capacity
 	data, err := bucketstore.Open(cfg)
 	if err != nil {
 		t.Fatal(err)

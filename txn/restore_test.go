@@ -10,6 +10,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 // TestSnapshotRestoreFreesRemovedKeys: a node that catches up by installing a snapshot in
@@ -86,7 +87,7 @@ func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	ctx := context.Background()
 	m := &flakyMeta{f: fsm.New()}
 	cfg := bucketstore.DefaultConfig("/b")
-	cfg.FS = bucketstore.NewMemFS()
+	cfg.FS = memfs.New()
 	open := func(meta Meta) (*Coordinator, *bucketstore.Store) {
 		data, err := bucketstore.Open(cfg)
 		if err != nil {

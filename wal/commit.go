@@ -5,6 +5,8 @@ import (
 	"os"
 
 	tidwall "github.com/tidwall/wal"
+
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
 
 // request is one call waiting for the committer.
@@ -171,7 +173,7 @@ func (l *Log) commit(reqs []*request) (wrote bool, err error) {
 	if index == reqs[0].first {
 		return false, nil // only Sync calls: everything before them is durable
 	}
-	if err := hook("write"); err != nil {
+	if err := failpoint.Hit(failpoint.WALWriteBatch); err != nil {
 		return false, l.fail("write batch", err)
 	}
 	if err := l.tw.WriteBatch(&b); err != nil {

@@ -115,4 +115,10 @@
 // dropped the dirty pages; see "fsyncgate"), and tidwall's in-memory state is
 // wrong after a failed write. The Log therefore fail-stops; the process
 // should exit and recover from what is on disk.
+//
+// The I/O steps are failpoints (internal/failpoint): WALWriteBatch before a
+// batch is written, WALSyncDir before a directory fsync, WALTruncateFront
+// before tidwall's truncation. An error from one is treated as that step's
+// I/O error; the unit tests arm them with failpoint.EnableFunc, the chaos
+// suite also through KVOFFLOAD_FAILPOINTS.
 package wal

@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
 
 var (
@@ -58,11 +60,13 @@ func mustClose(t *testing.T, l *Log) {
 	}
 }
 
-// setHook installs testHook for the rest of the test.
-func setHook(t *testing.T, fn func(op string) error) {
+// armFailpoint arms the failpoint name (one of failpoint.WALIO) to call fn on every hit,
+// for the rest of the test; fn's error is used as that I/O step's error. It works in normal
+// builds (failpoint.EnableFunc).
+func armFailpoint(t *testing.T, name string, fn func() error) {
 	t.Helper()
-	testHook = fn
-	t.Cleanup(func() { testHook = nil })
+	failpoint.EnableFunc(name, 0, fn)
+	t.Cleanup(func() { failpoint.Disable(name) })
 }
 
 // makeRecords returns n distinct records, tagged by tag, of varying sizes.

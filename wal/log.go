@@ -9,19 +9,9 @@ import (
 	"sync"
 
 	tidwall "github.com/tidwall/wal"
+
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
-
-// testHook, when set by a test, is called before each I/O step named op
-// ("write", "syncdir", "truncate"); a non-nil result is used as that step's
-// error instead of doing it.
-var testHook func(op string) error
-
-func hook(op string) error {
-	if testHook == nil {
-		return nil
-	}
-	return testHook(op)
-}
 
 // Stats counts the Log's work since Open.
 type Stats struct {
@@ -275,7 +265,7 @@ func (l *Log) TruncateFront(index uint64) error {
 	if index > last {
 		return fmt.Errorf("wal: truncate front to %d: beyond the last index %d", index, last)
 	}
-	if err := hook("truncate"); err != nil {
+	if err := failpoint.Hit(failpoint.WALTruncateFront); err != nil {
 		return l.fail("truncate front", err)
 	}
 	if err := l.tw.TruncateFront(index); err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -101,15 +103,15 @@ func TestFailStop(t *testing.T) {
 	errInjected := errors.New("injected EIO")
 	cases := []struct {
 		name    string
-		op      string
+		fp      string // the failpoint that fails once
 		segSize int
 		trigger func(l *Log) error
 	}{
-		{"batch write", "write", 0, func(l *Log) error { _, err := l.Append(makeRecords("f", 1)...); return err }},
-		{"async batch write", "write", 0, func(l *Log) error { l.AppendAsync(makeRecords("f", 1)...); return l.Sync() }},
-		{"directory fsync after rotation", "syncdir", 64, func(l *Log) error { _, err := l.Append(makeRecords("f", 1)...); return err }},
-		{"truncate front", "truncate", 0, func(l *Log) error { return l.TruncateFront(2) }},
-		{"directory fsync after truncate", "syncdir", 0, func(l *Log) error { return l.TruncateFront(2) }},
+		{"batch write", failpoint.WALWriteBatch, 0, func(l *Log) error { _, err := l.Append(makeRecords("f", 1)...); return err }},
+		{"async batch write", failpoint.WALWriteBatch, 0, func(l *Log) error { l.AppendAsync(makeRecords("f", 1)...); return l.Sync() }},
+		{"directory fsync after rotation", failpoint.WALSyncDir, 64, func(l *Log) error { _, err := l.Append(makeRecords("f", 1)...); return err }},
+		{"truncate front", failpoint.WALTruncateFront, 0, func(l *Log) error { return l.TruncateFront(2) }},
+		{"directory fsync after truncate", failpoint.WALSyncDir, 0, func(l *Log) error { return l.TruncateFront(2) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,10 +122,10 @@ func TestFailStop(t *testing.T) {
 			appendEach(t, l, before)
 			var mu sync.Mutex
 			armed := true
-			setHook(t, func(op string) error {
+			armFailpoint(t, tc.fp, func() error {
 				mu.Lock()
 				defer mu.Unlock()
-				if armed && op == tc.op {
+				if armed {
 					armed = false
 					return errInjected
 				}
@@ -231,10 +233,8 @@ func TestGroupCommitSharesFsyncs(t *testing.T) {
 	const n = 64
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	setHook(t, func(op string) error {
-		if op == "write" {
-			once.Do(func() { close(entered); <-release })
-		}
+	armFailpoint(t, failpoint.WALWriteBatch, func() error {
+		once.Do(func() { close(entered); <-release })
 		return nil
 	})
 	l, _ := mustOpen(t, testConfig(t, t.TempDir()))

@@ -8,6 +8,7 @@ import (
 
 	tidwall "github.com/tidwall/wal"
 
+	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/internal/mutant"
 )
 
@@ -187,7 +188,7 @@ func truncateFile(path string, size int64) error {
 // syncDir fsyncs the directory dir, making file creations, renames and
 // removals in it durable.
 func syncDir(dir string) error {
-	if err := hook("syncdir"); err != nil {
+	if err := failpoint.Hit(failpoint.WALSyncDir); err != nil {
 		return fmt.Errorf("wal: fsync directory %s: %w", dir, err)
 	}
 	d, err := os.Open(dir)

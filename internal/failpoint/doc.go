@@ -1,8 +1,10 @@
 // Package failpoint marks named points in the write path where the chaos suite injects faults.
 //
-// In normal builds Hit is an empty function the compiler inlines away. Built with -tags chaos,
-// Hit consults the KVOFFLOAD_FAILPOINTS environment variable (read once) and anything armed
-// with Enable:
+// In normal builds Hit is inlined to one atomic load that returns nil while nothing is armed,
+// and only EnableFunc arms a point: that is how unit tests fail or hold a step without the
+// chaos tag (wal's tests fail its I/O steps WALWriteBatch, WALSyncDir and WALTruncateFront
+// this way). Built with -tags chaos, Hit also consults the KVOFFLOAD_FAILPOINTS environment
+// variable (read once) and anything armed with Enable:
 //
 //	KVOFFLOAD_FAILPOINTS="txn.data.synced=crash@3,txn.meta.committed=sleep(200)"
 //
@@ -41,6 +43,10 @@ const (
 	SnapshotPersist   = "raft.snapshot.persist" // a Raft snapshot of the FSM about to be written
 	BucketWrite       = "bucket.write"          // one record about to be written (supports torn)
 
+	WALWriteBatch    = "wal.io.write"    // wal: one group commit's batch about to be written and fsync'd
+	WALSyncDir       = "wal.io.syncdir"  // wal: a directory fsync about to run (new log, rotation, truncation)
+	WALTruncateFront = "wal.io.truncate" // wal: Log.TruncateFront about to drop the entries before its index
+
 	EvictChosen  = "evict.chosen"  // eviction: victims chosen, their REMOVE not yet proposed
 	BucketFree   = "bucket.free"   // an extent released in accounting, its hole not yet punched or empty bucket not yet removed
 	EvictRemoved = "evict.removed" // eviction: its REMOVE applied and its victims' bytes freed (or left to their readers)
@@ -52,9 +58,13 @@ var WritePath = []string{OffloadValidated, IntentLogged, DataWritten, DataSynced
 // EvictPath lists the eviction's failpoints in the order one eviction hits them.
 var EvictPath = []string{EvictChosen, BucketFree, EvictRemoved}
 
+// WALIO lists the wal package's own I/O steps. An error from Hit there (error, or torn, which
+// the wal treats as an error) fail-stops the Log as the I/O error would (wal/doc.go).
+var WALIO = []string{WALWriteBatch, WALSyncDir, WALTruncateFront}
+
 // All lists every failpoint. The chaos suite fails a full run in which one of them was hit
 // fewer than three times in process (chaos/main_test.go), so a new failpoint must be added
 // here and reached by an in-process tier.
-var All = append(append(append([]string(nil), WritePath...), EvictPath...),
+var All = append(append(append(append([]string(nil), WritePath...), EvictPath...), WALIO...),
 	RecoveryScanned, RecoveryResolved, RecoveryGC, WALTruncateBefore, WALTruncateAfter, SnapshotPersist,
 	BucketWrite)

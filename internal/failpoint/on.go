@@ -128,8 +128,9 @@ func Hit(name string) error {
 	return nil
 }
 
-// EnableFunc arms name to call fn on its nth hit (0 = every hit); fn's error is returned by
-// Hit. In-process crash tests use it to capture the durable state at an exact step.
+// EnableFunc arms name to call fn on its nth hit since the last Reset (0 = every hit); fn's
+// error is returned by Hit. In-process crash tests use it to capture the durable state at an
+// exact step; unit tests use it in normal builds too (off.go).
 func EnableFunc(name string, nth int64, fn func() error) {
 	loadOnce.Do(load)
 	mu.Lock()

@@ -40,6 +40,9 @@ const (
 	upstreamRaft = "github.com/hashicorp/raft/..."
 )
 
+// testFS names the test filesystems: only _test.go files and chaos may import them.
+var testFS = []string{"vfs/memfs", "vfs/errorfs"}
+
 // rules is docs/architecture.md's list of rules that must never break, as data. Imports are
 // read from every .go file whatever its build tags, so files built only with -tags chaos
 // count too.
@@ -53,8 +56,12 @@ var rules = []rule{
 	{from: []string{"fsm/..."}, tests: true, only: []string{"internal/mutant"},
 		forbid: []string{raftFork, upstreamRaft, "github.com/hashicorp/raft-boltdb/..."},
 		why:    "fsm is the pure state machine: no Raft, no WAL, no buckets"},
-	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant"},
+	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant", "vfs/..."},
 		why: "wal and bucketstore are leaves: storage that knows nothing of transactions or Raft"},
+	{from: []string{"vfs/..."}, tests: true, only: []string{"vfs/..."},
+		why: "vfs is a leaf: the filesystem seam and its test filesystems know nothing of the store"},
+	{from: []string{"..."}, except: []string{"chaos/...", "vfs/..."}, forbid: testFS,
+		why: "the test filesystems (vfs/memfs, vfs/errorfs) are for tests and the chaos suite; code that ships runs on vfs.OSFS"},
 	{from: []string{"txn/..."}, tests: true, forbid: []string{"raftmeta/...", "node/...", raftFork, upstreamRaft},
 		why: "txn holds no Raft types: it reaches consensus through its Meta seam (txn/seams.go)"},
 	{from: product, except: append([]string{"raftmeta/...", raftFork}, wings...),
@@ -79,7 +86,7 @@ var rules = []rule{
 // TestImportRules fails on any import that breaks a rule.
 func TestImportRules(t *testing.T) {
 	pkgs := readImports(t, moduleRoot(t))
-	for _, p := range []string{"fsm", "wal", "bucketstore", "txn", "raftmeta", "node", "client", "chaos", "cmd/storenode", "third_party/raft"} {
+	for _, p := range []string{"fsm", "wal", "bucketstore", "vfs", "vfs/memfs", "vfs/errorfs", "txn", "raftmeta", "node", "client", "chaos", "cmd/storenode", "third_party/raft"} {
 		if _, ok := pkgs[p]; !ok {
 			t.Fatalf("package %s not found: the walk of the module is broken", p)
 		}
@@ -92,11 +99,13 @@ func TestImportRules(t *testing.T) {
 // TestImportRulesCatch feeds check imports that break each kind of rule.
 func TestImportRulesCatch(t *testing.T) {
 	bad := map[string]imports{
-		"fsm":              {code: []string{module + "/internal/mutant", module + "/third_party/raft"}},
-		"node":             {code: []string{module + "/workload/trace", "github.com/hashicorp/raft"}, tests: []string{module + "/workload/trace"}},
+		"fsm": {code: []string{module + "/internal/mutant", module + "/third_party/raft"}},
+		"node": {code: []string{module + "/workload/trace", "github.com/hashicorp/raft", module + "/vfs/memfs"},
+			tests: []string{module + "/workload/trace", module + "/vfs/memfs", module + "/vfs/errorfs"}},
 		"chaos":            {tests: []string{"github.com/hashicorp/raft"}},
 		"raftmeta":         {code: []string{"github.com/hashicorp/raft", module + "/txn"}},
 		"third_party/raft": {code: []string{module + "/fsm"}},
+		"vfs/memfs":        {code: []string{module + "/bucketstore"}},
 		"wal":              {tests: []string{module + "/txn"}},
 		"txn":              {tests: []string{module + "/cmd/storenode"}},
 		"workload":         {code: []string{module + "/chaos"}},
@@ -110,6 +119,8 @@ func TestImportRulesCatch(t *testing.T) {
 		"third_party/raft imports fsm",
 		"wal (test) imports txn",
 		"node imports workload/trace",
+		"node imports vfs/memfs",
+		"vfs/memfs imports bucketstore",
 		"txn (test) imports cmd/storenode",
 		"workload imports chaos",
 	} {

@@ -1,4 +1,6 @@
-package bucketstore
+// Package memfs is an in-memory, crashable vfs.FS for tests: FS keeps, per file, the durable
+// content and the unsynced operations, and Crash builds what a power loss could leave.
+package memfs
 
 import (
 	"fmt"
@@ -10,16 +12,18 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
-// MemFS is an in-memory, crashable filesystem (Mem test double). Per file it keeps the
+// FS is an in-memory, crashable filesystem (a test double of vfs.OSFS). Per file it keeps the
 // durable content and the pending (unsynced) writes, truncates and punches; per directory it
 // keeps the current and the durable entries. A created or removed name becomes durable only
 // at SyncDir of its directory. Directories themselves are durable as soon as MkdirAll
 // returns (a simplification: the store never creates directories after Open).
 // Crash builds the filesystem a power loss could leave. All methods are safe for concurrent
 // use; one mutex serialises them.
-type MemFS struct {
+type FS struct {
 	mu    sync.Mutex
 	dirs  map[string]*memDir
 	locks map[string]bool
@@ -36,6 +40,12 @@ type memInode struct {
 	pending []memOp
 }
 
+// Compile-time checks that FS satisfies the seam.
+var (
+	_ vfs.FS   = (*FS)(nil)
+	_ vfs.File = (*memFile)(nil)
+)
+
 // CrashMode selects which pending operations survive a Crash.
 type CrashMode int
 
@@ -49,23 +59,23 @@ const (
 	CrashTorn
 )
 
-// NewMemFS returns an empty MemFS whose root "/" and "." exist.
-func NewMemFS() *MemFS {
-	m := &MemFS{dirs: map[string]*memDir{}, locks: map[string]bool{}}
+// New returns an empty FS whose root "/" and "." exist.
+func New() *FS {
+	m := &FS{dirs: map[string]*memDir{}, locks: map[string]bool{}}
 	m.mkdir("/")
 	m.mkdir(".")
 	return m
 }
 
-func (m *MemFS) mkdir(dir string) {
+func (m *FS) mkdir(dir string) {
 	if m.dirs[dir] == nil {
 		m.dirs[dir] = &memDir{names: map[string]*memInode{}, durable: map[string]*memInode{}}
 	}
 }
 
-// OpenFile implements FS. Supported flags: O_RDONLY, O_WRONLY, O_RDWR, O_CREATE, O_EXCL,
+// OpenFile implements vfs.FS. Supported flags: O_RDONLY, O_WRONLY, O_RDWR, O_CREATE, O_EXCL,
 // O_TRUNC; others are ignored.
-func (m *MemFS) OpenFile(name string, flag int, _ os.FileMode) (File, error) {
+func (m *FS) OpenFile(name string, flag int, _ os.FileMode) (vfs.File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	dir, base := splitPath(name)
@@ -95,8 +105,8 @@ func splitPath(name string) (dir, base string) {
 	return filepath.Dir(name), filepath.Base(name)
 }
 
-// Remove implements FS.
-func (m *MemFS) Remove(name string) error {
+// Remove implements vfs.FS.
+func (m *FS) Remove(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	dir, base := splitPath(name)
@@ -108,8 +118,8 @@ func (m *MemFS) Remove(name string) error {
 	return nil
 }
 
-// MkdirAll implements FS.
-func (m *MemFS) MkdirAll(path string, _ os.FileMode) error {
+// MkdirAll implements vfs.FS.
+func (m *FS) MkdirAll(path string, _ os.FileMode) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
@@ -120,8 +130,8 @@ func (m *MemFS) MkdirAll(path string, _ os.FileMode) error {
 	}
 }
 
-// ReadDir implements FS: files and subdirectories, sorted.
-func (m *MemFS) ReadDir(dir string) ([]string, error) {
+// ReadDir implements vfs.FS: files and subdirectories, sorted.
+func (m *FS) ReadDir(dir string) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	dir = filepath.Clean(dir)
@@ -142,8 +152,8 @@ func (m *MemFS) ReadDir(dir string) ([]string, error) {
 	return names, nil
 }
 
-// SyncDir implements FS.
-func (m *MemFS) SyncDir(dir string) error {
+// SyncDir implements vfs.FS.
+func (m *FS) SyncDir(dir string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := m.dirs[filepath.Clean(dir)]
@@ -154,20 +164,21 @@ func (m *MemFS) SyncDir(dir string) error {
 	return nil
 }
 
-// Lock implements FS. Locks live only in this MemFS value (not in its files).
-func (m *MemFS) Lock(name string) (io.Closer, error) {
+// Lock implements vfs.FS. Locks live only in this FS value (not in its files); a held lock
+// gives an error wrapping vfs.ErrLocked.
+func (m *FS) Lock(name string) (io.Closer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	name = filepath.Clean(name)
 	if m.locks[name] {
-		return nil, fmt.Errorf("%w: %s", ErrLocked, name)
+		return nil, fmt.Errorf("%w: %s", vfs.ErrLocked, name)
 	}
 	m.locks[name] = true
 	return &memLock{fs: m, name: name}, nil
 }
 
 type memLock struct {
-	fs   *MemFS
+	fs   *FS
 	name string
 	once sync.Once
 }
@@ -181,14 +192,14 @@ func (l *memLock) Close() error {
 	return nil
 }
 
-// Crash returns a new MemFS holding what a power loss at this instant could leave: the
+// Crash returns a new FS holding what a power loss at this instant could leave: the
 // durable entries of every directory, each file with its durable content plus the pending
 // operations mode lets survive. The receiver is unchanged; locks are not carried over.
 // For a given rng state the result is deterministic.
-func (m *MemFS) Crash(mode CrashMode, rng *rand.Rand) *MemFS {
+func (m *FS) Crash(mode CrashMode, rng *rand.Rand) *FS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := &MemFS{dirs: map[string]*memDir{}, locks: map[string]bool{}}
+	c := &FS{dirs: map[string]*memDir{}, locks: map[string]bool{}}
 	for _, p := range sortedKeys(m.dirs) {
 		c.mkdir(p)
 		nd, od := c.dirs[p], m.dirs[p]

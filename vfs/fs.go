@@ -1,11 +1,16 @@
-package bucketstore
+package vfs
 
 import (
+	"errors"
 	"io"
 	"os"
 )
 
-// FS is the filesystem seam of the store. Every method may be called concurrently.
+// ErrLocked reports that FS.Lock found the lock held (by this or another process, or, on
+// memfs, by this FS value). It is wrapped with the lock file's name.
+var ErrLocked = errors.New("vfs: lock held")
+
+// FS is the filesystem seam of the bucket store. Every method may be called concurrently.
 // Names are plain paths; implementations clean them.
 type FS interface {
 	// OpenFile opens (and with os.O_CREATE creates) a regular file. A created name is
@@ -26,7 +31,7 @@ type FS interface {
 
 // File is an open file. ReadAt and WriteAt may be called concurrently on disjoint ranges.
 // With OSFS{DirectIO: true}, I/O whose offset, length and buffer address are multiples of
-// Alignment bypasses the page cache.
+// DirectIOAlignment bypasses the page cache (AlignedBuffer returns such a buffer).
 type File interface {
 	io.ReaderAt
 	io.WriterAt
@@ -46,14 +51,10 @@ type File interface {
 	Close() error
 }
 
-// Compile-time checks that every implementation satisfies the seam.
+// Compile-time checks that OSFS satisfies the seam (vfs/memfs and vfs/errorfs check theirs).
 var (
 	_ FS   = OSFS{}
-	_ FS   = (*MemFS)(nil)
-	_ FS   = (*ErrorFS)(nil)
 	_ File = (*osFile)(nil)
-	_ File = (*memFile)(nil)
-	_ File = (*errorFile)(nil)
 )
 
 // Allocator is an optional File capability: allocate [off, off+length) so that writes there

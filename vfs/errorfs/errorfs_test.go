@@ -1,11 +1,15 @@
-package bucketstore
+package errorfs
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/vfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
 func TestFailNth(t *testing.T) {
@@ -64,14 +68,19 @@ func TestOnNameAny(t *testing.T) {
 	}
 }
 
-func TestErrorFSInjectsEveryOp(t *testing.T) {
+func TestInjectsEveryOp(t *testing.T) {
 	boom := errors.New("boom")
-	m := NewMemFS()
-	f := mustCreate(t, m, "/f")
-	mustWriteAt(t, f, []byte("x"), 0)
+	m := memfs.New()
+	f, err := m.OpenFile("/f", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
 	f.Close()
 	for op := OpOpen; op <= OpPunch; op++ {
-		e := NewErrorFS(m, func(o Op, _ string) error {
+		e := Wrap(m, func(o Op, _ string) error {
 			if o == op {
 				return boom
 			}
@@ -84,8 +93,8 @@ func TestErrorFSInjectsEveryOp(t *testing.T) {
 }
 
 // exerciseOps performs one operation of each kind and returns the first error.
-func exerciseOps(fsys FS) error {
-	f, err := fsys.OpenFile("/f", 2, 0)
+func exerciseOps(fsys vfs.FS) error {
+	f, err := fsys.OpenFile("/f", os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,14 @@
-package bucketstore
+// Package errorfs wraps a vfs.FS and injects errors for tests: before each operation, FS asks
+// an Injector whether it fails. FailNth, OnName and Any build the usual injectors.
+package errorfs
 
 import (
 	"fmt"
 	"io"
 	"os"
 	"sync/atomic"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // Op names the kind of filesystem operation an Injector is asked about.
@@ -36,16 +40,22 @@ func (o Op) String() string {
 // instead of doing the operation. It must be safe for concurrent use.
 type Injector func(op Op, name string) error
 
-// ErrorFS wraps an FS and asks its Injector before every operation. An injected OpWrite
+// FS wraps a vfs.FS and asks its Injector before every operation. An injected OpWrite
 // error writes nothing (no short write). An injected error is returned as is, unwrapped.
-type ErrorFS struct {
-	inner  FS
+type FS struct {
+	inner  vfs.FS
 	inject Injector
 }
 
-// NewErrorFS returns an FS that injects errors into inner.
-func NewErrorFS(inner FS, inject Injector) *ErrorFS {
-	return &ErrorFS{inner: inner, inject: inject}
+// Compile-time checks that FS satisfies the seam.
+var (
+	_ vfs.FS   = (*FS)(nil)
+	_ vfs.File = (*errorFile)(nil)
+)
+
+// Wrap returns an FS that injects the errors inject chooses into inner.
+func Wrap(inner vfs.FS, inject Injector) *FS {
+	return &FS{inner: inner, inject: inject}
 }
 
 // FailNth fails the n-th (1-based) operation of kind op with err; all others pass.
@@ -83,8 +93,8 @@ func Any(injs ...Injector) Injector {
 	}
 }
 
-// OpenFile implements FS.
-func (e *ErrorFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+// OpenFile implements vfs.FS.
+func (e *FS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
 	if err := e.inject(OpOpen, name); err != nil {
 		return nil, err
 	}
@@ -95,33 +105,33 @@ func (e *ErrorFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	return &errorFile{File: f, name: name, inject: e.inject}, nil
 }
 
-// Remove implements FS.
-func (e *ErrorFS) Remove(name string) error {
+// Remove implements vfs.FS.
+func (e *FS) Remove(name string) error {
 	if err := e.inject(OpRemove, name); err != nil {
 		return err
 	}
 	return e.inner.Remove(name)
 }
 
-// MkdirAll implements FS.
-func (e *ErrorFS) MkdirAll(path string, perm os.FileMode) error { return e.inner.MkdirAll(path, perm) }
+// MkdirAll implements vfs.FS.
+func (e *FS) MkdirAll(path string, perm os.FileMode) error { return e.inner.MkdirAll(path, perm) }
 
-// ReadDir implements FS.
-func (e *ErrorFS) ReadDir(dir string) ([]string, error) { return e.inner.ReadDir(dir) }
+// ReadDir implements vfs.FS.
+func (e *FS) ReadDir(dir string) ([]string, error) { return e.inner.ReadDir(dir) }
 
-// SyncDir implements FS.
-func (e *ErrorFS) SyncDir(dir string) error {
+// SyncDir implements vfs.FS.
+func (e *FS) SyncDir(dir string) error {
 	if err := e.inject(OpSyncDir, dir); err != nil {
 		return err
 	}
 	return e.inner.SyncDir(dir)
 }
 
-// Lock implements FS.
-func (e *ErrorFS) Lock(name string) (io.Closer, error) { return e.inner.Lock(name) }
+// Lock implements vfs.FS.
+func (e *FS) Lock(name string) (io.Closer, error) { return e.inner.Lock(name) }
 
 type errorFile struct {
-	File
+	vfs.File
 	name   string
 	inject Injector
 }

@@ -1,4 +1,4 @@
-package bucketstore
+package memfs
 
 import (
 	"bytes"
@@ -8,9 +8,11 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
-func mustCreate(tb testing.TB, fsys FS, name string) File {
+func mustCreate(tb testing.TB, fsys vfs.FS, name string) vfs.File {
 	tb.Helper()
 	f, err := fsys.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -19,7 +21,7 @@ func mustCreate(tb testing.TB, fsys FS, name string) File {
 	return f
 }
 
-func mustWriteAt(tb testing.TB, f File, p []byte, off int64) {
+func mustWriteAt(tb testing.TB, f vfs.File, p []byte, off int64) {
 	tb.Helper()
 	if _, err := f.WriteAt(p, off); err != nil {
 		tb.Fatalf("WriteAt: %v", err)
@@ -27,7 +29,7 @@ func mustWriteAt(tb testing.TB, f File, p []byte, off int64) {
 }
 
 // readAll returns the whole content of name in fsys, or nil if it does not exist.
-func readAll(tb testing.TB, fsys FS, name string) []byte {
+func readAll(tb testing.TB, fsys vfs.FS, name string) []byte {
 	tb.Helper()
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -48,7 +50,7 @@ func readAll(tb testing.TB, fsys FS, name string) []byte {
 	return buf
 }
 
-func newSyncedFile(tb testing.TB, m *MemFS, name string) File {
+func newSyncedFile(tb testing.TB, m *FS, name string) vfs.File {
 	tb.Helper()
 	f := mustCreate(tb, m, name)
 	if err := m.SyncDir("/"); err != nil {
@@ -57,8 +59,8 @@ func newSyncedFile(tb testing.TB, m *MemFS, name string) File {
 	return f
 }
 
-func TestMemFSCrashDropAll(t *testing.T) {
-	m := NewMemFS()
+func TestCrashDropAll(t *testing.T) {
+	m := New()
 	f := newSyncedFile(t, m, "/f")
 	mustWriteAt(t, f, []byte("synced"), 0)
 	if err := f.Sync(); err != nil {
@@ -77,8 +79,8 @@ func TestMemFSCrashDropAll(t *testing.T) {
 	}
 }
 
-func TestMemFSCrashDirectoryEntries(t *testing.T) {
-	m := NewMemFS()
+func TestCrashDirectoryEntries(t *testing.T) {
+	m := New()
 	if err := m.MkdirAll("/d", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +111,10 @@ func TestMemFSCrashDirectoryEntries(t *testing.T) {
 	}
 }
 
-// TestMemFSCrashPrefix writes numbered blocks and checks that what survives is a prefix.
-func TestMemFSCrashPrefix(t *testing.T) {
+// TestCrashPrefix writes numbered blocks and checks that what survives is a prefix.
+func TestCrashPrefix(t *testing.T) {
 	rng := testRand(t)
-	m := NewMemFS()
+	m := New()
 	f := newSyncedFile(t, m, "/f")
 	const n = 8
 	for i := range n {
@@ -134,10 +136,10 @@ func TestMemFSCrashPrefix(t *testing.T) {
 	}
 }
 
-// TestMemFSCrashTorn checks that a torn write keeps a prefix ending at a 512-byte boundary.
-func TestMemFSCrashTorn(t *testing.T) {
+// TestCrashTorn checks that a torn write keeps a prefix ending at a 512-byte boundary.
+func TestCrashTorn(t *testing.T) {
 	rng := testRand(t)
-	m := NewMemFS()
+	m := New()
 	f := newSyncedFile(t, m, "/f")
 	const off = 1000
 	data := testPayload(7, 8192)
@@ -163,10 +165,10 @@ func TestMemFSCrashTorn(t *testing.T) {
 	}
 }
 
-func TestMemFSPunchTruncateAllocated(t *testing.T) {
-	m := NewMemFS()
+func TestPunchTruncateAllocated(t *testing.T) {
+	m := New()
 	f := mustCreate(t, m, "/f")
-	mustWriteAt(t, f, bytes.Repeat([]byte{1}, 4*Alignment), 0)
+	mustWriteAt(t, f, bytes.Repeat([]byte{1}, 4*memBlockSize), 0)
 	check := func(wantAlloc, wantSize int64) {
 		t.Helper()
 		alloc, _ := f.AllocatedBytes()
@@ -175,30 +177,30 @@ func TestMemFSPunchTruncateAllocated(t *testing.T) {
 			t.Fatalf("allocated %d size %d, want %d %d", alloc, size, wantAlloc, wantSize)
 		}
 	}
-	check(4*Alignment, 4*Alignment)
-	if err := f.PunchHole(Alignment, Alignment+100); err != nil {
+	check(4*memBlockSize, 4*memBlockSize)
+	if err := f.PunchHole(memBlockSize, memBlockSize+100); err != nil {
 		t.Fatal(err)
 	}
-	check(3*Alignment, 4*Alignment) // the partly covered block is zeroed, not freed
+	check(3*memBlockSize, 4*memBlockSize) // the partly covered block is zeroed, not freed
 	got := readAll(t, m, "/f")
-	if !bytes.Equal(got[Alignment:2*Alignment+100], make([]byte, Alignment+100)) || got[2*Alignment+100] != 1 {
+	if !bytes.Equal(got[memBlockSize:2*memBlockSize+100], make([]byte, memBlockSize+100)) || got[2*memBlockSize+100] != 1 {
 		t.Fatal("punched range does not read as zeros")
 	}
-	if err := f.Truncate(Alignment + 1); err != nil {
+	if err := f.Truncate(memBlockSize + 1); err != nil {
 		t.Fatal(err)
 	}
-	check(Alignment, Alignment+1) // block 1 was punched; block 0 stays
-	if err := f.Truncate(3 * Alignment); err != nil {
+	check(memBlockSize, memBlockSize+1) // block 1 was punched; block 0 stays
+	if err := f.Truncate(3 * memBlockSize); err != nil {
 		t.Fatal(err)
 	}
-	check(Alignment, 3*Alignment)
-	if got := readAll(t, m, "/f"); !bytes.Equal(got[Alignment:], make([]byte, 2*Alignment)) {
+	check(memBlockSize, 3*memBlockSize)
+	if got := readAll(t, m, "/f"); !bytes.Equal(got[memBlockSize:], make([]byte, 2*memBlockSize)) {
 		t.Fatal("extended region is not zero")
 	}
 }
 
-func TestMemFSOpenAndDir(t *testing.T) {
-	m := NewMemFS()
+func TestOpenAndDir(t *testing.T) {
+	m := New()
 	if _, err := m.OpenFile("/nodir/f", os.O_RDWR|os.O_CREATE, 0); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("create in missing dir: %v", err)
 	}
@@ -227,13 +229,13 @@ func TestMemFSOpenAndDir(t *testing.T) {
 	}
 }
 
-func TestMemFSLock(t *testing.T) {
-	m := NewMemFS()
+func TestLock(t *testing.T) {
+	m := New()
 	l, err := m.Lock("/LOCK")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Lock("/LOCK"); !errors.Is(err, ErrLocked) {
+	if _, err := m.Lock("/LOCK"); !errors.Is(err, vfs.ErrLocked) {
 		t.Fatalf("second Lock: %v, want ErrLocked", err)
 	}
 	if _, err := m.Crash(CrashDropAll, testRand(t)).Lock("/LOCK"); err != nil {

@@ -1,20 +1,20 @@
-package bucketstore
+package memfs
 
 import (
 	"io/fs"
 	"slices"
 )
 
-// memFile is an open MemFS file. It keeps working after its name is removed.
+// memFile is an open FS file. It keeps working after its name is removed.
 type memFile struct {
-	fs       *MemFS
+	fs       *FS
 	name     string
 	ino      *memInode
 	writable bool
 	closed   bool
 }
 
-// do runs fn under the MemFS mutex after checking that the file is open, writable if write,
+// do runs fn under the FS mutex after checking that the file is open, writable if write,
 // and that off is not negative.
 func (f *memFile) do(op string, write bool, off int64, fn func() error) error {
 	f.fs.mu.Lock()

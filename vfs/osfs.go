@@ -1,4 +1,4 @@
-package bucketstore
+package vfs
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,8 +15,8 @@ import (
 // OSFS is the real (Linux) filesystem. With DirectIO, files are opened with O_DIRECT; when
 // the filesystem refuses O_DIRECT (e.g. EINVAL on an old tmpfs) it falls back to buffered I/O
 // and logs that once per process. On an O_DIRECT file, a ReadAt or WriteAt that is not
-// Alignment-aligned (offset, length and buffer address) goes through a second, buffered
-// descriptor of the same file, so callers need not know about the mode.
+// DirectIOAlignment-aligned (offset, length and buffer address) goes through a second, buffered
+// descriptor of the same file, so callers need not know about the mode (DirectIO reports it).
 // Sync uses fdatasync, PunchHole uses fallocate(PUNCH_HOLE|KEEP_SIZE), Lock uses
 // flock(LOCK_EX|LOCK_NB).
 type OSFS struct {
@@ -40,7 +39,7 @@ func (o OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 			return nil, err
 		}
 		if !directFallbackLogged.Swap(true) {
-			o.logger().Warn("bucketstore: O_DIRECT refused, using buffered I/O", "file", name, "err", err)
+			o.logger().Warn("vfs: O_DIRECT refused, using buffered I/O", "file", name, "err", err)
 		}
 	}
 	f, err := os.OpenFile(name, flag, perm)
@@ -97,7 +96,7 @@ func (OSFS) Lock(name string) (io.Closer, error) {
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, name)
 		}
-		return nil, fmt.Errorf("bucketstore: flock %s: %w", name, err)
+		return nil, fmt.Errorf("vfs: flock %s: %w", name, err)
 	}
 	return f, nil
 }
@@ -146,13 +145,6 @@ func (f *osFile) fileFor(p []byte, off int64) (*os.File, error) {
 		f.buffered, f.bufErr = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.fd), flag, 0)
 	})
 	return f.buffered, f.bufErr
-}
-
-func ioAligned(p []byte, off int64) bool {
-	if off%Alignment != 0 || len(p)%Alignment != 0 {
-		return false
-	}
-	return len(p) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(p)))%Alignment == 0
 }
 
 func (f *osFile) Sync() error { return os.NewSyscallError("fdatasync", unix.Fdatasync(f.fd)) }

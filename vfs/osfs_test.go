@@ -1,4 +1,4 @@
-package bucketstore
+package vfs
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,26 +43,26 @@ func requireDirect(tb testing.TB, dir string) *osFile {
 
 func TestOSFSDirectIO(t *testing.T) {
 	f := requireDirect(t, t.TempDir())
-	data := AlignedBuffer(3 * Alignment)
+	data := AlignedBuffer(3 * DirectIOAlignment)
 	copy(data, testPayload(1, len(data)))
-	mustWriteAt(t, f, data, Alignment)
+	mustWriteAt(t, f, data, DirectIOAlignment)
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	if f.buffered != nil {
 		t.Fatal("aligned I/O went through the buffered descriptor")
 	}
-	got := AlignedBuffer(3 * Alignment)
-	if _, err := f.ReadAt(got, Alignment); err != nil || !bytes.Equal(got, data) {
+	got := AlignedBuffer(3 * DirectIOAlignment)
+	if _, err := f.ReadAt(got, DirectIOAlignment); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("aligned read back: %v, equal %v", err, bytes.Equal(got, data))
 	}
 	// Unaligned I/O falls back to the buffered twin and stays coherent with direct I/O.
-	mustWriteAt(t, f, []byte("hello"), Alignment+10)
+	mustWriteAt(t, f, []byte("hello"), DirectIOAlignment+10)
 	small := make([]byte, 5)
-	if _, err := f.ReadAt(small, Alignment+10); err != nil || string(small) != "hello" {
+	if _, err := f.ReadAt(small, DirectIOAlignment+10); err != nil || string(small) != "hello" {
 		t.Fatalf("unaligned read: %q %v", small, err)
 	}
-	if _, err := f.ReadAt(got, Alignment); err != nil || string(got[10:15]) != "hello" {
+	if _, err := f.ReadAt(got, DirectIOAlignment); err != nil || string(got[10:15]) != "hello" {
 		t.Fatalf("direct read after buffered write: %q %v", got[10:15], err)
 	}
 	if f.buffered == nil {
@@ -71,7 +72,7 @@ func TestOSFSDirectIO(t *testing.T) {
 
 func TestOSFSPunchHoleAllocated(t *testing.T) {
 	f := requireDirect(t, t.TempDir())
-	data := AlignedBuffer(4 * Alignment)
+	data := AlignedBuffer(4 * DirectIOAlignment)
 	copy(data, bytes.Repeat([]byte{7}, len(data)))
 	mustWriteAt(t, f, data, 0)
 	if err := f.Sync(); err != nil {
@@ -91,19 +92,19 @@ func TestOSFSPunchHoleAllocated(t *testing.T) {
 			t.Fatalf("allocated %d size %d, want %d %d", alloc, size, wantAlloc, wantSize)
 		}
 	}
-	check(4*Alignment, 4*Alignment)
-	if err := f.PunchHole(Alignment, 2*Alignment); err != nil {
+	check(4*DirectIOAlignment, 4*DirectIOAlignment)
+	if err := f.PunchHole(DirectIOAlignment, 2*DirectIOAlignment); err != nil {
 		t.Fatal(err)
 	}
-	check(2*Alignment, 4*Alignment)
-	got := AlignedBuffer(2 * Alignment)
-	if _, err := f.ReadAt(got, Alignment); err != nil || !allZero(got) {
+	check(2*DirectIOAlignment, 4*DirectIOAlignment)
+	got := AlignedBuffer(2 * DirectIOAlignment)
+	if _, err := f.ReadAt(got, DirectIOAlignment); err != nil || !allZero(got) {
 		t.Fatalf("punched range: err %v, zero %v", err, allZero(got))
 	}
-	if err := f.Truncate(Alignment); err != nil {
+	if err := f.Truncate(DirectIOAlignment); err != nil {
 		t.Fatal(err)
 	}
-	check(Alignment, Alignment)
+	check(DirectIOAlignment, DirectIOAlignment)
 }
 
 func TestOSFSLockAndDir(t *testing.T) {
@@ -134,5 +135,15 @@ func TestOSFSLockAndDir(t *testing.T) {
 	}
 	if err := o.Remove(filepath.Join(dir, "LOCK")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestAlignedBuffer(t *testing.T) {
+	for _, n := range []int{1, DirectIOAlignment, 3*DirectIOAlignment + 7} {
+		b := AlignedBuffer(n)
+		addr := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		if len(b) != n || cap(b) != n || addr%DirectIOAlignment != 0 || !allZero(b) {
+			t.Fatalf("AlignedBuffer(%d): len %d cap %d address %#x", n, len(b), cap(b), addr)
+		}
 	}
 }

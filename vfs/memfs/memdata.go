@@ -1,12 +1,15 @@
-package bucketstore
+package memfs
 
 import (
 	"io"
 	"math/rand/v2"
 )
 
-// memBlockSize is the allocation unit of MemFS, like an ext4 block.
-const memBlockSize = Alignment
+// memBlockSize is the allocation unit of FS in bytes, like an ext4 block.
+const memBlockSize = 4096
+
+// blockUp rounds n up to a multiple of memBlockSize.
+func blockUp(n int64) int64 { return (n + memBlockSize - 1) &^ (memBlockSize - 1) }
 
 // memData is sparse file content: absent blocks read as zeros and are not allocated.
 type memData struct {
@@ -80,7 +83,7 @@ func (d *memData) zero(off, end int64) {
 
 func (d *memData) truncate(size int64) {
 	if size < d.size {
-		d.zero(size, alignUp(d.size))
+		d.zero(size, blockUp(d.size))
 	}
 	d.size = size
 }
