@@ -28,10 +28,11 @@ type rule struct {
 }
 
 // product names the packages that make up the store: everything outside the test and
-// workload wings, including any package added later.
+// workload wings, including any package added later. bench/ is the workload wing's separate
+// module (its own go.mod, for pebble): its files are read here like this module's.
 var product = []string{"..."}
 
-var wings = []string{"chaos/...", "cmd/...", "workload/...", "internal/..."}
+var wings = []string{"chaos/...", "cmd/...", "workload/...", "bench/...", "internal/..."}
 
 // rules is docs/architecture.md's list of rules that must never break, as data. Imports are
 // read from every .go file whatever its build tags, so files built only with -tags chaos
