@@ -53,7 +53,7 @@ func Full(dir string) Options {
 // Quick returns --quick's sizes (under a minute; the figures are noisier).
 func Quick(dir string) Options {
 	return Options{Dir: dir, Rounds: 3, Seed: 1,
-		LimitBytes: 128 << 20, ReadFileBytes: 128 << 20, IOPSFileBytes: 32 << 20, IOPSOps: 8192,
+		LimitBytes: 64 << 20, ReadFileBytes: 64 << 20, IOPSFileBytes: 32 << 20, IOPSOps: 8192,
 		OffloadBytes: 128 << 20, Offload2MBytes: 256 << 20, SmallKeys: 8192, CommitKeys: 8192,
 		StartupKeys: 32768, StartupValue: 1024, Writers: 32}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -157,9 +158,10 @@ func lastLine(s string) string {
 	return s
 }
 
-// memNow returns the Go heap in use after a GC and the process's VmRSS, in bytes.
+// memNow returns the Go heap in use after a GC and the process's VmRSS (after returning
+// free memory to the OS), in bytes.
 func memNow() (heapInuse, rss uint64) {
-	runtime.GC()
+	debug.FreeOSMemory() // a GC, and free spans handed back, so that VmRSS tracks live memory
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	b, err := os.ReadFile(filepath.Join("/proc", "self", "status"))
