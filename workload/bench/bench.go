@@ -45,8 +45,8 @@ type Options struct {
 // Full returns the full run's sizes (under 5 minutes on 2 cores and a ~2 GB/s disk).
 func Full(dir string) Options {
 	return Options{Dir: dir, Rounds: 3, Seed: 1,
-		LimitBytes: 1 << 30, ReadFileBytes: 1 << 30, IOPSFileBytes: 256 << 20, IOPSOps: 1 << 17,
-		OffloadBytes: 2 << 30, Offload2MBytes: 4 << 30, SmallKeys: 1 << 17, CommitKeys: 1 << 17,
+		LimitBytes: 512 << 20, ReadFileBytes: 512 << 20, IOPSFileBytes: 256 << 20, IOPSOps: 1 << 17,
+		OffloadBytes: 2 << 30, Offload2MBytes: 4 << 30, SmallKeys: 1 << 16, CommitKeys: 1 << 16,
 		StartupKeys: 1 << 20, StartupValue: 1024, Writers: 32}
 }
 
