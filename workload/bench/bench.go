@@ -90,6 +90,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	r.FilesystemType = fsType
 	if tmpfs {
 		r.Notes = append(r.Notes, "the directory is on tmpfs: these are memory figures, not a disk's; give --dir on a real disk")
+		b := runner{o: o}
+		b.logf("warning: %s is on tmpfs: these are memory figures, not a disk's; give --dir on a real disk", o.Dir)
 	}
 	work, err := os.MkdirTemp(o.Dir, "kvoffload-bench-")
 	if err != nil {

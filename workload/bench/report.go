@@ -116,10 +116,10 @@ func (r Report) WriteJSON(w io.Writer) error {
 // WriteTable writes r as a table: each figure beside its limit and the ratio.
 func (r Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; each ratio is to the limit measured just before, same round)\n\n", r.Rounds)
-	fmt.Fprintf(w, "| %-62s | %-26s | %-22s | %-7s |\n", "what", "disk limit", "figure", "ratio")
-	fmt.Fprintf(w, "|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 24), strings.Repeat("-", 9))
+	fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s |\n", "what", "disk limit", "figure", "ratio")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 32), strings.Repeat("-", 9))
 	row := func(what, limit, fig, ratio string) {
-		fmt.Fprintf(w, "| %-62s | %-26s | %-22s | %-7s |\n", what, limit, fig, ratio)
+		fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s |\n", what, limit, fig, ratio)
 	}
 	mb := func(v float64) string { return fmt.Sprintf("%.0f MB/s", v) }
 	ks := func(v float64) string { return fmt.Sprintf("%.0f keys/s", v) }

@@ -54,7 +54,9 @@ func childMain(dir string) int {
 		return 4
 	}
 	fmt.Printf("%s %d\n", childReady, keys)
-	select {} // until killed
+	for {
+		time.Sleep(time.Hour) // until killed
+	}
 }
 
 func startupLoad(keys, value int, seed uint64) Load {
