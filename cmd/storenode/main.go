@@ -1,6 +1,7 @@
 // Command storenode runs kvoffload: `storenode serve` runs a cluster node, `storenode
 // replay` replays a Mooncake-format trace against an embedded single node or a running
-// cluster and verifies every key, and `storenode status` describes a running cluster.
+// cluster and verifies every key, `storenode status` describes a running cluster, and
+// `storenode bench` measures the disk's limits and the store beside them.
 package main
 
 import (
@@ -8,16 +9,19 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kvoffload/kvoffload/workload/bench"
 )
 
 func main() {
+	bench.MaybeChild() // bench's start-up measurement re-executes this binary as its writer
 	root := &cobra.Command{
 		Use:           "storenode",
 		Short:         "kvoffload: a write-ahead-logged, transactional offload store for KV-cache blocks",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(replayCmd(), serveCmd(), statusCmd(), certsCmd())
+	root.AddCommand(replayCmd(), serveCmd(), statusCmd(), certsCmd(), benchCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "storenode:", err)
 		os.Exit(1)

@@ -28,10 +28,11 @@ type rule struct {
 }
 
 // product names the packages that make up the store: everything outside the test and
-// workload wings, including any package added later.
+// workload wings, including any package added later. bench/ is the workload wing's separate
+// module (its own go.mod, for pebble): its files are read here like this module's.
 var product = []string{"..."}
 
-var wings = []string{"chaos/...", "cmd/...", "workload/...", "internal/..."}
+var wings = []string{"chaos/...", "cmd/...", "workload/...", "bench/...", "internal/..."}
 
 // raftFork is the patched hashicorp/raft that consensus runs on (third_party/raft/KVOFFLOAD.md);
 // upstreamRaft is the release it was copied from, which only raft-boltdb's types bring in.

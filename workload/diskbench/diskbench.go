@@ -1,5 +1,5 @@
-// Package diskbench measures the disk's own sequential-write limit in the directory the store
-// uses, so throughput figures can be reported as a ratio against it, measured in the same run
+// Package diskbench measures the disk's own limits in the directory the store
+// uses (SeqWrite; Run for fio-like jobs with several I/Os in flight), so throughput figures can be reported as a ratio against it, measured in the same run
 // (on the development VMs: ~1.8 GiB/s O_DIRECT, 0.35-0.65 GiB/s through the page cache).
 package diskbench
 

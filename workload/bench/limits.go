@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/kvoffload/kvoffload/workload/diskbench"
+)
+
+// The disk's limits, each measured with diskbench.Run on an O_DIRECT scratch file in the
+// bench directory (the fio equivalents are in docs/benchmarks.md).
+
+// limitWrite is the O_DIRECT sequential write of 1 MiB blocks with one fdatasync at the end,
+// the better of 1 and 8 writes in flight (fio --rw=write --bs=1M --iodepth=1|8 --end_fsync=1).
+// It returns the better result.
+func limitWrite(dir string, bytes int64) (diskbench.JobResult, error) {
+	var best diskbench.JobResult
+	for _, depth := range []int{1, 8} {
+		r, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.SeqWritePattern, Block: 1 << 20,
+			Depth: depth, FileSize: bytes, EndSync: true})
+		if err != nil {
+			return best, fmt.Errorf("limit: sequential write, %d in flight: %w", depth, err)
+		}
+		if r.MBPerSec > best.MBPerSec {
+			best = r
+		}
+	}
+	return best, nil
+}
+
+// limitRead is O_DIRECT random reads of 256 KiB with 32 in flight over a file of fileBytes
+// laid out first, as many reads as the file has blocks (fio --rw=randread --bs=256k
+// --iodepth=32).
+func limitRead(dir string, fileBytes int64, seed uint64) (diskbench.JobResult, error) {
+	const block = 256 << 10
+	r, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.RandReadPattern, Block: block, Depth: 32,
+		FileSize: fileBytes, Ops: max(1, fileBytes/block), Seed: seed})
+	if err != nil {
+		return r, fmt.Errorf("limit: random 256 KiB read: %w", err)
+	}
+	return r, nil
+}
+
+// limitWriteIOPS is O_DIRECT random 4 KiB writes, 32 in flight, an fdatasync after every 256
+// writes and one at the end (fio --rw=randwrite --bs=4k --iodepth=32 --fsync=256
+// --end_fsync=1).
+func limitWriteIOPS(dir string, fileBytes, ops int64, seed uint64) (diskbench.JobResult, error) {
+	r, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.RandWritePattern, Block: 4096, Depth: 32,
+		FileSize: fileBytes, Ops: ops, SyncEvery: 256, EndSync: true, Seed: seed})
+	if err != nil {
+		return r, fmt.Errorf("limit: random 4 KiB write: %w", err)
+	}
+	return r, nil
+}
+
+// limitReadIOPS is O_DIRECT random 4 KiB reads, 32 in flight (fio --rw=randread --bs=4k
+// --iodepth=32).
+func limitReadIOPS(dir string, fileBytes, ops int64, seed uint64) (diskbench.JobResult, error) {
+	r, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.RandReadPattern, Block: 4096, Depth: 32,
+		FileSize: fileBytes, Ops: ops, Seed: seed})
+	if err != nil {
+		return r, fmt.Errorf("limit: random 4 KiB read: %w", err)
+	}
+	return r, nil
+}

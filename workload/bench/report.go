@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Report is the bench's result: medians over the rounds. The JSON names are the --json
+// contract (issue 9); MB is 10^6 bytes, ratios are the store's figure over the disk limit
+// measured just before it in the same round (median of the per-round ratios).
+type Report struct {
+	LimitWriteMBPerS     float64  `json:"limit_write_mb_per_s"`     // O_DIRECT sequential 1 MiB write, better of 1 and 8 in flight, one fdatasync
+	LimitReadMBPerS      float64  `json:"limit_read_mb_per_s"`      // O_DIRECT random 256 KiB read, 32 in flight
+	LimitWriteIOPS       float64  `json:"limit_write_iops"`         // O_DIRECT random 4 KiB write, 32 in flight, fdatasync every 256
+	LimitReadIOPS        float64  `json:"limit_read_iops"`          // O_DIRECT random 4 KiB read, 32 in flight
+	OffloadMBPerS        float64  `json:"offload_mb_per_s"`         // 256 KiB values, 32 writers x batches of 16
+	OffloadRatio         float64  `json:"offload_ratio"`            // offload_mb_per_s / limit write
+	Offload2MRatio       float64  `json:"offload_2m_ratio"`         // the same with 2 MiB values
+	OffloadP99MS         float64  `json:"offload_p99_ms"`           // p99 batch latency at 256 KiB, ms
+	GetMBPerS            float64  `json:"get_mb_per_s"`             // BatchGet, page cache dropped, 32 readers x 16 x 256 KiB
+	GetRatio             float64  `json:"get_ratio"`                // get_mb_per_s / limit read
+	GetOneReaderRatio    float64  `json:"get_one_reader_ratio"`     // one reader x 64 x 256 KiB / limit read
+	SmallOffloadKeysPerS float64  `json:"small_offload_keys_per_s"` // 4 KiB values, 32 writers x 256
+	SmallGetKeysPerS     float64  `json:"small_get_keys_per_s"`     // 4 KiB values, 32 readers x 256, page cache dropped
+	CommitKeysPerS       float64  `json:"commit_keys_per_s"`        // 64-byte values, 32 writers x 256
+	FilePerBlockMBPerS   float64  `json:"file_per_block_mb_per_s"`  // one file per 256 KiB block, fsync per file, dir fsync per batch
+	PebbleMBPerS         *float64 `json:"pebble_mb_per_s"`          // pebble, synced batches; null when not run (PebbleNote)
+	StartupSPerGiB       float64  `json:"startup_s_per_gib"`        // node.Open after a crash, s per GiB of committed payload
+	StartupUSPerKey      float64  `json:"startup_us_per_key"`       // the same, µs per committed key
+	BytesPerKey          float64  `json:"bytes_per_key"`            // Go heap in use (after GC) per committed key after the restart
+
+	// Extras.
+	Offload2MMBPerS    float64  `json:"offload_2m_mb_per_s"`
+	GetOneReaderMBPerS float64  `json:"get_one_reader_mb_per_s"`
+	GetOneReaderP99MS  float64  `json:"get_one_reader_p99_ms"`
+	SmallOffloadRatio  float64  `json:"small_offload_ratio"` // small_offload_keys_per_s / limit_write_iops
+	SmallGetRatio      float64  `json:"small_get_ratio"`     // small_get_keys_per_s / limit_read_iops
+	FilePerBlockRatio  float64  `json:"file_per_block_ratio"`
+	OffloadOverFile    float64  `json:"offload_over_file_per_block"` // offload_mb_per_s / file_per_block_mb_per_s, per round
+	PebbleRatio        *float64 `json:"pebble_ratio"`
+	LimitWriteP99MS    float64  `json:"limit_write_p99_ms"` // per 1 MiB write
+	RSSPerKey          float64  `json:"rss_bytes_per_key"`  // VmRSS growth per key over the same open (cross-check)
+	StartupKeys        int      `json:"startup_keys"`
+	StartupSeconds     float64  `json:"startup_s"`
+	StartupCrashed     bool     `json:"startup_after_sigkill"`
+	Rounds             int      `json:"rounds"`
+	Seconds            float64  `json:"seconds"` // wall time of the whole bench
+	Seed               uint64   `json:"seed"`
+	Direct             bool     `json:"direct"` // every limit ran with O_DIRECT
+	CacheDropped       bool     `json:"page_cache_dropped"`
+	PebbleNote         string   `json:"pebble_note,omitempty"`
+	Notes              []string `json:"notes,omitempty"`
+	FilesystemType     string   `json:"filesystem"`
+}
+
+// samples holds each figure's per-round values, by the Report's JSON name.
+type samples map[string][]float64
+
+func (s samples) add(name string, v float64) { s[name] = append(s[name], v) }
+
+// addRatio adds num/den under name (nothing when den is 0).
+func (s samples) addRatio(name string, num, den float64) {
+	if den > 0 {
+		s.add(name, num/den)
+	}
+}
+
+// median of name's values (0 when there are none); the mean of the middle two for an even count.
+func (s samples) median(name string) float64 { return median(s[name]) }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
+
+// fill sets r's round figures to the medians of s.
+func (s samples) fill(r *Report) {
+	m := s.median
+	r.LimitWriteMBPerS, r.LimitReadMBPerS = m("limit_write_mb_per_s"), m("limit_read_mb_per_s")
+	r.LimitWriteIOPS, r.LimitReadIOPS = m("limit_write_iops"), m("limit_read_iops")
+	r.OffloadMBPerS, r.OffloadRatio, r.OffloadP99MS = m("offload_mb_per_s"), m("offload_ratio"), m("offload_p99_ms")
+	r.Offload2MMBPerS, r.Offload2MRatio = m("offload_2m_mb_per_s"), m("offload_2m_ratio")
+	r.GetMBPerS, r.GetRatio = m("get_mb_per_s"), m("get_ratio")
+	r.GetOneReaderMBPerS, r.GetOneReaderRatio, r.GetOneReaderP99MS = m("get_one_reader_mb_per_s"), m("get_one_reader_ratio"), m("get_one_reader_p99_ms")
+	r.SmallOffloadKeysPerS, r.SmallOffloadRatio = m("small_offload_keys_per_s"), m("small_offload_ratio")
+	r.SmallGetKeysPerS, r.SmallGetRatio = m("small_get_keys_per_s"), m("small_get_ratio")
+	r.CommitKeysPerS = m("commit_keys_per_s")
+	r.FilePerBlockMBPerS, r.FilePerBlockRatio, r.OffloadOverFile = m("file_per_block_mb_per_s"), m("file_per_block_ratio"), m("offload_over_file_per_block")
+	r.LimitWriteP99MS = m("limit_write_p99_ms")
+	if len(s["pebble_mb_per_s"]) > 0 {
+		p, q := m("pebble_mb_per_s"), m("pebble_ratio")
+		r.PebbleMBPerS, r.PebbleRatio = &p, &q
+	}
+}
+
+// WriteJSON writes r as one JSON object and a newline.
+func (r Report) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// WriteTable writes r as a table: each figure beside its limit and the ratio.
+func (r Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; each ratio is to the limit measured just before, same round)\n\n", r.Rounds)
+	fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s |\n", "what", "disk limit", "figure", "ratio")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 32), strings.Repeat("-", 9))
+	row := func(what, limit, fig, ratio string) {
+		fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s |\n", what, limit, fig, ratio)
+	}
+	mb := func(v float64) string { return fmt.Sprintf("%.0f MB/s", v) }
+	ks := func(v float64) string { return fmt.Sprintf("%.0f keys/s", v) }
+	rt := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	lw := mb(r.LimitWriteMBPerS) + " seq 1 MiB"
+	lr := mb(r.LimitReadMBPerS) + " rand 256 KiB"
+	row("offload, 32 writers x 16 x 256 KiB", lw, mb(r.OffloadMBPerS), rt(r.OffloadRatio))
+	row("  p99 batch latency", fmt.Sprintf("%.1f ms per 1 MiB write", r.LimitWriteP99MS), fmt.Sprintf("%.1f ms", r.OffloadP99MS), "")
+	row("offload, 32 writers x 16 x 2 MiB", lw, mb(r.Offload2MMBPerS), rt(r.Offload2MRatio))
+	row("BatchGet, cache dropped, 32 readers x 16 x 256 KiB", lr, mb(r.GetMBPerS), rt(r.GetRatio))
+	row("BatchGet, cache dropped, 1 reader x 64 x 256 KiB", lr, mb(r.GetOneReaderMBPerS), rt(r.GetOneReaderRatio))
+	row("offload 4 KiB objects, 32 writers x 256", fmt.Sprintf("%.0f IOPS rand write", r.LimitWriteIOPS), ks(r.SmallOffloadKeysPerS), rt(r.SmallOffloadRatio))
+	row("BatchGet 4 KiB objects, 32 readers x 256", fmt.Sprintf("%.0f IOPS rand read", r.LimitReadIOPS), ks(r.SmallGetKeysPerS), rt(r.SmallGetRatio))
+	row("metadata commits, 64-byte objects, 32 writers x 256", "-", ks(r.CommitKeysPerS), "")
+	row("peer: one file per block + fsync, 256 KiB", lw, mb(r.FilePerBlockMBPerS), rt(r.FilePerBlockRatio))
+	if r.PebbleMBPerS != nil {
+		row("peer: pebble, synced batches, 256 KiB", lw, mb(*r.PebbleMBPerS), rt(*r.PebbleRatio))
+	} else {
+		row("peer: pebble, synced batches, 256 KiB", lw, "not run", "")
+	}
+	how := "after SIGKILL"
+	if !r.StartupCrashed {
+		how = "after a clean close"
+	}
+	row(fmt.Sprintf("start-up, %d committed keys, %s", r.StartupKeys, how), "-",
+		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSPerGiB, r.StartupUSPerKey), "")
+	row("memory per committed key (Go heap in use after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "")
+	fmt.Fprintf(w, "\nkvoffload / one file per block: %.2fx; wall time %.1f s; seed %d; filesystem %s\n", r.OffloadOverFile, r.Seconds, r.Seed, r.FilesystemType)
+	if r.PebbleNote != "" {
+		fmt.Fprintf(w, "pebble: %s\n", r.PebbleNote)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}

@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"testing"
+)
+
+// requiredKeys are the --json keys issue 9 lists, exactly.
+var requiredKeys = []string{"limit_write_mb_per_s", "limit_read_mb_per_s", "limit_write_iops", "limit_read_iops",
+	"offload_mb_per_s", "offload_ratio", "offload_2m_ratio", "offload_p99_ms", "get_mb_per_s", "get_ratio",
+	"get_one_reader_ratio", "small_offload_keys_per_s", "small_get_keys_per_s", "commit_keys_per_s",
+	"file_per_block_mb_per_s", "pebble_mb_per_s", "startup_s_per_gib", "startup_us_per_key", "bytes_per_key"}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{5}, 5}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{9, 1, 1}, 1}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestRatiosArePerRound: a ratio is the median of the per-round ratios, not the ratio of the
+// medians, so that each is taken against the limit measured beside it.
+func TestRatiosArePerRound(t *testing.T) {
+	s := samples{}
+	for _, r := range []struct{ store, limit float64 }{{100, 200}, {300, 300}, {90, 100}} {
+		s.add("offload_mb_per_s", r.store)
+		s.add("limit_write_mb_per_s", r.limit)
+		s.addRatio("offload_ratio", r.store, r.limit)
+	}
+	s.addRatio("get_ratio", 1, 0) // no limit: no ratio
+	var rep Report
+	s.fill(&rep)
+	if rep.OffloadRatio != 0.9 || rep.OffloadMBPerS != 100 || rep.LimitWriteMBPerS != 200 {
+		t.Errorf("ratio %v, offload %v, limit %v; want 0.9, 100, 200", rep.OffloadRatio, rep.OffloadMBPerS, rep.LimitWriteMBPerS)
+	}
+	if len(s["get_ratio"]) != 0 || rep.GetRatio != 0 {
+		t.Errorf("a ratio to a zero limit was recorded: %v", s["get_ratio"])
+	}
+	if rep.PebbleMBPerS != nil {
+		t.Errorf("pebble not run but reported %v", *rep.PebbleMBPerS)
+	}
+}
+
+func TestJSONKeys(t *testing.T) {
+	var buf bytes.Buffer
+	if err := (Report{}).WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range requiredKeys {
+		if _, ok := m[k]; !ok {
+			t.Errorf("key %q missing from %s", k, buf.String())
+		}
+	}
+	if m["pebble_mb_per_s"] != nil {
+		t.Errorf("pebble_mb_per_s = %v, want null when pebble did not run", m["pebble_mb_per_s"])
+	}
+	if bytes.Count(buf.Bytes(), []byte("\n")) != 1 {
+		t.Errorf("not one line: %q", buf.String())
+	}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	t.Logf("keys: %v", keys)
+}

@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/node"
+)
+
+// This file is the only one of the package that calls the store's Go API (node.Open,
+// BatchOffload, BatchGet, Close, txn IDs and objects): when that API moves, only this file
+// changes. Everything else sees the small interfaces below.
+
+// Pair is one key and its payload, as the bench hands it to a Sink.
+type Pair struct {
+	Key   string
+	Value []byte
+}
+
+// Sink is what an offload run drives: kvoffload, or a peer (peers.go; the pebble driver in
+// the separate module bench/ implements it too, so that every store gets the same workload).
+type Sink interface {
+	// Put stores pairs durably (on the disk when it returns) as one batch and reports how many
+	// were newly stored.
+	Put(ctx context.Context, pairs []Pair) (stored int, err error)
+	Close() error
+}
+
+// source is what a read run drives: it returns the payload bytes read for keys, and an
+// error naming the first key that was not found whole.
+type source interface {
+	get(ctx context.Context, keys []string) (bytes int64, err error)
+}
+
+// kvStore is an embedded kvoffload node (any kvoffload.Store would do: the client drives a
+// storenode the same way).
+type kvStore struct{ n *node.Node }
+
+// openStore opens an embedded node in dir (created if missing).
+func openStore(ctx context.Context, dir string) (*kvStore, error) {
+	n, err := node.Open(ctx, node.DefaultConfig(dir))
+	if err != nil {
+		return nil, err
+	}
+	return &kvStore{n: n}, nil
+}
+
+func (s *kvStore) Put(ctx context.Context, objs []Pair) (int, error) {
+	in := make([]kvoffload.Object, len(objs))
+	for i, o := range objs {
+		in[i] = kvoffload.Object{Key: o.Key, Value: o.Value}
+	}
+	res, err := s.n.BatchOffload(ctx, kvoffload.NewTxnID(), in)
+	if err != nil {
+		return 0, err
+	}
+	stored := 0
+	for _, r := range res {
+		if r.Outcome == kvoffload.Stored {
+			stored++
+		} else if !r.Outcome.OK() {
+			return stored, fmt.Errorf("offload of %s: %s %s", r.Key, r.Outcome, r.Reason)
+		}
+	}
+	return stored, nil
+}
+
+func (s *kvStore) get(ctx context.Context, keys []string) (int64, error) {
+	res, err := s.n.BatchGet(ctx, keys)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, r := range res {
+		if r.Status != kvoffload.Found {
+			return n, fmt.Errorf("get of %s: %s %s", r.Key, r.Status, r.Reason)
+		}
+		n += int64(len(r.Value))
+	}
+	return n, nil
+}
+
+func (s *kvStore) Close() error { return s.n.Close() }

@@ -1,0 +1,217 @@
+package diskbench
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pattern is the access pattern of a Job.
+type Pattern int
+
+const (
+	// SeqWritePattern writes the file front to back, block by block (fio --rw=write).
+	SeqWritePattern Pattern = iota + 1
+	// RandReadPattern reads blocks at uniformly random block-aligned offsets of a file laid
+	// out first (fio --rw=randread).
+	RandReadPattern
+	// RandWritePattern overwrites blocks at uniformly random block-aligned offsets of a file
+	// laid out first (fio --rw=randwrite).
+	RandWritePattern
+)
+
+func (p Pattern) String() string {
+	switch p {
+	case SeqWritePattern:
+		return "seq-write"
+	case RandReadPattern:
+		return "rand-read"
+	case RandWritePattern:
+		return "rand-write"
+	}
+	return "unknown"
+}
+
+// Job is one O_DIRECT measurement with several I/Os in flight, the way fio's libaio engine
+// keeps --iodepth I/Os in flight: Depth goroutines each issue one pread/pwrite at a time on
+// the same O_DIRECT file descriptor, so Depth I/Os are in flight at once.
+type Job struct {
+	Dir       string  // directory of the scratch file (removed afterwards)
+	Pattern   Pattern // what to do
+	Block     int     // bytes per I/O; a multiple of 4096
+	Depth     int     // I/Os in flight (goroutines)
+	FileSize  int64   // bytes of the scratch file (random patterns: laid out before the timing starts)
+	Ops       int64   // I/Os to time; for SeqWritePattern 0 means FileSize/Block
+	SyncEvery int64   // RandWritePattern: an fdatasync after every SyncEvery writes (fio --fsync=N); 0: none
+	EndSync   bool    // write patterns: one fdatasync after the last write, inside the timing (fio --end_fsync=1)
+	Seed      uint64  // random offsets (random patterns)
+}
+
+// JobResult is what a Job measured. MB is 10^6 bytes.
+type JobResult struct {
+	Job      Job
+	Bytes    int64
+	Ops      int64
+	Elapsed  time.Duration
+	Direct   bool    // O_DIRECT was in effect (false: the filesystem refused it; figures are page-cache figures)
+	MBPerSec float64 // Bytes / 10^6 / Elapsed seconds
+	IOPS     float64 // Ops / Elapsed seconds
+	P99      time.Duration
+}
+
+// Run performs j and reports its throughput and per-I/O p99 latency. The timing includes the
+// fdatasyncs j asks for; laying out the file for the random patterns is not timed.
+func Run(j Job) (JobResult, error) {
+	if j.Block <= 0 || j.Block%4096 != 0 {
+		return JobResult{}, fmt.Errorf("diskbench: block %d bytes is not a positive multiple of 4096 (the O_DIRECT alignment)", j.Block)
+	}
+	if j.Depth < 1 {
+		return JobResult{}, fmt.Errorf("diskbench: depth %d < 1", j.Depth)
+	}
+	blocks := j.FileSize / int64(j.Block)
+	if blocks < 1 {
+		return JobResult{}, fmt.Errorf("diskbench: file size %d bytes holds no %d-byte block", j.FileSize, j.Block)
+	}
+	ops := j.Ops
+	if ops <= 0 {
+		if j.Pattern != SeqWritePattern {
+			return JobResult{}, fmt.Errorf("diskbench: %s needs Ops > 0, got %d", j.Pattern, j.Ops)
+		}
+		ops = blocks
+	}
+	if j.Pattern == SeqWritePattern && ops > blocks {
+		ops = blocks
+	}
+	path := filepath.Join(j.Dir, fmt.Sprintf(".diskbench-%d-%s", os.Getpid(), j.Pattern))
+	defer os.Remove(path)
+	f, direct, err := openDirect(path, j.Pattern != SeqWritePattern)
+	if err != nil {
+		return JobResult{}, err
+	}
+	defer f.Close()
+	if j.Pattern != SeqWritePattern {
+		if err := layOut(f, blocks*int64(j.Block)); err != nil {
+			return JobResult{}, err
+		}
+	}
+	var (
+		next    atomic.Int64 // I/Os claimed
+		writes  atomic.Int64 // writes done (for SyncEvery)
+		firstEr atomic.Pointer[error]
+		wg      sync.WaitGroup
+		lats    = make([][]time.Duration, j.Depth)
+	)
+	fail := func(err error) { firstEr.CompareAndSwap(nil, &err) }
+	start := time.Now()
+	for g := range j.Depth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := aligned(j.Block)
+			for i := range buf {
+				buf[i] = byte(i*7 + g + 1)
+			}
+			rng := rand.New(rand.NewPCG(j.Seed, uint64(g)+1))
+			lat := make([]time.Duration, 0, ops/int64(j.Depth)+1)
+			for firstEr.Load() == nil {
+				i := next.Add(1) - 1
+				if i >= ops {
+					break
+				}
+				off := i * int64(j.Block)
+				if j.Pattern != SeqWritePattern {
+					off = rng.Int64N(blocks) * int64(j.Block)
+				}
+				t0 := time.Now()
+				var err error
+				if j.Pattern == RandReadPattern {
+					_, err = f.ReadAt(buf, off)
+				} else {
+					_, err = f.WriteAt(buf, off)
+				}
+				if err != nil {
+					fail(fmt.Errorf("diskbench: %s at %d: %w", j.Pattern, off, err))
+					break
+				}
+				if j.Pattern == RandWritePattern && j.SyncEvery > 0 && writes.Add(1)%j.SyncEvery == 0 {
+					if err := unix.Fdatasync(int(f.Fd())); err != nil {
+						fail(fmt.Errorf("diskbench: fdatasync: %w", err))
+						break
+					}
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			lats[g] = lat
+		}()
+	}
+	wg.Wait()
+	if e := firstEr.Load(); e != nil {
+		return JobResult{}, *e
+	}
+	if j.Pattern != RandReadPattern && j.EndSync {
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return JobResult{}, fmt.Errorf("diskbench: fdatasync: %w", err)
+		}
+	}
+	el := time.Since(start)
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	r := JobResult{Job: j, Ops: ops, Bytes: ops * int64(j.Block), Elapsed: el, Direct: direct}
+	r.MBPerSec = float64(r.Bytes) / 1e6 / el.Seconds()
+	r.IOPS = float64(r.Ops) / el.Seconds()
+	if len(all) > 0 {
+		r.P99 = all[min(len(all)-1, len(all)*99/100)]
+	}
+	return r, nil
+}
+
+// openDirect opens path with O_DIRECT, or buffered if the filesystem refuses O_DIRECT.
+func openDirect(path string, rw bool) (*os.File, bool, error) {
+	flags := os.O_CREATE | os.O_TRUNC | os.O_WRONLY
+	if rw {
+		flags = os.O_CREATE | os.O_TRUNC | os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flags|unix.O_DIRECT, 0o640)
+	if err == nil {
+		return f, true, nil
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		return nil, false, fmt.Errorf("diskbench: %w", err)
+	}
+	f, err = os.OpenFile(path, flags, 0o640)
+	if err != nil {
+		return nil, false, fmt.Errorf("diskbench: %w", err)
+	}
+	return f, false, nil
+}
+
+// layOut writes size bytes (1 MiB blocks) and fdatasyncs them, so that random writes
+// overwrite allocated blocks and random reads read real data (fio lays its files out too).
+func layOut(f *os.File, size int64) error {
+	const chunk = 1 << 20
+	buf := aligned(chunk)
+	for i := range buf {
+		buf[i] = byte(i*13 + 5)
+	}
+	for off := int64(0); off < size; off += chunk {
+		n := min(int64(chunk), size-off)
+		if _, err := f.WriteAt(buf[:n], off); err != nil {
+			return fmt.Errorf("diskbench: laying out the file: %w", err)
+		}
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("diskbench: fdatasync: %w", err)
+	}
+	return nil
+}
