@@ -1,4 +1,5 @@
-// Package client is the Go transactional client of a kvoffload cluster.
+// Package client is the Go transactional client of a kvoffload cluster: a kvoffload.Store
+// (the one API, docs/api.md) that reaches the cluster over gRPC.
 //
 // A Client talks gRPC (the KVOffload service of kvoffload.v1, on the members' API listeners;
 // never the peer-only Cluster service) to any member of the cluster: the members forward what
@@ -16,8 +17,11 @@
 // with its original results, so the batch takes effect exactly once. One exception: if every
 // key of a retried call comes back Failed because the transaction was aborted (the first
 // attempt was cut off and the cluster rolled it back, storing nothing), the client retries once
-// more with a fresh TxnID. If the context ends first, the error wraps both the context's error
-// and ErrIndeterminate: the batch may or may not have been stored.
+// more with a fresh TxnID (the results say CodeAborted; the client reads the code, never the
+// text). If the context ends first, the error wraps both the context's error and
+// kvoffload.ErrIndeterminate: the batch may or may not have been stored. A call whose context
+// has no deadline gets Options.CallTimeout (30 s by default), so a call to a cluster that is
+// down returns.
 //
 // # Stalled members
 //
@@ -39,11 +43,13 @@
 //
 // A request the cluster refused (gRPC InvalidArgument, ResourceExhausted, PermissionDenied,
 // Unauthenticated, or FailedPrecondition other than "not the leader") is returned at once
-// with ErrInvalidArgument, ErrTooLarge or ErrDenied, never retried. The protocol's keys are
-// proto3 strings, which must be valid UTF-8 (gRPC refuses to encode anything else), so a key
-// that is not is answered per key by the client without being sent: Rejected by
-// BatchOffload, InvalidKey by BatchGet, Absent by BatchExists, false by Remove; the other keys
-// of the call are sent as usual.
+// with kvoffload.ErrInvalidArgument, ErrTooLarge or ErrDenied, never retried; a read, an
+// existence check or a Remove that gives up returns kvoffload.ErrUnavailable. A key that
+// kvoffload.CheckKey refuses (empty, not valid UTF-8, a control character: the protocol's
+// keys are proto3 strings, and an empty key would read as a continuation chunk) is answered
+// per key by the client without being sent, as every Store answers it: Rejected with
+// CodeInvalidKey by BatchOffload, InvalidKey by BatchGet, Absent by BatchExists, Removed false
+// by Remove; the other keys of the call are sent as usual.
 //
 // # Credentials
 //
@@ -72,5 +78,7 @@
 //
 // Options.Logger (nil discards) receives Debug lines for each retry and failover (a stalled
 // attempt included) and Warn lines when the client switches to a fresh TxnID after an
-// aborted attempt.
+// aborted attempt. Options.OnAttempt is the metrics hook: it sees every attempt's operation,
+// member, duration and error. Options.GRPCOptions passes dial options through (interceptors,
+// a dialer, stats handlers). The zero Options is usable: zero fields take their defaults.
 package client

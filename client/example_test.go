@@ -4,23 +4,38 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/node"
 )
 
-// Offload two blocks as one transaction, check the prefix, and read them back. The member here
-// is an in-process fake served over gRPC on 127.0.0.1; against a cluster, pass the members'
-// API addresses to Dial.
-func Example() {
-	member, err := startNode(newFake())
+// serveNode runs a single-node store in this process with its client API on a free loopback
+// port, as `storenode serve` would, and returns the API address and a stop function.
+func serveNode() (addr string, stop func()) {
+	dir, err := os.MkdirTemp("", "kvoffload-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer member.srv.Stop()
+	cfg := node.DefaultConfig(dir)
+	cfg.APIAddr = "127.0.0.1:0"
+	n, err := node.Open(context.Background(), cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return n.APIAddr(), func() { n.Close(); os.RemoveAll(dir) }
+}
+
+// Offload two blocks as one transaction, check the prefix, and read them back. The member here
+// is a single node served in this process (serveNode); against a cluster, pass the members'
+// API addresses to Dial.
+func Example() {
+	addr, stop := serveNode()
+	defer stop()
 
 	ctx := context.Background()
-	c, err := client.Dial(ctx, member.addr) // more addresses: failover targets
+	c, err := client.Dial(ctx, addr) // more addresses: failover targets
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,13 +75,10 @@ func Example() {
 
 // An explicit transaction: stage with Put, send with Commit (or discard with Abort).
 func ExampleTxn() {
-	member, err := startNode(newFake())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer member.srv.Stop()
+	addr, stop := serveNode()
+	defer stop()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, member.addr)
+	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		log.Fatal(err)
 	}

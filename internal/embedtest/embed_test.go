@@ -98,8 +98,10 @@ func TestEmbedderBuildsThePatchedRaft(t *testing.T) {
 	step("go build")
 
 	out := run(t, scratch, nil, bin, t.TempDir())
-	if !strings.Contains(out, "embedded node opened and closed") {
-		t.Fatalf("embedder printed %q", out)
+	for _, want := range []string{"*node.Node: embedder/0 Stored Found", "*client.Client: embedder/1 Stored Found", "embedded node opened and closed"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("embedder printed %q, want a line %q", out, want)
+		}
 	}
 	step("run")
 }

@@ -30,7 +30,7 @@ type Report struct {
 	PebbleMBPerS         *float64 `json:"pebble_mb_per_s"`          // pebble, synced batches; null when not run (PebbleNote)
 	StartupSPerGiB       float64  `json:"startup_s_per_gib"`        // node.Open after a crash, s per GiB of committed payload
 	StartupUSPerKey      float64  `json:"startup_us_per_key"`       // the same, µs per committed key
-	BytesPerKey          float64  `json:"bytes_per_key"`            // Go heap in use (after GC) per committed key after the restart
+	BytesPerKey          float64  `json:"bytes_per_key"`            // live Go heap (after GC) per committed key after the restart
 
 	// Extras.
 	Offload2MMBPerS    float64  `json:"offload_2m_mb_per_s"`
@@ -146,7 +146,7 @@ func (r Report) WriteTable(w io.Writer) {
 	}
 	row(fmt.Sprintf("start-up, %d committed keys, %s", r.StartupKeys, how), "-",
 		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSPerGiB, r.StartupUSPerKey), "")
-	row("memory per committed key (Go heap in use after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "")
+	row("memory per committed key (live Go heap after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "")
 	fmt.Fprintf(w, "\nkvoffload / one file per block: %.2fx; wall time %.1f s; seed %d; filesystem %s\n", r.OffloadOverFile, r.Seconds, r.Seed, r.FilesystemType)
 	if r.PebbleNote != "" {
 		fmt.Fprintf(w, "pebble: %s\n", r.PebbleNote)

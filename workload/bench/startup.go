@@ -76,7 +76,7 @@ type startupResult struct {
 }
 
 // startup writes keys committed keys of value bytes into dir, crashes the writer, and times
-// node.Open on dir; memory per key is the growth of the Go heap in use (after a GC) from
+// node.Open on dir; memory per key is the growth of the live Go heap (after a GC) from
 // before the open to after it, divided by keys (VmRSS growth too, as a cross-check).
 func startup(ctx context.Context, dir string, keys, value int, seed uint64) (startupResult, error) {
 	res := startupResult{Keys: keys, Bytes: int64(keys) * int64(value)}
@@ -160,9 +160,11 @@ func lastLine(s string) string {
 	return s
 }
 
-// memNow returns the Go heap in use after a GC and the process's VmRSS (after returning
-// free memory to the OS), in bytes.
-func memNow() (heapInuse, rss uint64) {
+// memNow returns the live Go heap (HeapAlloc after two GCs: the second empties what sync.Pools
+// kept through the first) and the process's VmRSS (after returning free memory to the OS), in
+// bytes.
+func memNow() (heapLive, rss uint64) {
+	runtime.GC()
 	debug.FreeOSMemory() // a GC, and free spans handed back, so that VmRSS tracks live memory
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
@@ -175,5 +177,5 @@ func memNow() (heapInuse, rss uint64) {
 			}
 		}
 	}
-	return m.HeapInuse, rss
+	return m.HeapAlloc, rss
 }
