@@ -1,0 +1,45 @@
+"""kvoffload: the Python client of the kvoffload store (README.md, python/README.md).
+
+    from kvoffload import Client, new_txn_id
+    with Client(["127.0.0.1:7101", "127.0.0.1:7102"]) as c:
+        res = c.batch_offload(new_txn_id(), [("k", b"block")])
+        got = c.batch_get(["k"])
+
+The engine backends import their engine only when used: kvoffload.sglang, kvoffload.lmcache,
+kvoffload.vllm.
+"""
+
+from .client import Client
+from .errors import (
+    ClosedError,
+    DeniedError,
+    IndeterminateError,
+    InvalidArgumentError,
+    KVOffloadError,
+    ProtocolError,
+    TooLargeError,
+    UnavailableError,
+    UnreachableError,
+)
+from .types import (
+    CHUNK_BYTES,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_KEYS,
+    MAX_KEY_BYTES,
+    MAX_OBJECT_BYTES,
+    ClusterStatus,
+    Code,
+    ExistsResult,
+    GetResult,
+    GetStatus,
+    KeyResult,
+    Outcome,
+    Presence,
+    RemoveResult,
+    Stats,
+    TxnID,
+    check_key,
+    new_txn_id,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]

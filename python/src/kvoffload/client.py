@@ -1,0 +1,603 @@
+"""The Python client of a kvoffload cluster, with the Go client's semantics (client/ in this
+repository; docs/api.md):
+
+- any member is an entry point; the others are failover targets;
+- an attempt whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED from the member,
+  ABORTED, CANCELLED, a stream cut before the reply was complete, FAILED_PRECONDITION "not
+  the leader") is sent again, with the same txn ID, to the next member after a jittered
+  backoff, until the call's deadline (default 30 s) or max_attempts; only then
+  IndeterminateError (batch_offload) or UnavailableError (other calls) is raised;
+- when a retried batch_offload finds every key Failed with Code.ABORTED (the lost attempt was
+  rolled back, storing nothing), the batch is sent once more under a fresh txn ID
+  (client/offload.go batchOffload);
+- per-key problems are results with a typed Code; keys that check_key refuses are answered by
+  the client and not sent; the call-level limits (MaxBatchKeys 4096, MaxBatchBytes 1 GiB)
+  raise TooLargeError before anything is sent.
+
+Values travel in chunks of at most 1 MiB (api/kvoffload/v1/kvoffload.proto): an object
+starts with a chunk carrying its key and size, the first message carries the txn ID.
+
+Difference from the Go client: there is no per-attempt stall watch (client/stall.go); a
+member that stops answering while its connection stays open is found by gRPC keepalive
+(stall_timeout is the keepalive timeout, pings every 10 s) or by the call's deadline.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
+
+import grpc
+
+from . import errors as E
+from .types import (
+    CHUNK_BYTES,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_KEYS,
+    MAX_OBJECT_BYTES,
+    ClusterStatus,
+    Code,
+    ExistsResult,
+    GetResult,
+    GetStatus,
+    KeyResult,
+    Member,
+    Outcome,
+    Presence,
+    RemoveResult,
+    Stats,
+    TxnID,
+    check_key,
+    code_of,
+    leading_present,
+    new_txn_id,
+)
+from .v1 import kvoffload_pb2 as pb
+from .v1 import kvoffload_pb2_grpc as pbg
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# What a message may hold besides one chunk of value bytes (client/options.go messageSlack).
+_MESSAGE_SLACK = 8 << 20
+# The largest size a member may announce for one value (client/get.go maxValueBytes).
+_MAX_VALUE_BYTES = 64 << 20
+# The smallest keepalive interval grpc servers of this project permit (client/client.go).
+_KEEPALIVE_MS = 10_000
+
+Buffer = Union[bytearray, memoryview, Any]  # anything exporting a writable buffer (numpy)
+Value = Union[bytes, bytearray, memoryview, Any]
+
+
+class _StreamEnded(Exception):
+    """An attempt whose reply was incomplete: retried (client/retry.go errStreamEnded)."""
+
+
+class _Renew(Exception):
+    """Run the operation again at once (the batch switched to a fresh txn ID)."""
+
+
+def _byteview(v: Any, writable: bool = False) -> memoryview:
+    mv = v if isinstance(v, memoryview) else memoryview(v)
+    if writable and mv.readonly:
+        raise E.InvalidArgumentError("buffer is read-only")
+    if not mv.c_contiguous:
+        raise E.InvalidArgumentError("buffer is not C-contiguous")
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+class Client:
+    """A connection to a kvoffload cluster through any of its members; safe for use from
+    many threads.
+
+    addrs: host:port of members' API listeners (--api-addr); the first that connects within
+    dial_timeout is used, the others are failover targets.
+    timeout: the deadline of a call that is not given one (seconds; Go CallTimeout, 30 s).
+    tls: None (plaintext), a grpc.ChannelCredentials, or root certificates (PEM bytes) of the
+    cluster's CA (storenode certs). token: a bearer token sent with every call
+    ("authorization: Bearer <token>"); it requires tls unless insecure_token is True.
+    """
+
+    def __init__(
+        self,
+        addrs: Union[str, Sequence[str]],
+        *,
+        timeout: float = 30.0,
+        dial_timeout: float = 2.0,
+        retry_backoff: float = 0.05,
+        max_backoff: float = 2.0,
+        max_attempts: int = 0,
+        stall_timeout: float = 2.0,
+        chunk_size: int = CHUNK_BYTES,
+        tls: Union[None, bytes, grpc.ChannelCredentials] = None,
+        token: Optional[str] = None,
+        insecure_token: bool = False,
+        channel_options: Sequence[Tuple[str, Any]] = (),
+        on_attempt: Optional[Callable[[str, str, int, float, Optional[BaseException]], None]] = None,
+    ):
+        if isinstance(addrs, str):
+            addrs = [a for a in addrs.split(",") if a]
+        addrs = list(addrs)
+        if not addrs:
+            raise E.InvalidArgumentError("client: no address")
+        if not 1 <= chunk_size <= CHUNK_BYTES:
+            raise E.InvalidArgumentError(f"client: chunk_size {chunk_size} out of range [1, {CHUNK_BYTES}]")
+        if timeout is not None and timeout <= 0:
+            raise E.InvalidArgumentError("client: timeout must be positive (or None for no deadline)")
+        if max_attempts < 0:
+            raise E.InvalidArgumentError(f"client: max_attempts {max_attempts} < 0")
+        if token and tls is None and not insecure_token:
+            raise E.InvalidArgumentError(
+                "client: token without tls would be sent in plaintext; set tls, or insecure_token on purpose")
+        self._timeout = timeout
+        self._backoff = retry_backoff
+        self._max_backoff = max(max_backoff, retry_backoff)
+        self._max_attempts = max_attempts
+        self._chunk = chunk_size
+        self._metadata = (("authorization", "Bearer " + token),) if token else None
+        self._on_attempt = on_attempt
+        self._lock = threading.Lock()
+        self._closed = False
+        limit = chunk_size + _MESSAGE_SLACK
+        opts = [
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
+            ("grpc.keepalive_timeout_ms", int(stall_timeout * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            # One connection per client, not one shared with every client of the process.
+            ("grpc.use_local_subchannel_pool", 1),
+        ] + list(channel_options)
+        if isinstance(tls, (bytes, bytearray)):
+            tls = grpc.ssl_channel_credentials(root_certificates=bytes(tls))
+        self._members: List[Tuple[str, grpc.Channel, pbg.KVOffloadStub]] = []
+        for a in addrs:
+            ch = grpc.secure_channel(a, tls, options=opts) if tls is not None else grpc.insecure_channel(a, options=opts)
+            self._members.append((a, ch, pbg.KVOffloadStub(ch)))
+        errs = []
+        for i, (a, ch, _) in enumerate(self._members):
+            try:
+                grpc.channel_ready_future(ch).result(timeout=dial_timeout)
+                self._cur = i
+                return
+            except grpc.FutureTimeoutError:
+                errs.append(f"{a}: not connected after {dial_timeout} s")
+        self._close_channels()
+        raise E.UnreachableError("client: no member reachable: " + "; ".join(errs))
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def addr(self) -> str:
+        """The address calls currently go to."""
+        return self._members[self._cur][0]
+
+    def close(self) -> None:
+        """Closes the connections; later calls raise ClosedError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._close_channels()
+
+    def _close_channels(self) -> None:
+        for _, ch, _ in self._members:
+            ch.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- retry -------------------------------------------------------------------------
+
+    def _deadline(self, timeout: Optional[float]) -> Optional[float]:
+        t = self._timeout if timeout is None else timeout
+        return None if t is None else time.monotonic() + t
+
+    def _failover(self, i: int) -> None:
+        with self._lock:
+            if self._cur == i:
+                self._cur = (i + 1) % len(self._members)
+
+    @staticmethod
+    def _retryable(err: BaseException) -> bool:
+        if isinstance(err, _StreamEnded):
+            return True
+        if not isinstance(err, grpc.RpcError) or not hasattr(err, "code"):
+            return False
+        c = err.code()
+        if c in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                 grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED):
+            return True
+        if c in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+            return "error while marshaling" not in (err.details() or "") and "Exception serializing" not in (err.details() or "")
+        if c == grpc.StatusCode.FAILED_PRECONDITION:
+            return "not the leader" in (err.details() or "")
+        return False
+
+    @staticmethod
+    def _permanent(name: str, err: BaseException) -> E.KVOffloadError:
+        if isinstance(err, E.KVOffloadError):
+            return err
+        c = err.code() if isinstance(err, grpc.RpcError) and hasattr(err, "code") else None
+        details = err.details() if c is not None else str(err)
+        msg = f"{name}: {c.name if c else type(err).__name__}: {details}"
+        kw = dict(reason=details or "", grpc_code=c.name if c else None)
+        if c in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+            return E.InvalidArgumentError(msg, **kw)
+        if c == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return E.TooLargeError(msg, **kw)
+        if c in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return E.DeniedError(msg, **kw)
+        return E.UnavailableError(msg, **kw)
+
+    def _retry(self, name: str, offload: bool, deadline: Optional[float],
+               op: Callable[[pbg.KVOffloadStub, Optional[float], int], T]) -> T:
+        """Runs op(stub, timeout, attempt) on the current member until it succeeds, fails with
+        an error whose outcome is known, or the deadline passes (client/retry.go retry)."""
+        backoff = self._backoff
+        last: Optional[BaseException] = None
+        attempt = 0
+        while True:
+            attempt += 1
+            if self._closed:
+                raise E.ClosedError(f"{name}: client closed")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise self._give_up(name, offload, "deadline passed", last, attempt == 1)
+            with self._lock:
+                i = self._cur
+            addr, _, stub = self._members[i]
+            began = time.monotonic()
+            err: Optional[BaseException] = None
+            try:
+                return op(stub, remaining, attempt)
+            except _Renew:
+                continue
+            except (grpc.RpcError, _StreamEnded, E.ProtocolError) as e:
+                err = e
+            except ValueError as e:  # a channel closed under the call
+                if self._closed:
+                    raise E.ClosedError(f"{name}: client closed") from e
+                raise
+            finally:
+                if self._on_attempt is not None:
+                    self._on_attempt(name, addr, attempt, time.monotonic() - began, err)
+            if isinstance(err, E.ProtocolError):
+                if offload:
+                    raise E.IndeterminateError(f"{name}: {err}", reason=err.reason) from err
+                raise err
+            if self._closed:
+                raise E.ClosedError(f"{name}: client closed") from err
+            timed_out = deadline is not None and time.monotonic() >= deadline
+            if timed_out:
+                raise self._give_up(name, offload, "deadline passed", err, False)
+            if not self._retryable(err):
+                raise self._permanent(name, err) from err
+            last = err
+            self._failover(i)
+            if self._max_attempts and attempt >= self._max_attempts:
+                raise self._give_up(name, offload, f"gave up after {attempt} attempts", last, False)
+            q = backoff / 4
+            pause = backoff - q + random.random() * 2 * q
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+            backoff = min(2 * backoff, self._max_backoff)
+
+    @staticmethod
+    def _give_up(name: str, offload: bool, cause: str, last: Optional[BaseException], unsent: bool) -> E.KVOffloadError:
+        cls = E.IndeterminateError if offload and not unsent else E.UnavailableError
+        detail = ""
+        if last is not None:
+            detail = f" (last error: {last.code().name}: {last.details()})" if isinstance(last, grpc.RpcError) and hasattr(last, "code") else f" (last error: {last})"
+        return cls(f"{name}: {cause}{detail}")
+
+    # -- BatchOffload ------------------------------------------------------------------
+
+    def batch_offload(self, txn_id: bytes, objects: Sequence[Tuple[str, Value]], *,
+                      timeout: Optional[float] = None) -> List[KeyResult]:
+        """Stores objects, a sequence of (key, value) pairs, as one transaction named txn_id
+        and returns one KeyResult per object, in order. Values are bytes, bytearray,
+        memoryview or anything exporting a C-contiguous buffer (numpy); they must not change
+        until the call returns.
+
+        A key check_key refuses is Rejected (INVALID_KEY), a value that is empty or over
+        64 MiB (MaxObjectBytes) Rejected (INVALID_VALUE, TOO_LARGE), all without being sent.
+        Raises InvalidArgumentError (zero or malformed txn ID, or one used for another batch),
+        TooLargeError (over MaxBatchKeys 4096 or MaxBatchBytes 1 GiB), DeniedError,
+        ClosedError, IndeterminateError (outcome unknown: call again with the same txn ID)."""
+        tid = TxnID(txn_id)
+        if tid.is_zero():
+            raise E.InvalidArgumentError("BatchOffload: zero txn ID (make one with new_txn_id())")
+        if len(objects) > MAX_BATCH_KEYS:
+            raise E.TooLargeError(f"BatchOffload: {len(objects)} objects, over MaxBatchKeys {MAX_BATCH_KEYS}")
+        deadline = self._deadline(timeout)
+        out: List[Optional[KeyResult]] = [None] * len(objects)
+        send: List[Tuple[str, memoryview]] = []
+        pos: List[int] = []
+        total = 0
+        for i, (k, v) in enumerate(objects):
+            why = check_key(k)
+            if why:
+                out[i] = KeyResult(k, Outcome.REJECTED, Code.INVALID_KEY, why + "; not sent")
+                continue
+            mv = _byteview(v)
+            if mv.nbytes == 0:
+                out[i] = KeyResult(k, Outcome.REJECTED, Code.INVALID_VALUE, "invalid value: empty; not sent")
+                continue
+            if mv.nbytes > MAX_OBJECT_BYTES:
+                out[i] = KeyResult(k, Outcome.REJECTED, Code.TOO_LARGE,
+                                   f"value of {mv.nbytes} bytes over MaxObjectBytes {MAX_OBJECT_BYTES}; not sent")
+                continue
+            total += mv.nbytes
+            send.append((k, mv if not isinstance(v, bytes) else v))
+            pos.append(i)
+        if total > MAX_BATCH_BYTES:
+            raise E.TooLargeError(f"BatchOffload: {total} bytes, over MaxBatchBytes {MAX_BATCH_BYTES}")
+        if send:
+            got = self._batch_offload(tid, send, deadline)
+            for j, r in zip(pos, got):
+                out[j] = r
+        return out  # type: ignore[return-value]
+
+    def _chunks(self, tid: bytes, objs: Sequence[Tuple[str, Any]]):
+        chunk = self._chunk
+        first = True
+        for k, v in objs:
+            n = len(v) if isinstance(v, bytes) else v.nbytes
+            head = v if isinstance(v, bytes) and n <= chunk else bytes(v[:chunk])
+            msg = pb.OffloadChunk(key=k, size=n, data=head)
+            if first:
+                msg.txn_id, first = tid, False
+            yield msg
+            for off in range(chunk, n, chunk):
+                yield pb.OffloadChunk(data=bytes(v[off:off + chunk]))
+        if first:
+            yield pb.OffloadChunk(txn_id=tid)
+
+    def _batch_offload(self, tid: TxnID, objs: List[Tuple[str, Any]], deadline: Optional[float]) -> List[KeyResult]:
+        state = {"id": tid, "renewed": False}
+
+        def op(stub, remaining, attempt):
+            resp = stub.BatchOffload(self._chunks(state["id"], objs), timeout=remaining, metadata=self._metadata)
+            if len(resp.results) != len(objs):
+                raise E.ProtocolError(f"BatchOffload: {len(resp.results)} results for {len(objs)} objects")
+            res = [_key_result(r, k) for r, (k, _) in zip(resp.results, objs)]
+            if attempt > 1 and not state["renewed"] and res and all(
+                    r.outcome == Outcome.FAILED and r.code == Code.ABORTED for r in res):
+                # An earlier attempt was cut off and the cluster aborted that transaction: it
+                # stored nothing, and its ID answers "aborted" for ever. Start afresh.
+                state["id"], state["renewed"] = new_txn_id(), True
+                raise _Renew()
+            return res
+
+        return self._retry("BatchOffload", True, deadline, op)
+
+    # -- BatchGet ----------------------------------------------------------------------
+
+    def batch_get(self, keys: Sequence[str], *, timeout: Optional[float] = None) -> List[GetResult]:
+        """Reads keys; one GetResult per key, in order (value: bytes when FOUND). A key
+        check_key refuses is INVALID_KEY and not sent. Raises UnavailableError,
+        TooLargeError, DeniedError, ClosedError, ProtocolError."""
+        return self._get(keys, None, timeout)
+
+    def batch_get_into(self, keys: Sequence[str], buffers: Sequence[Buffer], *,
+                       timeout: Optional[float] = None) -> List[GetResult]:
+        """batch_get into caller-owned buffers (bytearray, writable memoryview, numpy array,
+        anything exporting a writable C-contiguous buffer): the value of keys[i] is assembled
+        in buffers[i] chunk by chunk as it arrives, with no other copy in Python, and
+        GetResult.value is a memoryview of buffers[i][:size]. A buffer shorter than its value
+        gives SHORT_BUFFER with the size (the buffer is left as it was). A retried attempt may
+        write a buffer again. len(buffers) != len(keys) raises InvalidArgumentError."""
+        if len(buffers) != len(keys):
+            raise E.InvalidArgumentError(f"BatchGetInto: {len(buffers)} buffers for {len(keys)} keys")
+        return self._get(keys, [_byteview(b, writable=True) for b in buffers], timeout)
+
+    def _get(self, keys: Sequence[str], bufs: Optional[List[memoryview]], timeout: Optional[float]) -> List[GetResult]:
+        if len(keys) > MAX_BATCH_KEYS:
+            raise E.TooLargeError(f"BatchGet: {len(keys)} keys, over MaxBatchKeys {MAX_BATCH_KEYS}")
+        out: List[Optional[GetResult]] = [None] * len(keys)
+        send, pos = [], []
+        for i, k in enumerate(keys):
+            why = check_key(k)
+            if why:
+                out[i] = GetResult(k, GetStatus.INVALID_KEY, code=Code.INVALID_KEY, reason=why + "; not sent")
+            else:
+                send.append(k)
+                pos.append(i)
+        if send:
+            sbufs = None if bufs is None else [bufs[i] for i in pos]
+            deadline = self._deadline(timeout)
+
+            def op(stub, remaining, attempt):
+                stream = stub.BatchGet(pb.GetRequest(keys=send), timeout=remaining, metadata=self._metadata)
+                try:
+                    return _collect(stream, send, sbufs)
+                finally:
+                    stream.cancel()
+
+            got = self._retry("BatchGet", False, deadline, op)
+            for j, r in zip(pos, got):
+                out[j] = r
+        return out  # type: ignore[return-value]
+
+    # -- unary calls -------------------------------------------------------------------
+
+    def batch_exists(self, keys: Sequence[str], lease: float = 0.0, *,
+                     timeout: Optional[float] = None) -> ExistsResult:
+        """Per key PRESENT, ABSENT, IN_FLIGHT or UNKNOWN (the member could not confirm it;
+        reason says why), and how many leading keys are PRESENT. lease (seconds) asks the
+        answering node to pin the present objects whose bytes it owns against eviction for
+        that long. A key check_key refuses is ABSENT and not sent."""
+        if len(keys) > MAX_BATCH_KEYS:
+            raise E.TooLargeError(f"BatchExists: {len(keys)} keys, over MaxBatchKeys {MAX_BATCH_KEYS}")
+        ps: List[Presence] = [Presence.ABSENT] * len(keys)
+        send = [(i, k) for i, k in enumerate(keys) if not check_key(k)]
+        reason = ""
+        if send:
+            req = pb.ExistsRequest(keys=[k for _, k in send], lease_ms=min(max(int(lease * 1000), 0), 2**32 - 1))
+
+            def op(stub, remaining, attempt):
+                resp = stub.BatchExists(req, timeout=remaining, metadata=self._metadata)
+                if len(resp.keys) != len(send):
+                    raise E.ProtocolError(f"BatchExists: {len(resp.keys)} answers for {len(send)} keys")
+                return resp
+
+            resp = self._retry("BatchExists", False, self._deadline(timeout), op)
+            for (i, _), p in zip(send, resp.keys):
+                ps[i] = Presence(p) if p in (1, 2, 3) else Presence.UNKNOWN
+            reason = resp.reason
+        return ExistsResult(ps, leading_present(ps), reason)
+
+    def remove(self, keys: Sequence[str], *, timeout: Optional[float] = None) -> List[RemoveResult]:
+        """Deletes keys (metadata first, bytes after); per key whether it was removed. Every
+        attempt carries the same txn ID, so the cluster applies the removal once. Raises
+        UnavailableError when it could not be confirmed (some keys may be removed; call
+        again: it is idempotent)."""
+        if len(keys) > MAX_BATCH_KEYS:
+            raise E.TooLargeError(f"Remove: {len(keys)} keys, over MaxBatchKeys {MAX_BATCH_KEYS}")
+        removed = [False] * len(keys)
+        send = [(i, k) for i, k in enumerate(keys) if not check_key(k)]
+        if send:
+            req = pb.RemoveRequest(keys=[k for _, k in send], txn_id=bytes(new_txn_id()))
+
+            def op(stub, remaining, attempt):
+                resp = stub.Remove(req, timeout=remaining, metadata=self._metadata)
+                if len(resp.removed) != len(send):
+                    raise E.ProtocolError(f"Remove: {len(resp.removed)} answers for {len(send)} keys")
+                return list(resp.removed)
+
+            got = self._retry("Remove", False, self._deadline(timeout), op)
+            for (i, _), r in zip(send, got):
+                removed[i] = r
+        return [RemoveResult(k, r) for k, r in zip(keys, removed)]
+
+    def stats(self, *, timeout: Optional[float] = None) -> Stats:
+        """The counters and space accounting of the member the client talks to."""
+        s = self._retry("Stats", False, self._deadline(timeout),
+                        lambda stub, rem, a: stub.Stats(pb.StatsRequest(), timeout=rem, metadata=self._metadata))
+        return Stats(s.node_id, s.keys, s.bytes, s.local_keys, s.local_bytes, s.live_bytes,
+                     s.allocated_bytes, dict(s.counters))
+
+    def status(self, *, timeout: Optional[float] = None) -> ClusterStatus:
+        """The cluster's members, leader, and keys and bytes per node."""
+        s = self._retry("Status", False, self._deadline(timeout),
+                        lambda stub, rem, a: stub.Status(pb.StatusRequest(), timeout=rem, metadata=self._metadata))
+        return ClusterStatus(s.leader_id, [Member(m.node_id, m.raft_addr, m.api_addr, m.peer_addr, m.voter, m.leader,
+                                                  m.keys, m.bytes) for m in s.members],
+                             s.applied_index, s.keys, s.bytes, s.cluster_id)
+
+
+def _key_result(r, key: str) -> KeyResult:
+    """internal/wire KeyResultFromPB: an outcome this build does not know is FAILED/INTERNAL."""
+    try:
+        o = Outcome(r.outcome)
+    except ValueError:
+        o = Outcome.UNSPECIFIED
+    if o == Outcome.UNSPECIFIED:
+        return KeyResult(key, Outcome.FAILED, Code.INTERNAL,
+                         f"unknown outcome {r.outcome} from the member: {r.reason}", r.joined)
+    return KeyResult(key, o, code_of(r.code), r.reason, r.joined)
+
+
+def _collect(stream, keys: List[str], bufs: Optional[List[memoryview]]) -> List[GetResult]:
+    """Reassembles a GetChunk stream (internal/wire/collect.go Collect). A value whose byte
+    count differs from the announced size is UNAVAILABLE, never returned truncated."""
+    n = len(keys)
+    res = [GetResult(k, GetStatus.UNSPECIFIED) for k in keys]
+    seen = [False] * n
+    cur = -1
+    want = got = 0
+    parts: List[bytes] = []
+    dst: Optional[memoryview] = None
+    skipping = False  # the rest of a value already reported SHORT_BUFFER or UNAVAILABLE
+
+    def fail(i: int, why: str) -> None:
+        r = res[i]
+        r.status, r.value, r.size, r.code, r.reason = GetStatus.UNAVAILABLE, None, 0, Code.UNAVAILABLE, why
+
+    def finish() -> None:
+        nonlocal cur, parts, dst, skipping
+        if cur >= 0 and res[cur].status == GetStatus.FOUND:
+            if got != want:
+                fail(cur, f"value truncated: got {got} of {want} bytes")
+            elif dst is not None:
+                res[cur].value = dst[:want]
+            else:
+                res[cur].value = parts[0] if len(parts) == 1 else b"".join(parts)
+        cur, parts, dst, skipping = -1, [], None, False
+
+    try:
+        for ch in stream:
+            if ch.status == pb.GET_STATUS_UNSPECIFIED:  # a data chunk of the current key
+                if cur < 0 or (ch.index != 0 and ch.index != cur):
+                    raise E.ProtocolError(f"data chunk for key index {ch.index} while reading {cur}")
+                d = ch.data
+                if skipping or not d:
+                    continue
+                if res[cur].status != GetStatus.FOUND:
+                    raise E.ProtocolError(f"data for key {cur} whose status is {res[cur].status.name}")
+                if got + len(d) > want:
+                    fail(cur, f"value longer than the announced {want} bytes")
+                    skipping = True
+                    continue
+                if dst is not None:
+                    dst[got:got + len(d)] = d
+                else:
+                    parts.append(d)
+                got += len(d)
+                continue
+            finish()
+            i = ch.index
+            if i >= n or seen[i]:
+                raise E.ProtocolError(f"chunk for key index {i} ({n} keys, seen before: {i < n})")
+            seen[i], cur = True, i
+            r = res[i]
+            if ch.status in (1, 2, 3, 4, 5):
+                r.status, r.code, r.reason = GetStatus(ch.status), code_of(ch.code), ch.reason
+            else:
+                r.status, r.code = GetStatus.UNAVAILABLE, Code.INTERNAL
+                r.reason = f"unknown status {ch.status} from the member: {ch.reason}"
+            if r.status != GetStatus.FOUND:
+                if r.code == Code.NONE:
+                    r.code = Code.UNAVAILABLE  # a member that predates codes
+                if ch.data:
+                    raise E.ProtocolError(f"data for key {i} whose status is {r.status.name}")
+                continue
+            want, got = ch.size, 0
+            if want > _MAX_VALUE_BYTES:
+                raise E.ProtocolError(f"{want} bytes announced for key {i}, over the largest value of {_MAX_VALUE_BYTES}")
+            r.size = want
+            if bufs is not None:
+                if bufs[i].nbytes < want:
+                    res[i] = GetResult(r.key, GetStatus.SHORT_BUFFER, size=want, code=Code.SHORT_BUFFER,
+                                       reason=f"buffer of {bufs[i].nbytes} bytes for a value of {want} bytes")
+                    skipping = True
+                    continue
+                dst = bufs[i]
+            d = ch.data
+            if d:
+                if len(d) > want:
+                    fail(i, f"value longer than the announced {want} bytes")
+                    skipping = True
+                elif dst is not None:
+                    dst[0:len(d)] = d
+                    got = len(d)
+                else:
+                    parts.append(d)
+                    got = len(d)
+    except grpc.RpcError:
+        raise
+    finish()
+    for i, ok in enumerate(seen):
+        if not ok:
+            raise _StreamEnded(f"no result for key {i} ({keys[i]!r}) of {n}")
+    return res
