@@ -1,0 +1,1 @@
+"""Stub of LMCache/LMCache (tests/stubs/README.md)."""
