@@ -2,7 +2,8 @@
 # The project's test command: the README names it and .ci/run calls it.
 #   unit and case tests (race detector on), then the crash suite built with -tags chaos
 #   (failpoints compiled in; SIGKILLed child processes at every write-path step), then the
-#   mutation check. gotestsum (a go.mod tool) runs go test and, when a test fails, repeats
+#   mutation check, then the Python client and engine backends' tests (python/tests, pytest
+#   with Debian's /usr/bin/python3; their fixture builds storenode and starts it). gotestsum (a go.mod tool) runs go test and, when a test fails, repeats
 #   the failed tests' output at the end, where a truncated CI log still shows it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +15,4 @@ gotest() { go tool gotestsum --format "$1" -- "${@:2}"; }
 gotest standard-quiet -race -count=1 -timeout 20m ./...
 gotest standard-verbose -tags chaos -count=1 -timeout 30m ./chaos/...
 gotest standard-verbose -count=1 -run TestMutants ./chaos
+/usr/bin/python3 -m pytest -q python/tests
