@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""The Python client's offload and BatchGet throughput as a ratio to the Go client's, in the
+same run, against the same local storenode serve (python/README.md "Throughput").
+
+Both sides run the same workload: storenode replay's (workload/replay/replay.go) over the
+shipped Mooncake trace sample (workload/trace/conversation_sample.jsonl), the first
+--requests requests, --writers concurrent writers, one batch offload per request, one key
+per block (trace.Key's format), --block-size bytes per block; then every distinct key is read
+back in BatchGets of 64 keys, one at a time, and compared with what was written. The Go side
+is `storenode replay --addr` (the Go client), the Python side this script (kvoffload.Client).
+Each round runs both with fresh keys (a model name per side and round), alternating which
+goes first. Offload MB/s is bytes Stored / offload seconds, read MB/s bytes read / read
+seconds (10^6 bytes), as replay's summary defines them.
+
+Differences in the workload, named: the Go payload is a ChaCha8 stream per key
+(trace.Payload), the Python payload the key's SHA-256 repeated (cheaper to make; both are
+made inside the timed loop).
+
+    /usr/bin/python3 python/scripts/bench.py [--requests 60] [--rounds 2] [--writers 32]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import kvoffload  # noqa: E402
+from conftest import Cluster  # noqa: E402  (the tests' storenode launcher)
+
+
+def trace_key(model: str, hash_id: int) -> str:
+    """workload/trace/trace.go Key."""
+    return (model + "@pcp0@dcp0@head_or_tp_rank:0@pp_rank:0@group:0@cache_role:kv@cache_family:full@"
+            + hashlib.sha256(str(hash_id).encode()).hexdigest())
+
+
+def block(key: str, size: int) -> bytes:
+    d = hashlib.sha256(key.encode()).digest()
+    return (d * (size // 32 + 1))[:size]
+
+
+def python_replay(addrs, reqs, model, writers, size):
+    c = kvoffload.Client(addrs, timeout=120)
+    nxt, lock = [0], threading.Lock()
+    stored, errors = [0], []
+
+    def writer():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(reqs):
+                return
+            keys = [trace_key(model, h) for h in reqs[i]]
+            try:
+                res = c.batch_offload(kvoffload.new_txn_id(), [(k, block(k, size)) for k in keys])
+            except kvoffload.KVOffloadError as e:
+                errors.append(e)
+                continue
+            n = sum(r.outcome == kvoffload.Outcome.STORED for r in res)
+            bad = [r for r in res if not r.ok]
+            with lock:
+                stored[0] += n * size
+                errors.extend(bad)
+
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=writer) for _ in range(writers)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    secs = time.monotonic() - t0
+    keys = list(dict.fromkeys(trace_key(model, h) for r in reqs for h in r))
+    t0, read, missing = time.monotonic(), 0, 0
+    for lo in range(0, len(keys), 64):
+        for g in c.batch_get(keys[lo:lo + 64]):
+            if g.ok and g.value == block(g.key, size):
+                read += len(g.value)
+            else:
+                missing += 1
+    rsecs = time.monotonic() - t0
+    c.close()
+    return {"mb_per_s": stored[0] / 1e6 / secs, "read_mb_per_s": read / 1e6 / rsecs, "bytes": stored[0],
+            "seconds": secs, "errors": len(errors), "missing": missing, "unique_keys": len(keys)}
+
+
+def go_replay(binary, addrs, n, model, writers, size):
+    out = subprocess.run([binary, "replay", "--addr", ",".join(addrs), "--requests", str(n), "--json",
+                          "--model", model, "--writers", str(writers), "--block-size", str(size)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--writers", type=int, default=32)
+    ap.add_argument("--block-size", type=int, default=256 << 10)
+    ap.add_argument("--bin", help="a storenode binary (default: go build one)")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="kvoffload-bench-")
+    binary = a.bin
+    if not binary:
+        binary = os.path.join(tmp, "storenode")
+        subprocess.run([shutil.which("go") or "/usr/local/go/bin/go", "build", "-o", binary, "./cmd/storenode"],
+                       cwd=REPO, check=True)
+    reqs = [json.loads(l)["hash_ids"] for l in (REPO / "workload/trace/conversation_sample.jsonl").read_text().splitlines()[:a.requests]]
+    print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs", flush=True)
+    cluster = Cluster(binary, 1, tmp)
+    try:
+        rows = []
+        for r in range(a.rounds):
+            order = ["go", "py"] if r % 2 == 0 else ["py", "go"]
+            res = {}
+            for side in order:
+                model = f"bench-{side}-{r}-{os.getpid()}"
+                if side == "go":
+                    res[side] = go_replay(binary, cluster.addrs, a.requests, model, a.writers, a.block_size)
+                else:
+                    res[side] = python_replay(cluster.addrs, reqs, model, a.writers, a.block_size)
+            for side in ("go", "py"):
+                s = res[side]
+                print(f"round {r} {side}: offload {s['mb_per_s']:.0f} MB/s ({s['bytes']} bytes), read {s['read_mb_per_s']:.0f} MB/s",
+                      flush=True)
+            assert res["py"]["errors"] == 0 and res["py"]["missing"] == 0, res["py"]
+            rows.append((res["py"]["mb_per_s"] / res["go"]["mb_per_s"], res["py"]["read_mb_per_s"] / res["go"]["read_mb_per_s"]))
+        off = [x for x, _ in rows]
+        rd = [y for _, y in rows]
+        print(f"ratio python/go: offload {sum(off) / len(off):.2f} (rounds {', '.join(f'{x:.2f}' for x in off)}), "
+              f"BatchGet {sum(rd) / len(rd):.2f} (rounds {', '.join(f'{y:.2f}' for y in rd)})")
+        print(f"load average after: {os.getloadavg()}")
+    finally:
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
