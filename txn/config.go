@@ -43,6 +43,11 @@ type Config struct {
 	// released (back-pressure, until its context ends) rather than failing. 0 means twice
 	// MaxBatchBytes. The coordinator itself does not use it.
 	MaxBufferedBytes int64
+	// ReadsInFlight is the most record reads one BatchGet keeps in flight on this node's
+	// disk (0 means 32): a batch of 64 blocks, one request's prefix, is read with the
+	// device's queue kept busy instead of one pread after another. 32 is where the disks this
+	// was measured on reach their random-read limit (docs/benchmarks.md).
+	ReadsInFlight int
 	// TruncateEvery is how many WAL entries may accumulate before resolved history is
 	// dropped from the front of the log.
 	TruncateEvery uint64
@@ -63,6 +68,7 @@ func DefaultConfig(id string) Config {
 		ReadIndexTimeout: time.Second,
 		MaxLease:         10 * time.Minute,
 		MaxBufferedBytes: 2 << 30,
+		ReadsInFlight:    32,
 		TruncateEvery:    4096,
 	}
 }
@@ -78,6 +84,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxObjectBytes < 1 || c.MaxObjectBytes > 1<<32-1 {
 		errs = append(errs, fmt.Errorf("txn: MaxObjectBytes %d out of range [1, 4 GiB)", c.MaxObjectBytes))
+	}
+	if c.ReadsInFlight < 0 {
+		errs = append(errs, fmt.Errorf("txn: ReadsInFlight %d < 0", c.ReadsInFlight))
 	}
 	if c.MaxBatchKeys < 1 {
 		errs = append(errs, fmt.Errorf("txn: MaxBatchKeys %d < 1", c.MaxBatchKeys))

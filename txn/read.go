@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -117,6 +118,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 		return ea.Bucket < eb.Bucket || (ea.Bucket == eb.Bucket && ea.Offset < eb.Offset)
 	})
 	remote := map[string][]int{} // owner -> indexes of keys it holds
+	var local []int              // in extent order
 	for _, i := range order {
 		if out[i].Status != 0 {
 			continue
@@ -125,14 +127,47 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 			remote[owner] = append(remote[owner], i)
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			out[i].Status, out[i].Code, out[i].Reason = kvoffload.Unavailable, kvoffload.CodeCanceled, err.Error()
-			continue
-		}
-		out[i] = c.get(ctx, keys[i], entries[i])
+		local = append(local, i)
 	}
-	c.readRemote(ctx, keys, entries, remote, out)
+	var wg sync.WaitGroup
+	if len(remote) > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.readRemote(ctx, keys, entries, remote, out) }()
+	}
+	c.readLocal(ctx, keys, entries, local, out)
+	wg.Wait()
 	return out, nil
+}
+
+// readLocal reads the records of keys[i] for i in idx (in extent order) into out[i], with up
+// to Config.ReadsInFlight reads in flight: each reader takes the next index, so the device
+// sees a queue of nearby reads rather than one pread at a time.
+func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fsm.Entry, idx []int, out []kvoffload.GetResult) {
+	readers := c.cfg.ReadsInFlight
+	if readers <= 0 {
+		readers = 32
+	}
+	readers = min(readers, len(idx))
+	var next atomic.Int64
+	read := func() {
+		for j := int(next.Add(1) - 1); j < len(idx); j = int(next.Add(1) - 1) {
+			i := idx[j]
+			if err := ctx.Err(); err != nil {
+				out[i].Status, out[i].Code, out[i].Reason = kvoffload.Unavailable, kvoffload.CodeCanceled, err.Error()
+				continue
+			}
+			out[i] = c.get(ctx, keys[i], entries[i])
+		}
+	}
+	var wg sync.WaitGroup
+	for range readers - 1 {
+		wg.Add(1)
+		go func() { defer wg.Done(); read() }()
+	}
+	if readers > 0 {
+		read() // the calling goroutine is one of the readers
+	}
+	wg.Wait()
 }
 
 // confirmMisses makes a miss linearizable: if keys[i] for i in misses were absent from local
