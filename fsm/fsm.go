@@ -24,9 +24,9 @@ type state struct {
 
 	// Derived from live (not encoded, rebuilt on restore), kept up to date
 	// by addLive and delLive so readers need not scan.
-	bytes   int64                 // sum of Size over live
-	owners  map[string]OwnerStats // Entry.Owner -> its live keys and bytes; no zero entries
-	extents map[chunkKey][]string // the extent index (extent.go)
+	bytes   int64                  // sum of Size over live
+	owners  map[string]OwnerStats  // Entry.Owner -> its live keys and bytes; no zero entries
+	extents map[chunkKey]chunkList // the extent index (extent.go)
 }
 
 func newState() *state {
@@ -36,7 +36,7 @@ func newState() *state {
 		txns:    make(map[TxnID]*Result),
 		members: make(map[string]Member),
 		owners:  make(map[string]OwnerStats),
-		extents: make(map[chunkKey][]string),
+		extents: make(map[chunkKey]chunkList),
 	}
 }
 

@@ -164,8 +164,21 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 	c.finish(p, ws)
 }
 
-// reserve allocates an extent for every write; the ones that fail are finished at once.
+// reserve allocates an extent for every write; the ones that fail are finished at once. The
+// whole batch is first reserved as one run (bucketstore.ReserveRun), so that writeData writes
+// it with one pwrite per run; when that fails (the quota, a run over a bucket) the writes are
+// reserved one by one, each evicting for room and failing on its own.
 func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
+	sizes := make([]int64, len(p.writes))
+	for i, w := range p.writes {
+		sizes[i] = bucketstore.RecordSize(len(w.key), len(w.value))
+	}
+	if exts, err := c.data.ReserveRun(sizes); err == nil {
+		for i, w := range p.writes {
+			w.ext = exts[i]
+		}
+		return p.writes
+	}
 	var ok, bad []*write
 	for _, w := range p.writes {
 		ext, err := c.reserveEvicting(ctx, bucketstore.RecordSize(len(w.key), len(w.value)))
@@ -207,11 +220,16 @@ func (c *Coordinator) logIntent(id fsm.TxnID, ws []*write) (uint64, error) {
 // that cannot be written fails only its own key (w.err; its siblings go on, docs/cases.md C6); a
 // failed fdatasync fails them all, since it cannot say which bytes it lost.
 func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
+	recs := make([]bucketstore.RecordWrite, len(ws))
+	for i, w := range ws {
+		recs[i] = bucketstore.RecordWrite{Ext: w.ext, Header: w.header(id), Payload: w.value}
+	}
 	var buckets []uint32
 	var written []*write
 	seen := map[uint32]bool{}
-	for _, w := range ws {
-		if err := c.data.WriteRecord(w.ext, w.header(id), w.value); err != nil {
+	for i, err := range c.data.WriteRecords(recs) {
+		w := ws[i]
+		if err != nil {
 			w.err = fmt.Errorf("write: %w", err)
 			continue
 		}

@@ -28,7 +28,11 @@ type IntentLog interface {
 // Buckets is the data seam (implemented by *bucketstore.Store).
 type Buckets interface {
 	Reserve(size int64) (bucketstore.Extent, error)
-	WriteRecord(ext bucketstore.Extent, h bucketstore.Header, payload []byte) error
+	// ReserveRun reserves back-to-back extents for sizes, all or none.
+	ReserveRun(sizes []int64) ([]bucketstore.Extent, error)
+	// WriteRecords writes records, one pwrite per run of neighbouring extents; one error per
+	// record.
+	WriteRecords(recs []bucketstore.RecordWrite) []error
 	Sync(buckets ...uint32) error
 	Read(ext bucketstore.Extent, want bucketstore.Header) ([]byte, error)
 	Free(ext bucketstore.Extent) error

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 )
 
 type benchFlags struct {
+	cpuProfile   string
 	dir          string
 	quick        bool
 	json         bool
@@ -49,6 +51,7 @@ takes under a minute.`,
 	}
 	fl.StringVar(&f.dir, "dir", def, "directory on the disk to measure (the bench works in a fresh subdirectory; default $TMPDIR, else the current directory)")
 	fl.BoolVar(&f.quick, "quick", false, "small sizes: under a minute, noisier figures")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")
 	fl.IntVar(&f.o.Rounds, "rounds", 3, "rounds of alternating limit and store runs (medians over them)")
 	fl.Uint64Var(&f.o.Seed, "seed", 1, "seed of random offsets, read orders and payloads")
@@ -89,6 +92,17 @@ func human(n int64) string {
 func runBench(ctx context.Context, fl *pflag.FlagSet, f benchFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	o := bench.Full(f.dir)
 	if f.quick {
 		o = bench.Quick(f.dir)
