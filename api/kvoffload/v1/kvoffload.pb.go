@@ -1664,6 +1664,344 @@ func (x *ReadIndexResponse) GetReadIndex() uint64 {
 	return 0
 }
 
+// RegionRef names a registered region: both fields as the registration answered them.
+type RegionRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`       // 16 bytes
+	Token         []byte                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"` // 16 bytes, secret: only the registering client has it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionRef) Reset() {
+	*x = RegionRef{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionRef) ProtoMessage() {}
+
+func (x *RegionRef) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionRef.ProtoReflect.Descriptor instead.
+func (*RegionRef) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RegionRef) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *RegionRef) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// Desc is a byte range of a region: [offset, offset+length).
+type Desc struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Desc) Reset() {
+	*x = Desc{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Desc) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Desc) ProtoMessage() {}
+
+func (x *Desc) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Desc.ProtoReflect.Descriptor instead.
+func (*Desc) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Desc) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Desc) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Desc) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type LocalOffloadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TxnId         []byte                 `protobuf:"bytes,1,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"` // 16 bytes
+	Region        *RegionRef             `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Objects       []*Desc                `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalOffloadRequest) Reset() {
+	*x = LocalOffloadRequest{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalOffloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalOffloadRequest) ProtoMessage() {}
+
+func (x *LocalOffloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalOffloadRequest.ProtoReflect.Descriptor instead.
+func (*LocalOffloadRequest) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LocalOffloadRequest) GetTxnId() []byte {
+	if x != nil {
+		return x.TxnId
+	}
+	return nil
+}
+
+func (x *LocalOffloadRequest) GetRegion() *RegionRef {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *LocalOffloadRequest) GetObjects() []*Desc {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+type LocalGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        *RegionRef             `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	Keys          []*Desc                `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"` // length: the room at offset for the value
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalGetRequest) Reset() {
+	*x = LocalGetRequest{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalGetRequest) ProtoMessage() {}
+
+func (x *LocalGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalGetRequest.ProtoReflect.Descriptor instead.
+func (*LocalGetRequest) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *LocalGetRequest) GetRegion() *RegionRef {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *LocalGetRequest) GetKeys() []*Desc {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type LocalGetResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        GetStatus              `protobuf:"varint,1,opt,name=status,proto3,enum=kvoffload.v1.GetStatus" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // the value's size when Found (and with CODE_SHORT_BUFFER)
+	Code          Code                   `protobuf:"varint,4,opt,name=code,proto3,enum=kvoffload.v1.Code" json:"code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalGetResult) Reset() {
+	*x = LocalGetResult{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalGetResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalGetResult) ProtoMessage() {}
+
+func (x *LocalGetResult) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalGetResult.ProtoReflect.Descriptor instead.
+func (*LocalGetResult) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *LocalGetResult) GetStatus() GetStatus {
+	if x != nil {
+		return x.Status
+	}
+	return GetStatus_GET_STATUS_UNSPECIFIED
+}
+
+func (x *LocalGetResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LocalGetResult) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *LocalGetResult) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_NONE
+}
+
+type LocalGetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*LocalGetResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalGetResponse) Reset() {
+	*x = LocalGetResponse{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalGetResponse) ProtoMessage() {}
+
+func (x *LocalGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalGetResponse.ProtoReflect.Descriptor instead.
+func (*LocalGetResponse) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LocalGetResponse) GetResults() []*LocalGetResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_kvoffload_v1_kvoffload_proto protoreflect.FileDescriptor
 
 const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
@@ -1764,7 +2102,28 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"2\n" +
 	"\x11ReadIndexResponse\x12\x1d\n" +
 	"\n" +
-	"read_index\x18\x01 \x01(\x04R\treadIndex*\x92\x01\n" +
+	"read_index\x18\x01 \x01(\x04R\treadIndex\"1\n" +
+	"\tRegionRef\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\fR\x05token\"H\n" +
+	"\x04Desc\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\"\x8b\x01\n" +
+	"\x13LocalOffloadRequest\x12\x15\n" +
+	"\x06txn_id\x18\x01 \x01(\fR\x05txnId\x12/\n" +
+	"\x06region\x18\x02 \x01(\v2\x17.kvoffload.v1.RegionRefR\x06region\x12,\n" +
+	"\aobjects\x18\x03 \x03(\v2\x12.kvoffload.v1.DescR\aobjects\"j\n" +
+	"\x0fLocalGetRequest\x12/\n" +
+	"\x06region\x18\x01 \x01(\v2\x17.kvoffload.v1.RegionRefR\x06region\x12&\n" +
+	"\x04keys\x18\x02 \x03(\v2\x12.kvoffload.v1.DescR\x04keys\"\x95\x01\n" +
+	"\x0eLocalGetResult\x12/\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x17.kvoffload.v1.GetStatusR\x06status\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12&\n" +
+	"\x04code\x18\x04 \x01(\x0e2\x12.kvoffload.v1.CodeR\x04code\"J\n" +
+	"\x10LocalGetResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.kvoffload.v1.LocalGetResultR\aresults*\x92\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eOUTCOME_STORED\x10\x01\x12\x1a\n" +
@@ -1821,7 +2180,10 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\aPropose\x12\x1c.kvoffload.v1.ProposeRequest\x1a\x1d.kvoffload.v1.ProposeResponse\x12F\n" +
 	"\aBarrier\x12\x1c.kvoffload.v1.BarrierRequest\x1a\x1d.kvoffload.v1.BarrierResponse\x12L\n" +
 	"\tReadIndex\x12\x1e.kvoffload.v1.ReadIndexRequest\x1a\x1f.kvoffload.v1.ReadIndexResponse\x12?\n" +
-	"\tReadLocal\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x01B=Z;github.com/kvoffload/kvoffload/api/kvoffload/v1;kvoffloadv1b\x06proto3"
+	"\tReadLocal\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x012\xa3\x01\n" +
+	"\x0eLocalKVOffload\x12K\n" +
+	"\aOffload\x12!.kvoffload.v1.LocalOffloadRequest\x1a\x1d.kvoffload.v1.OffloadResponse\x12D\n" +
+	"\x03Get\x12\x1d.kvoffload.v1.LocalGetRequest\x1a\x1e.kvoffload.v1.LocalGetResponseB=Z;github.com/kvoffload/kvoffload/api/kvoffload/v1;kvoffloadv1b\x06proto3"
 
 var (
 	file_kvoffload_v1_kvoffload_proto_rawDescOnce sync.Once
@@ -1836,37 +2198,43 @@ func file_kvoffload_v1_kvoffload_proto_rawDescGZIP() []byte {
 }
 
 var file_kvoffload_v1_kvoffload_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_kvoffload_v1_kvoffload_proto_goTypes = []any{
-	(Outcome)(0),              // 0: kvoffload.v1.Outcome
-	(Code)(0),                 // 1: kvoffload.v1.Code
-	(GetStatus)(0),            // 2: kvoffload.v1.GetStatus
-	(Presence)(0),             // 3: kvoffload.v1.Presence
-	(*OffloadChunk)(nil),      // 4: kvoffload.v1.OffloadChunk
-	(*KeyResult)(nil),         // 5: kvoffload.v1.KeyResult
-	(*OffloadResponse)(nil),   // 6: kvoffload.v1.OffloadResponse
-	(*GetRequest)(nil),        // 7: kvoffload.v1.GetRequest
-	(*GetChunk)(nil),          // 8: kvoffload.v1.GetChunk
-	(*ExistsRequest)(nil),     // 9: kvoffload.v1.ExistsRequest
-	(*ExistsResponse)(nil),    // 10: kvoffload.v1.ExistsResponse
-	(*RemoveRequest)(nil),     // 11: kvoffload.v1.RemoveRequest
-	(*RemoveResponse)(nil),    // 12: kvoffload.v1.RemoveResponse
-	(*StatsRequest)(nil),      // 13: kvoffload.v1.StatsRequest
-	(*StatsResponse)(nil),     // 14: kvoffload.v1.StatsResponse
-	(*JoinRequest)(nil),       // 15: kvoffload.v1.JoinRequest
-	(*JoinResponse)(nil),      // 16: kvoffload.v1.JoinResponse
-	(*LeaveRequest)(nil),      // 17: kvoffload.v1.LeaveRequest
-	(*LeaveResponse)(nil),     // 18: kvoffload.v1.LeaveResponse
-	(*StatusRequest)(nil),     // 19: kvoffload.v1.StatusRequest
-	(*Member)(nil),            // 20: kvoffload.v1.Member
-	(*StatusResponse)(nil),    // 21: kvoffload.v1.StatusResponse
-	(*ProposeRequest)(nil),    // 22: kvoffload.v1.ProposeRequest
-	(*ProposeResponse)(nil),   // 23: kvoffload.v1.ProposeResponse
-	(*BarrierRequest)(nil),    // 24: kvoffload.v1.BarrierRequest
-	(*BarrierResponse)(nil),   // 25: kvoffload.v1.BarrierResponse
-	(*ReadIndexRequest)(nil),  // 26: kvoffload.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil), // 27: kvoffload.v1.ReadIndexResponse
-	nil,                       // 28: kvoffload.v1.StatsResponse.CountersEntry
+	(Outcome)(0),                // 0: kvoffload.v1.Outcome
+	(Code)(0),                   // 1: kvoffload.v1.Code
+	(GetStatus)(0),              // 2: kvoffload.v1.GetStatus
+	(Presence)(0),               // 3: kvoffload.v1.Presence
+	(*OffloadChunk)(nil),        // 4: kvoffload.v1.OffloadChunk
+	(*KeyResult)(nil),           // 5: kvoffload.v1.KeyResult
+	(*OffloadResponse)(nil),     // 6: kvoffload.v1.OffloadResponse
+	(*GetRequest)(nil),          // 7: kvoffload.v1.GetRequest
+	(*GetChunk)(nil),            // 8: kvoffload.v1.GetChunk
+	(*ExistsRequest)(nil),       // 9: kvoffload.v1.ExistsRequest
+	(*ExistsResponse)(nil),      // 10: kvoffload.v1.ExistsResponse
+	(*RemoveRequest)(nil),       // 11: kvoffload.v1.RemoveRequest
+	(*RemoveResponse)(nil),      // 12: kvoffload.v1.RemoveResponse
+	(*StatsRequest)(nil),        // 13: kvoffload.v1.StatsRequest
+	(*StatsResponse)(nil),       // 14: kvoffload.v1.StatsResponse
+	(*JoinRequest)(nil),         // 15: kvoffload.v1.JoinRequest
+	(*JoinResponse)(nil),        // 16: kvoffload.v1.JoinResponse
+	(*LeaveRequest)(nil),        // 17: kvoffload.v1.LeaveRequest
+	(*LeaveResponse)(nil),       // 18: kvoffload.v1.LeaveResponse
+	(*StatusRequest)(nil),       // 19: kvoffload.v1.StatusRequest
+	(*Member)(nil),              // 20: kvoffload.v1.Member
+	(*StatusResponse)(nil),      // 21: kvoffload.v1.StatusResponse
+	(*ProposeRequest)(nil),      // 22: kvoffload.v1.ProposeRequest
+	(*ProposeResponse)(nil),     // 23: kvoffload.v1.ProposeResponse
+	(*BarrierRequest)(nil),      // 24: kvoffload.v1.BarrierRequest
+	(*BarrierResponse)(nil),     // 25: kvoffload.v1.BarrierResponse
+	(*ReadIndexRequest)(nil),    // 26: kvoffload.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),   // 27: kvoffload.v1.ReadIndexResponse
+	(*RegionRef)(nil),           // 28: kvoffload.v1.RegionRef
+	(*Desc)(nil),                // 29: kvoffload.v1.Desc
+	(*LocalOffloadRequest)(nil), // 30: kvoffload.v1.LocalOffloadRequest
+	(*LocalGetRequest)(nil),     // 31: kvoffload.v1.LocalGetRequest
+	(*LocalGetResult)(nil),      // 32: kvoffload.v1.LocalGetResult
+	(*LocalGetResponse)(nil),    // 33: kvoffload.v1.LocalGetResponse
+	nil,                         // 34: kvoffload.v1.StatsResponse.CountersEntry
 }
 var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
 	0,  // 0: kvoffload.v1.KeyResult.outcome:type_name -> kvoffload.v1.Outcome
@@ -1875,39 +2243,50 @@ var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
 	2,  // 3: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
 	1,  // 4: kvoffload.v1.GetChunk.code:type_name -> kvoffload.v1.Code
 	3,  // 5: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
-	28, // 6: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
+	34, // 6: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
 	20, // 7: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
-	4,  // 8: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
-	7,  // 9: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
-	9,  // 10: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
-	11, // 11: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
-	13, // 12: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
-	19, // 13: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
-	15, // 14: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
-	17, // 15: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
-	19, // 16: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
-	22, // 17: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
-	24, // 18: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
-	26, // 19: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
-	7,  // 20: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
-	6,  // 21: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
-	8,  // 22: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
-	10, // 23: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
-	12, // 24: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
-	14, // 25: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
-	21, // 26: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
-	16, // 27: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
-	18, // 28: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
-	21, // 29: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
-	23, // 30: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
-	25, // 31: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
-	27, // 32: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
-	8,  // 33: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
-	21, // [21:34] is the sub-list for method output_type
-	8,  // [8:21] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	28, // 8: kvoffload.v1.LocalOffloadRequest.region:type_name -> kvoffload.v1.RegionRef
+	29, // 9: kvoffload.v1.LocalOffloadRequest.objects:type_name -> kvoffload.v1.Desc
+	28, // 10: kvoffload.v1.LocalGetRequest.region:type_name -> kvoffload.v1.RegionRef
+	29, // 11: kvoffload.v1.LocalGetRequest.keys:type_name -> kvoffload.v1.Desc
+	2,  // 12: kvoffload.v1.LocalGetResult.status:type_name -> kvoffload.v1.GetStatus
+	1,  // 13: kvoffload.v1.LocalGetResult.code:type_name -> kvoffload.v1.Code
+	32, // 14: kvoffload.v1.LocalGetResponse.results:type_name -> kvoffload.v1.LocalGetResult
+	4,  // 15: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
+	7,  // 16: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
+	9,  // 17: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
+	11, // 18: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
+	13, // 19: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
+	19, // 20: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
+	15, // 21: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
+	17, // 22: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
+	19, // 23: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
+	22, // 24: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
+	24, // 25: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
+	26, // 26: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
+	7,  // 27: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
+	30, // 28: kvoffload.v1.LocalKVOffload.Offload:input_type -> kvoffload.v1.LocalOffloadRequest
+	31, // 29: kvoffload.v1.LocalKVOffload.Get:input_type -> kvoffload.v1.LocalGetRequest
+	6,  // 30: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
+	8,  // 31: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
+	10, // 32: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
+	12, // 33: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
+	14, // 34: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
+	21, // 35: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
+	16, // 36: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
+	18, // 37: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
+	21, // 38: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
+	23, // 39: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
+	25, // 40: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
+	27, // 41: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
+	8,  // 42: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
+	6,  // 43: kvoffload.v1.LocalKVOffload.Offload:output_type -> kvoffload.v1.OffloadResponse
+	33, // 44: kvoffload.v1.LocalKVOffload.Get:output_type -> kvoffload.v1.LocalGetResponse
+	30, // [30:45] is the sub-list for method output_type
+	15, // [15:30] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kvoffload_v1_kvoffload_proto_init() }
@@ -1921,9 +2300,9 @@ func file_kvoffload_v1_kvoffload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvoffload_v1_kvoffload_proto_rawDesc), len(file_kvoffload_v1_kvoffload_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   31,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_kvoffload_v1_kvoffload_proto_goTypes,
 		DependencyIndexes: file_kvoffload_v1_kvoffload_proto_depIdxs,

@@ -697,3 +697,171 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "kvoffload/v1/kvoffload.proto",
 }
+
+const (
+	LocalKVOffload_Offload_FullMethodName = "/kvoffload.v1.LocalKVOffload/Offload"
+	LocalKVOffload_Get_FullMethodName     = "/kvoffload.v1.LocalKVOffload/Get"
+)
+
+// LocalKVOffloadClient is the client API for LocalKVOffload service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+// on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+// registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+// connection, docs/design.md "The local path"); the node answers a region ID and a secret
+// token, and the calls below name the region by both. Bytes never travel in messages: a
+// descriptor names a key and a byte range of the region.
+type LocalKVOffloadClient interface {
+	// Offload stores the described ranges as one transaction. The node copies each range out
+	// of the region into its own buffer before anything else, and checksums that copy. A
+	// range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+	// same txn_id returns the original results.
+	Offload(ctx context.Context, in *LocalOffloadRequest, opts ...grpc.CallOption) (*OffloadResponse, error)
+	// Get reads and verifies each key, then copies its value into the region at the
+	// descriptor's offset; a value longer than the descriptor's length is CODE_SHORT_BUFFER
+	// with its size.
+	Get(ctx context.Context, in *LocalGetRequest, opts ...grpc.CallOption) (*LocalGetResponse, error)
+}
+
+type localKVOffloadClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewLocalKVOffloadClient(cc grpc.ClientConnInterface) LocalKVOffloadClient {
+	return &localKVOffloadClient{cc}
+}
+
+func (c *localKVOffloadClient) Offload(ctx context.Context, in *LocalOffloadRequest, opts ...grpc.CallOption) (*OffloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OffloadResponse)
+	err := c.cc.Invoke(ctx, LocalKVOffload_Offload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *localKVOffloadClient) Get(ctx context.Context, in *LocalGetRequest, opts ...grpc.CallOption) (*LocalGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LocalGetResponse)
+	err := c.cc.Invoke(ctx, LocalKVOffload_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LocalKVOffloadServer is the server API for LocalKVOffload service.
+// All implementations must embed UnimplementedLocalKVOffloadServer
+// for forward compatibility.
+//
+// LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+// on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+// registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+// connection, docs/design.md "The local path"); the node answers a region ID and a secret
+// token, and the calls below name the region by both. Bytes never travel in messages: a
+// descriptor names a key and a byte range of the region.
+type LocalKVOffloadServer interface {
+	// Offload stores the described ranges as one transaction. The node copies each range out
+	// of the region into its own buffer before anything else, and checksums that copy. A
+	// range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+	// same txn_id returns the original results.
+	Offload(context.Context, *LocalOffloadRequest) (*OffloadResponse, error)
+	// Get reads and verifies each key, then copies its value into the region at the
+	// descriptor's offset; a value longer than the descriptor's length is CODE_SHORT_BUFFER
+	// with its size.
+	Get(context.Context, *LocalGetRequest) (*LocalGetResponse, error)
+	mustEmbedUnimplementedLocalKVOffloadServer()
+}
+
+// UnimplementedLocalKVOffloadServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedLocalKVOffloadServer struct{}
+
+func (UnimplementedLocalKVOffloadServer) Offload(context.Context, *LocalOffloadRequest) (*OffloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Offload not implemented")
+}
+func (UnimplementedLocalKVOffloadServer) Get(context.Context, *LocalGetRequest) (*LocalGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedLocalKVOffloadServer) mustEmbedUnimplementedLocalKVOffloadServer() {}
+func (UnimplementedLocalKVOffloadServer) testEmbeddedByValue()                        {}
+
+// UnsafeLocalKVOffloadServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to LocalKVOffloadServer will
+// result in compilation errors.
+type UnsafeLocalKVOffloadServer interface {
+	mustEmbedUnimplementedLocalKVOffloadServer()
+}
+
+func RegisterLocalKVOffloadServer(s grpc.ServiceRegistrar, srv LocalKVOffloadServer) {
+	// If the following call panics, it indicates UnimplementedLocalKVOffloadServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&LocalKVOffload_ServiceDesc, srv)
+}
+
+func _LocalKVOffload_Offload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocalOffloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocalKVOffloadServer).Offload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LocalKVOffload_Offload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocalKVOffloadServer).Offload(ctx, req.(*LocalOffloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LocalKVOffload_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocalGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocalKVOffloadServer).Get(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LocalKVOffload_Get_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocalKVOffloadServer).Get(ctx, req.(*LocalGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// LocalKVOffload_ServiceDesc is the grpc.ServiceDesc for LocalKVOffload service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var LocalKVOffload_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "kvoffload.v1.LocalKVOffload",
+	HandlerType: (*LocalKVOffloadServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Offload",
+			Handler:    _LocalKVOffload_Offload_Handler,
+		},
+		{
+			MethodName: "Get",
+			Handler:    _LocalKVOffload_Get_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "kvoffload/v1/kvoffload.proto",
+}

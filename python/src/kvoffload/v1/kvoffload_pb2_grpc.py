@@ -511,3 +511,122 @@ class Cluster(object):
             kvoffload_dot_v1_dot_kvoffload__pb2.GetChunk.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+
+class LocalKVOffloadStub(object):
+    """LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+    on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+    registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+    connection, docs/design.md "The local path"); the node answers a region ID and a secret
+    token, and the calls below name the region by both. Bytes never travel in messages: a
+    descriptor names a key and a byte range of the region.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Offload = channel.unary_unary(
+                '/kvoffload.v1.LocalKVOffload/Offload',
+                request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalOffloadRequest.SerializeToString,
+                response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
+                )
+        self.Get = channel.unary_unary(
+                '/kvoffload.v1.LocalKVOffload/Get',
+                request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetRequest.SerializeToString,
+                response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetResponse.FromString,
+                )
+
+
+class LocalKVOffloadServicer(object):
+    """LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+    on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+    registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+    connection, docs/design.md "The local path"); the node answers a region ID and a secret
+    token, and the calls below name the region by both. Bytes never travel in messages: a
+    descriptor names a key and a byte range of the region.
+    """
+
+    def Offload(self, request, context):
+        """Offload stores the described ranges as one transaction. The node copies each range out
+        of the region into its own buffer before anything else, and checksums that copy. A
+        range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+        same txn_id returns the original results.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Get reads and verifies each key, then copies its value into the region at the
+        descriptor's offset; a value longer than the descriptor's length is CODE_SHORT_BUFFER
+        with its size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_LocalKVOffloadServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Offload': grpc.unary_unary_rpc_method_handler(
+                    servicer.Offload,
+                    request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalOffloadRequest.FromString,
+                    response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetRequest.FromString,
+                    response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'kvoffload.v1.LocalKVOffload', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+
+
+ # This class is part of an EXPERIMENTAL API.
+class LocalKVOffload(object):
+    """LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+    on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+    registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+    connection, docs/design.md "The local path"); the node answers a region ID and a secret
+    token, and the calls below name the region by both. Bytes never travel in messages: a
+    descriptor names a key and a byte range of the region.
+    """
+
+    @staticmethod
+    def Offload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvoffload.v1.LocalKVOffload/Offload',
+            kvoffload_dot_v1_dot_kvoffload__pb2.LocalOffloadRequest.SerializeToString,
+            kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvoffload.v1.LocalKVOffload/Get',
+            kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetRequest.SerializeToString,
+            kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
