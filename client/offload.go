@@ -71,6 +71,16 @@ func (c *Client) batchOffload(ctx context.Context, id kvoffload.TxnID, objs []kv
 
 // offloadOnce streams the batch to the attempt's member once.
 func (c *Client) offloadOnce(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
+	for _, o := range objs {
+		if n := int64(len(o.Value)); n > c.valueHint.Load() {
+			c.valueHint.Store(n) // racy max: a hint only
+		}
+	}
+	if a.m.local != nil {
+		if res, err, ok := c.offloadLocal(ctx, a, id, objs); ok {
+			return res, err
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // tears the stream down on every early return
 	st, err := a.m.kv.BatchOffload(ctx)
