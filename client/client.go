@@ -53,8 +53,10 @@ type member struct {
 	// heard is when the member last showed it is alive (a message received or a probe
 	// answered), in nanoseconds since Client.epoch.
 	heard   atomic.Int64
-	probing atomic.Bool  // a liveness probe is in flight
-	local   *localMember // a "unix://PATH" address: the shared-memory path (local.go)
+	probing atomic.Bool // a liveness probe is in flight
+	// noPrecheck: the member answered Precheck Unimplemented (it predates it).
+	noPrecheck atomic.Bool
+	local      *localMember // a "unix://PATH" address: the shared-memory path (local.go)
 }
 
 // recordingDialer dials TCP and keeps the last error in last.

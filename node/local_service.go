@@ -122,6 +122,9 @@ func (s localService) Offload(ctx context.Context, req *pb.LocalOffloadRequest) 
 		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, total, err))
 	}
 	objs, err := copyOut(r, req.Objects, pos, total)
+	if err == nil {
+		s.n.payloadIn.Add(total)
+	}
 	if err != nil {
 		for _, i := range pos {
 			out[i] = kvoffload.KeyResult{Key: req.Objects[i].Key, Outcome: kvoffload.Failed, Code: kvoffload.CodeCanceled, Reason: err.Error()}

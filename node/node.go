@@ -72,10 +72,13 @@ type Node struct {
 	localServer   *grpc.Server
 	localListener *muxListener
 	regions       *regions
-	ready         chan struct{} // closed when recovery has finished
-	closing       chan struct{}
-	repair        wal.RepairReport
-	recovery      txn.RecoveryReport
+	// payloadIn counts the payload bytes offloads brought to this node over the API (gRPC
+	// chunks, or copies out of local regions): Stats counter "payload_bytes_received".
+	payloadIn atomic.Uint64
+	ready     chan struct{} // closed when recovery has finished
+	closing   chan struct{}
+	repair    wal.RepairReport
+	recovery  txn.RecoveryReport
 }
 
 // Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs

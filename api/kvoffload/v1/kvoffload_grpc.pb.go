@@ -31,6 +31,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	KVOffload_BatchOffload_FullMethodName = "/kvoffload.v1.KVOffload/BatchOffload"
+	KVOffload_Precheck_FullMethodName     = "/kvoffload.v1.KVOffload/Precheck"
 	KVOffload_BatchGet_FullMethodName     = "/kvoffload.v1.KVOffload/BatchGet"
 	KVOffload_BatchExists_FullMethodName  = "/kvoffload.v1.KVOffload/BatchExists"
 	KVOffload_Remove_FullMethodName       = "/kvoffload.v1.KVOffload/Remove"
@@ -47,6 +48,12 @@ type KVOffloadClient interface {
 	// continues with data-only chunks until size bytes were sent. One result per object, in
 	// order. A retry with the same txn_id returns the original results.
 	BatchOffload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[OffloadChunk, OffloadResponse], error)
+	// Precheck asks, before a BatchOffload uploads its payloads, which keys the node does not
+	// need: those committed with the same size and checksum (answered after the node's read
+	// index, so a follower does not answer from stale metadata). The client then uploads only
+	// the other keys and reports these AlreadyStored. Keys in flight are reported needed (the
+	// offload joins them as usual).
+	Precheck(ctx context.Context, in *PrecheckRequest, opts ...grpc.CallOption) (*PrecheckResponse, error)
 	// BatchGet streams the keys' values back, verified, in GetChunk messages (one or more per
 	// key, in request order).
 	BatchGet(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetChunk], error)
@@ -81,6 +88,16 @@ func (c *kVOffloadClient) BatchOffload(ctx context.Context, opts ...grpc.CallOpt
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KVOffload_BatchOffloadClient = grpc.ClientStreamingClient[OffloadChunk, OffloadResponse]
+
+func (c *kVOffloadClient) Precheck(ctx context.Context, in *PrecheckRequest, opts ...grpc.CallOption) (*PrecheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrecheckResponse)
+	err := c.cc.Invoke(ctx, KVOffload_Precheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *kVOffloadClient) BatchGet(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -150,6 +167,12 @@ type KVOffloadServer interface {
 	// continues with data-only chunks until size bytes were sent. One result per object, in
 	// order. A retry with the same txn_id returns the original results.
 	BatchOffload(grpc.ClientStreamingServer[OffloadChunk, OffloadResponse]) error
+	// Precheck asks, before a BatchOffload uploads its payloads, which keys the node does not
+	// need: those committed with the same size and checksum (answered after the node's read
+	// index, so a follower does not answer from stale metadata). The client then uploads only
+	// the other keys and reports these AlreadyStored. Keys in flight are reported needed (the
+	// offload joins them as usual).
+	Precheck(context.Context, *PrecheckRequest) (*PrecheckResponse, error)
 	// BatchGet streams the keys' values back, verified, in GetChunk messages (one or more per
 	// key, in request order).
 	BatchGet(*GetRequest, grpc.ServerStreamingServer[GetChunk]) error
@@ -174,6 +197,9 @@ type UnimplementedKVOffloadServer struct{}
 
 func (UnimplementedKVOffloadServer) BatchOffload(grpc.ClientStreamingServer[OffloadChunk, OffloadResponse]) error {
 	return status.Error(codes.Unimplemented, "method BatchOffload not implemented")
+}
+func (UnimplementedKVOffloadServer) Precheck(context.Context, *PrecheckRequest) (*PrecheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Precheck not implemented")
 }
 func (UnimplementedKVOffloadServer) BatchGet(*GetRequest, grpc.ServerStreamingServer[GetChunk]) error {
 	return status.Error(codes.Unimplemented, "method BatchGet not implemented")
@@ -217,6 +243,24 @@ func _KVOffload_BatchOffload_Handler(srv interface{}, stream grpc.ServerStream) 
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KVOffload_BatchOffloadServer = grpc.ClientStreamingServer[OffloadChunk, OffloadResponse]
+
+func _KVOffload_Precheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrecheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVOffloadServer).Precheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KVOffload_Precheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVOffloadServer).Precheck(ctx, req.(*PrecheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _KVOffload_BatchGet_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(GetRequest)
@@ -308,6 +352,10 @@ var KVOffload_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "kvoffload.v1.KVOffload",
 	HandlerType: (*KVOffloadServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Precheck",
+			Handler:    _KVOffload_Precheck_Handler,
+		},
 		{
 			MethodName: "BatchExists",
 			Handler:    _KVOffload_BatchExists_Handler,

@@ -19,6 +19,11 @@ class KVOffloadStub(object):
                 request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadChunk.SerializeToString,
                 response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
                 )
+        self.Precheck = channel.unary_unary(
+                '/kvoffload.v1.KVOffload/Precheck',
+                request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckRequest.SerializeToString,
+                response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckResponse.FromString,
+                )
         self.BatchGet = channel.unary_stream(
                 '/kvoffload.v1.KVOffload/BatchGet',
                 request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.GetRequest.SerializeToString,
@@ -54,6 +59,17 @@ class KVOffloadServicer(object):
         the first carries txn_id; each object starts with a chunk that has key and size set and
         continues with data-only chunks until size bytes were sent. One result per object, in
         order. A retry with the same txn_id returns the original results.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Precheck(self, request, context):
+        """Precheck asks, before a BatchOffload uploads its payloads, which keys the node does not
+        need: those committed with the same size and checksum (answered after the node's read
+        index, so a follower does not answer from stale metadata). The client then uploads only
+        the other keys and reports these AlreadyStored. Keys in flight are reported needed (the
+        offload joins them as usual).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,6 +120,11 @@ def add_KVOffloadServicer_to_server(servicer, server):
                     request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadChunk.FromString,
                     response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.SerializeToString,
             ),
+            'Precheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.Precheck,
+                    request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckRequest.FromString,
+                    response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckResponse.SerializeToString,
+            ),
             'BatchGet': grpc.unary_stream_rpc_method_handler(
                     servicer.BatchGet,
                     request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.GetRequest.FromString,
@@ -153,6 +174,23 @@ class KVOffload(object):
         return grpc.experimental.stream_unary(request_iterator, target, '/kvoffload.v1.KVOffload/BatchOffload',
             kvoffload_dot_v1_dot_kvoffload__pb2.OffloadChunk.SerializeToString,
             kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Precheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvoffload.v1.KVOffload/Precheck',
+            kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckRequest.SerializeToString,
+            kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
