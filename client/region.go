@@ -178,9 +178,10 @@ func (g *registrar) close() {
 
 // staging is a member's pool of regions that the kvoffload.Store calls copy through.
 type staging struct {
-	reg  *registrar
-	mu   sync.Mutex
-	free []*Region
+	reg    *registrar
+	mu     sync.Mutex
+	free   []*Region
+	closed bool // the client closed: regions coming back are closed, not pooled
 }
 
 // stagingQuantum rounds staging regions up, so that batches of similar sizes share them.
@@ -207,11 +208,12 @@ func (s *staging) get(size int) (*Region, error) {
 
 // put returns r to the pool; a region the node no longer knows is closed instead.
 func (s *staging) put(r *Region, lost bool) {
-	if lost {
+	s.mu.Lock()
+	if lost || s.closed {
+		s.mu.Unlock()
 		_ = r.Close()
 		return
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.free = append(s.free, r)
 }
@@ -219,7 +221,7 @@ func (s *staging) put(r *Region, lost bool) {
 func (s *staging) close() {
 	s.mu.Lock()
 	free := s.free
-	s.free = nil
+	s.free, s.closed = nil, true
 	s.mu.Unlock()
 	for _, r := range free {
 		_ = unix.Munmap(r.mem)

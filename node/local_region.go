@@ -94,7 +94,8 @@ type regions struct {
 	mu     sync.Mutex
 	byID   map[[16]byte]*region
 	conns  map[*regConn]struct{}
-	mapped int64
+	count  int   // regions registered or being mapped (the MaxRegions check)
+	mapped int64 // bytes of those
 	closed bool
 }
 
@@ -124,7 +125,7 @@ func (t *regions) register(conn *regConn, fd int, size int64) (*region, error) {
 	case len(conn.regions) >= lim.MaxRegionsPerConn:
 		t.mu.Unlock()
 		return nil, fmt.Errorf("this connection already holds %d regions, the node's MaxRegionsPerConn", lim.MaxRegionsPerConn)
-	case len(t.byID) >= lim.MaxRegions:
+	case t.count >= lim.MaxRegions:
 		t.mu.Unlock()
 		return nil, fmt.Errorf("the node already holds %d regions, its MaxRegions", lim.MaxRegions)
 	case t.mapped+size > lim.MaxMappedBytes:
@@ -132,11 +133,13 @@ func (t *regions) register(conn *regConn, fd int, size int64) (*region, error) {
 		return nil, fmt.Errorf("mapping %d more bytes would take the node over its MaxMappedBytes %d (%d mapped)", size, lim.MaxMappedBytes, t.mapped)
 	}
 	t.mapped += size // reserved before mapping, so concurrent registrations cannot overshoot
+	t.count++
 	t.mu.Unlock()
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		t.mu.Lock()
 		t.mapped -= size
+		t.count--
 		t.mu.Unlock()
 		return nil, fmt.Errorf("mmap of %d bytes: %w", size, err)
 	}
@@ -231,6 +234,7 @@ func (t *regions) drop(r *region) {
 	r.close()
 	t.mu.Lock()
 	t.mapped -= r.size
+	t.count--
 	t.mu.Unlock()
 }
 
