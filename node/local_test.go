@@ -291,3 +291,28 @@ func TestLocalLimits(t *testing.T) {
 		t.Fatalf("%v %+v", err, res)
 	}
 }
+
+// TestLocalTokens: with API tokens configured, the local socket requires them too.
+func TestLocalTokens(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Local.Socket = localSocketPath(t)
+	cfg.Security.APITokens = []string{"s3cret"}
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{{"s3cret", true}, {"wrong", false}} {
+		c, err := client.DialOptions(ctx, client.Options{Token: tc.token, InsecureToken: true}, "unix://"+n.LocalSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: keyOf("tok", 0), Value: []byte("v")}})
+		if tc.ok && (err != nil || !res[0].Outcome.OK()) || !tc.ok && !errors.Is(err, kvoffload.ErrDenied) {
+			t.Errorf("token %q: %v %+v", tc.token, err, res)
+		}
+		_ = c.Close()
+	}
+}
