@@ -161,7 +161,11 @@ func TestLocalKill(t *testing.T) {
 		}
 		defer r.Close()
 	}
-	t.Logf("%d acknowledged keys read back whole", len(keys))
+	perClient := map[string]int{}
+	for _, k := range keys {
+		perClient[strings.SplitN(strings.TrimPrefix(k, "m@pcp0@dcp0@local:"), "-", 2)[0]]++
+	}
+	t.Logf("%d acknowledged keys read back whole (per client process: %v)", len(keys), perClient)
 }
 
 func readAcked(t *testing.T, path string) []string {
