@@ -71,7 +71,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]byte) ([]
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		if a.m.local != nil {
-			if res, err, ok := c.getLocal(ctx, a, keys, bufs); ok {
+			if res, ok, err := c.getLocal(ctx, a, keys, bufs); ok {
 				if err == nil {
 					out = res
 				}

@@ -63,18 +63,18 @@ func regionRef(r *Region) *kvoffloadv1.RegionRef {
 
 // offloadLocal is one BatchOffload attempt through a staging region; ok is false when no
 // region could be had (then the caller streams).
-func (c *Client) offloadLocal(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) (res []kvoffload.KeyResult, err error, ok bool) {
+func (c *Client) offloadLocal(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) (res []kvoffload.KeyResult, ok bool, err error) {
 	total := 0
 	for _, o := range objs {
 		total += len(o.Value)
 	}
 	if total > maxStagingBytes {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	r, err := a.m.local.staging.get(total)
 	if err != nil {
 		c.lg.Debug("no staging region; streaming", "addr", a.m.addr, "err", err)
-		return nil, nil, false
+		return nil, false, nil
 	}
 	descs := make([]*kvoffloadv1.Desc, len(objs))
 	off := 0
@@ -88,17 +88,17 @@ func (c *Client) offloadLocal(ctx context.Context, a *attempt, id kvoffload.TxnI
 	// node waits for that copy) rather than reused, so a retry never stores other bytes.
 	a.m.local.staging.put(r, err != nil)
 	if err != nil {
-		return nil, retryLost(err), true
+		return nil, true, retryLost(err)
 	}
 	a.received()
 	res, err = keyResults(resp, objs)
-	return res, err, true
+	return res, true, err
 }
 
 // getLocal is one BatchGet attempt through a staging region; ok is false when no region
 // could be had. Without bufs, each key gets room for the largest value seen so far, and keys
 // that did not fit are read again with their sizes.
-func (c *Client) getLocal(ctx context.Context, a *attempt, keys []string, bufs [][]byte) (out []kvoffload.GetResult, err error, ok bool) {
+func (c *Client) getLocal(ctx context.Context, a *attempt, keys []string, bufs [][]byte) (out []kvoffload.GetResult, ok bool, err error) {
 	lengths := make([]int, len(keys))
 	for i := range keys {
 		if bufs != nil {
@@ -107,9 +107,9 @@ func (c *Client) getLocal(ctx context.Context, a *attempt, keys []string, bufs [
 			lengths[i] = int(c.valueHint.Load())
 		}
 	}
-	out, err, ok = c.getLocalOnce(ctx, a, keys, lengths, bufs)
+	out, ok, err = c.getLocalOnce(ctx, a, keys, lengths, bufs)
 	if err != nil || !ok || bufs != nil {
-		return out, err, ok
+		return out, ok, err
 	}
 	var again []int
 	for i, g := range out {
@@ -118,24 +118,24 @@ func (c *Client) getLocal(ctx context.Context, a *attempt, keys []string, bufs [
 		}
 	}
 	if len(again) == 0 {
-		return out, nil, true
+		return out, true, nil
 	}
 	ks, ls := make([]string, len(again)), make([]int, len(again))
 	for j, i := range again {
 		ks[j], ls[j] = keys[i], out[i].Size
 		c.valueHint.Store(max(c.valueHint.Load(), int64(out[i].Size)))
 	}
-	more, err, ok := c.getLocalOnce(ctx, a, ks, ls, nil)
+	more, ok, err := c.getLocalOnce(ctx, a, ks, ls, nil)
 	if err != nil || !ok {
-		return more, err, ok
+		return more, ok, err
 	}
 	for j, i := range again {
 		out[i] = more[j]
 	}
-	return out, nil, true
+	return out, true, nil
 }
 
-func (c *Client) getLocalOnce(ctx context.Context, a *attempt, keys []string, lengths []int, bufs [][]byte) ([]kvoffload.GetResult, error, bool) {
+func (c *Client) getLocalOnce(ctx context.Context, a *attempt, keys []string, lengths []int, bufs [][]byte) ([]kvoffload.GetResult, bool, error) {
 	total := 0
 	descs := make([]*kvoffloadv1.Desc, len(keys))
 	for i, k := range keys {
@@ -143,22 +143,22 @@ func (c *Client) getLocalOnce(ctx context.Context, a *attempt, keys []string, le
 		total += lengths[i]
 	}
 	if total > maxStagingBytes {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	r, err := a.m.local.staging.get(total)
 	if err != nil {
 		c.lg.Debug("no staging region; streaming", "addr", a.m.addr, "err", err)
-		return nil, nil, false
+		return nil, false, nil
 	}
 	resp, err := a.m.local.kv.Get(ctx, &kvoffloadv1.LocalGetRequest{Region: regionRef(r), Keys: descs})
 	if err != nil {
 		a.m.local.staging.put(r, true)
-		return nil, retryLost(err), true
+		return nil, true, retryLost(err)
 	}
 	a.received()
 	out, err := localResults(resp, descs, r.mem, bufs)
 	a.m.local.staging.put(r, false)
-	return out, err, true
+	return out, true, err
 }
 
 // localResults converts a LocalGet answer, copying each Found value out of mem (into

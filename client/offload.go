@@ -99,7 +99,7 @@ func (c *Client) offloadOnce(ctx context.Context, a *attempt, id kvoffload.TxnID
 		}
 	}
 	if a.m.local != nil {
-		if res, err, ok := c.offloadLocal(ctx, a, id, objs); ok {
+		if res, ok, err := c.offloadLocal(ctx, a, id, objs); ok {
 			return res, err
 		}
 	}

@@ -193,3 +193,46 @@ func TestLocalBadInput(t *testing.T) {
 		t.Errorf("read: %v", g)
 	}
 }
+
+// TestRegionCloseWaits: closing a region waits for the operation holding it, then unmaps;
+// an operation that comes after the close is refused, so an offload whose copy had not
+// started stores nothing (Failed, CodeCanceled).
+func TestRegionCloseWaits(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Local.Socket = localSocketPath(t)
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	conn, ref, msg := rawRegister(t, n.LocalSocket(), memfd(t, 1<<20, true), 1<<20)
+	if ref == nil {
+		t.Fatal(msg)
+	}
+	p, err := peerCred(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := n.regions.lookup(ref.Id, ref.Token, p.uid, p.pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.acquire() {
+		t.Fatal("a registered region refused an operation")
+	}
+	closed := make(chan struct{})
+	go func() { n.regions.drop(r); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("the region closed while an operation held it")
+	case <-time.After(100 * time.Millisecond):
+	}
+	r.release()
+	<-closed
+	if r.mem != nil {
+		t.Fatal("the region is still mapped after its close")
+	}
+	if _, err := copyOut(r, []*pb.Desc{{Key: "k", Length: 1}}, []int{0}, 1); err == nil || !strings.Contains(err.Error(), "unregistered before its bytes were copied") {
+		t.Fatalf("copy after the close: %v", err)
+	}
+	if _, err := n.regions.lookup(ref.Id, ref.Token, p.uid, p.pid); err == nil {
+		t.Fatal("a closed region can still be named")
+	}
+}

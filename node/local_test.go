@@ -208,6 +208,7 @@ func TestLocalCloseMidWrite(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var mu sync.Mutex
 	var stored []string
+	counts := map[string]int{}
 	for trial := 0; trial < 6; trial++ {
 		c := dialLocal(t, n)
 		r, err := c.NewRegion(4 << 20)
@@ -225,8 +226,14 @@ func TestLocalCloseMidWrite(t *testing.T) {
 					res, err := c.OffloadFrom(ctx, kvoffload.NewTxnID(), r, descs)
 					cancel()
 					if err != nil {
+						mu.Lock()
+						counts["call error"]++
+						mu.Unlock()
 						return // the region or the client is gone
 					}
+					mu.Lock()
+					counts[res[0].Outcome.String()]++
+					mu.Unlock()
 					switch res[0].Outcome {
 					case kvoffload.Stored:
 						mu.Lock()
@@ -250,6 +257,7 @@ func TestLocalCloseMidWrite(t *testing.T) {
 	}
 	checkSums(t, n, stored)
 	checkConsistent(t, n)
+	t.Logf("outcomes: %v", counts)
 	n.regions.mu.Lock()
 	left, mapped := len(n.regions.byID), n.regions.mapped
 	n.regions.mu.Unlock()
