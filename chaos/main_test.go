@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
+	if os.Getenv(localClientEnv) != "" {
+		os.Exit(localClientMain())
+	}
 	flag.Parse()
 	code := m.Run()
 	fmt.Printf("chaos totals: %d crashes, %d recoveries, %d checks\n", totals.crashes, totals.recoveries, totals.checks)

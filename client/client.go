@@ -34,7 +34,13 @@ type Client struct {
 	// bg ends with Close; liveness probes run under it.
 	bg     context.Context
 	stopBG context.CancelFunc
+	// valueHint is the room, in bytes, a local BatchGet gives each key: the largest value
+	// this client has offloaded or read (at least minValueHint).
+	valueHint atomic.Int64
 }
+
+// minValueHint is the first room a local BatchGet gives each key.
+const minValueHint = 64 << 10
 
 // member is one address the client may talk to.
 type member struct {
@@ -48,6 +54,9 @@ type member struct {
 	// answered), in nanoseconds since Client.epoch.
 	heard   atomic.Int64
 	probing atomic.Bool // a liveness probe is in flight
+	// noPrecheck: the member answered Precheck Unimplemented (it predates it).
+	noPrecheck atomic.Bool
+	local      *localMember // a "unix://PATH" address: the shared-memory path (local.go)
 }
 
 // recordingDialer dials TCP and keeps the last error in last.
@@ -68,7 +77,8 @@ func Dial(ctx context.Context, addrs ...string) (*Client, error) {
 }
 
 // DialOptions connects to a cluster through the first of addrs (host:port of members' API
-// listeners) that accepts a connection within Options.DialTimeout; the other addresses are
+// listeners, or "unix://PATH" for a node's local socket on this host: calls to that member
+// move values through shared memory, docs/design.md "The local path") that accepts a connection within Options.DialTimeout; the other addresses are
 // failover targets. Zero fields of opt take their defaults. It fails with ErrUnreachable
 // when none does, and with the context's error when ctx ends first.
 func DialOptions(ctx context.Context, opt Options, addrs ...string) (*Client, error) {
@@ -85,15 +95,25 @@ func DialOptions(ctx context.Context, opt Options, addrs ...string) (*Client, er
 	}
 	c := &Client{opt: opt, lg: lg.With("pkg", "client"), epoch: time.Now()}
 	c.bg, c.stopBG = context.WithCancel(context.Background())
+	c.valueHint.Store(minValueHint)
 	for _, a := range addrs {
 		dialErr := new(atomic.Pointer[error])
-		cc, err := grpc.NewClient(a, append(dialOptions(opt), grpc.WithContextDialer(recordingDialer(dialErr)))...)
+		target, dos := a, append(dialOptions(opt), grpc.WithContextDialer(recordingDialer(dialErr)))
+		path := localPath(a)
+		if path != "" {
+			target, dos = "passthrough:///local", localDialOptions(opt, path, dialErr)
+		}
+		cc, err := grpc.NewClient(target, dos...)
 		if err != nil {
 			_ = c.closeConns()
 			return nil, fmt.Errorf("client: address %q: %w", a, err)
 		}
-		c.members = append(c.members, &member{addr: a, cc: cc, dialErr: dialErr,
-			kv: kvoffloadv1.NewKVOffloadClient(cc), health: healthpb.NewHealthClient(cc)})
+		m := &member{addr: a, cc: cc, dialErr: dialErr,
+			kv: kvoffloadv1.NewKVOffloadClient(cc), health: healthpb.NewHealthClient(cc)}
+		if path != "" {
+			m.local = &localMember{kv: kvoffloadv1.NewLocalKVOffloadClient(cc), staging: &staging{reg: &registrar{path: path}}}
+		}
+		c.members = append(c.members, m)
 	}
 	var errs []error
 	for i, m := range c.members {
@@ -199,6 +219,9 @@ func (c *Client) closeConns() error {
 	var errs []error
 	for _, m := range c.members {
 		errs = append(errs, m.cc.Close())
+		if m.local != nil {
+			m.local.staging.close()
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -129,8 +129,10 @@ func TestTokenSentWithEveryCall(t *testing.T) {
 	auth.mu.Lock()
 	attempts := len(auth.got)
 	auth.mu.Unlock()
-	if after, _ := f.calls(); after != before || attempts != 4 {
-		t.Fatalf("wrong token: %d calls reached the handler, %d reached the interceptor (want 0 and 4: no retry)", after-before, attempts)
+	// 5: the first client's Precheck (answered Unimplemented by the fake, behind the
+	// interceptor), BatchOffload, BatchGet and BatchExists, then the wrong token's Precheck.
+	if after, _ := f.calls(); after != before || attempts != 5 {
+		t.Fatalf("wrong token: %d calls reached the handler, %d reached the interceptor (want 0 and 5: no retry)", after-before, attempts)
 	}
 }
 

@@ -60,6 +60,20 @@
 // Begin, Put and Commit stage an explicit transaction on the client and send it as one
 // BatchOffload with the transaction's ID; Abort discards it (nothing was sent).
 //
+// # The local path and the precheck
+//
+// A member addressed "unix://PATH" (a node's --local-socket on this host) is reached over
+// that Unix socket, and values move through shared-memory regions instead of gRPC messages:
+// the Store calls copy through pooled staging regions, and NewRegion, OffloadFrom and GetInto
+// let a caller fill and read a region in place (docs/design.md "The local path").
+//
+// Before uploading a batch, the client asks the member once which keys it already stores
+// with the same size and checksum (KVOffload.Precheck, one round trip, the xxhash64 of each
+// value computed by the client): those are answered AlreadyStored and their payloads are
+// not sent; the rest go as the batch, under the call's TxnID. The answer is decided once per
+// call, before anything is uploaded, so every retry sends the same batch. Options.NoPrecheck
+// turns it off; a member that predates Precheck (Unimplemented) is remembered and skipped.
+//
 // # Chunking
 //
 // Values travel in chunks of at most Options.ChunkSize bytes (default 1 MiB), so no gRPC

@@ -70,17 +70,15 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]byte) ([]
 	err := c.retry(ctx, "BatchGet", false, func(ctx context.Context, a *attempt) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		st, err := a.m.kv.BatchGet(ctx, &kvoffloadv1.GetRequest{Keys: keys})
-		if err != nil {
-			return err
-		}
-		res, err := wire.Collect(func() (*kvoffloadv1.GetChunk, error) {
-			ch, err := st.Recv()
-			if err == nil {
-				a.received()
+		if a.m.local != nil {
+			if res, ok, err := c.getLocal(ctx, a, keys, bufs); ok {
+				if err == nil {
+					out = res
+				}
+				return err
 			}
-			return ch, err
-		}, keys, bufs, maxValueBytes)
+		}
+		res, err := getStream(ctx, a, keys, bufs)
 		if err != nil {
 			return err
 		}
@@ -91,4 +89,19 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]byte) ([]
 		return nil, err
 	}
 	return out, nil
+}
+
+// getStream is one BatchGet attempt on the gRPC stream.
+func getStream(ctx context.Context, a *attempt, keys []string, bufs [][]byte) ([]kvoffload.GetResult, error) {
+	st, err := a.m.kv.BatchGet(ctx, &kvoffloadv1.GetRequest{Keys: keys})
+	if err != nil {
+		return nil, err
+	}
+	return wire.Collect(func() (*kvoffloadv1.GetChunk, error) {
+		ch, err := st.Recv()
+		if err == nil {
+			a.received()
+		}
+		return ch, err
+	}, keys, bufs, maxValueBytes)
 }

@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/cespare/xxhash/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
@@ -43,10 +48,27 @@ func (c *Client) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kv
 func (c *Client) batchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	var out []kvoffload.KeyResult
 	renewed := false
+	var stored []bool // the precheck's answer, decided once before anything is uploaded
+	decided := c.opt.NoPrecheck
 	err := c.retry(ctx, "BatchOffload", true, func(ctx context.Context, a *attempt) error {
-		res, err := c.offloadOnce(ctx, a, id, objs)
+		if !decided {
+			s, err := c.precheck(ctx, a, id, objs)
+			if err != nil {
+				return err // nothing was uploaded yet
+			}
+			stored, decided = s, true
+		}
+		send, pos := needed(objs, stored)
+		if len(send) == 0 && pos != nil { // every key is stored: nothing to upload
+			out = spreadStored(objs, nil, pos, stored)
+			return nil
+		}
+		res, err := c.offloadOnce(ctx, a, id, send)
 		if err != nil {
 			return err
+		}
+		if pos != nil {
+			res = spreadStored(objs, res, pos, stored)
 		}
 		if a.n > 1 && !renewed && allAborted(res) {
 			// An earlier attempt was cut off and the cluster aborted that transaction: it
@@ -71,6 +93,16 @@ func (c *Client) batchOffload(ctx context.Context, id kvoffload.TxnID, objs []kv
 
 // offloadOnce streams the batch to the attempt's member once.
 func (c *Client) offloadOnce(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
+	for _, o := range objs {
+		if n := int64(len(o.Value)); n > c.valueHint.Load() {
+			c.valueHint.Store(n) // racy max: a hint only
+		}
+	}
+	if a.m.local != nil {
+		if res, ok, err := c.offloadLocal(ctx, a, id, objs); ok {
+			return res, err
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // tears the stream down on every early return
 	st, err := a.m.kv.BatchOffload(ctx)
@@ -208,4 +240,60 @@ func spread[T, R any](items []T, got []R, pos []int, unsent func(T) R) []R {
 		}
 	}
 	return out
+}
+
+// precheck asks the attempt's member which objects are already stored with the same size
+// and checksum (the lean path: their payloads are not uploaded). nil means upload all: the
+// batch repeats a key (whose results the coordinator decides together), or the member
+// predates Precheck (remembered).
+func (c *Client) precheck(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) ([]bool, error) {
+	if a.m.noPrecheck.Load() || len(objs) == 0 {
+		return nil, nil
+	}
+	req := &kvoffloadv1.PrecheckRequest{TxnId: id[:], Keys: make([]*kvoffloadv1.PrecheckKey, len(objs))}
+	seen := make(map[string]bool, len(objs))
+	for i, o := range objs {
+		if seen[o.Key] {
+			return nil, nil
+		}
+		seen[o.Key] = true
+		req.Keys[i] = &kvoffloadv1.PrecheckKey{Key: o.Key, Size: uint64(len(o.Value)), Sum: xxhash.Sum64(o.Value)}
+	}
+	resp, err := a.m.kv.Precheck(ctx, req)
+	if status.Code(err) == codes.Unimplemented {
+		a.m.noPrecheck.Store(true)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	a.received()
+	if len(resp.GetStored()) != len(objs) {
+		return nil, fmt.Errorf("%w: Precheck: %d answers for %d keys", kvoffload.ErrProtocol, len(resp.GetStored()), len(objs))
+	}
+	return resp.GetStored(), nil
+}
+
+// needed returns the objects to upload and, when some are skipped, their positions in objs
+// (nil pos: all of objs).
+func needed(objs []kvoffload.Object, stored []bool) ([]kvoffload.Object, []int) {
+	if !slices.Contains(stored, true) {
+		return objs, nil
+	}
+	send, pos := []kvoffload.Object{}, []int{}
+	for i, o := range objs {
+		if !stored[i] {
+			send, pos = append(send, o), append(pos, i)
+		}
+	}
+	return send, pos
+}
+
+// spreadStored places res (the answers for objs[pos]) and answers every skipped object
+// AlreadyStored.
+func spreadStored(objs []kvoffload.Object, res []kvoffload.KeyResult, pos []int, stored []bool) []kvoffload.KeyResult {
+	return spread(objs, res, pos, func(o kvoffload.Object) kvoffload.KeyResult {
+		return kvoffload.KeyResult{Key: o.Key, Outcome: kvoffload.AlreadyStored,
+			Reason: "already stored with the same size and checksum (precheck); no payload sent"}
+	})
 }

@@ -59,6 +59,10 @@ type Options struct {
 	// with the operation, the member, how long the attempt took and its error (nil on
 	// success). It runs on the calling goroutine and must not block.
 	OnAttempt func(Attempt)
+	// NoPrecheck skips the round trip that asks a member, before a BatchOffload uploads, which
+	// keys it already stores with the same size and checksum (reported AlreadyStored, their
+	// payloads not sent). Default false: the precheck runs.
+	NoPrecheck bool
 	// GRPCOptions are appended to the client's own dial options (interceptors, a custom
 	// dialer, stats handlers); they win where they set the same thing.
 	GRPCOptions []grpc.DialOption

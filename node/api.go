@@ -94,6 +94,7 @@ func (n *Node) Stats(context.Context) (kvoffload.Stats, error) {
 			"txns": t.Txns, "stored": t.Stored, "already_stored": t.AlreadyStored, "joined": t.Joined,
 			"conflicts": t.Conflicts, "rejected": t.Rejected, "failed": t.Failed, "waits": t.Waits,
 			"aborts": t.Aborts, "gets": t.Gets, "get_corrupt": t.GetCorrupt, "removed": t.Removed,
+			"payload_bytes_received": n.payloadIn.Load(),
 		},
 	}, nil
 }

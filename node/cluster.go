@@ -60,6 +60,16 @@ func (n *Node) peerDialOptions() []grpc.DialOption {
 // and, in cluster mode, the peer service (Cluster) on cfg.PeerAddr: two listeners, so that
 // a client of the API cannot reach a single peer RPC (docs/security.md).
 func (n *Node) serve() error {
+	n.health = health.NewServer()
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until recovery ends
+	if n.cfg.Local.Socket != "" {
+		if err := n.serveLocal(); err != nil {
+			return err
+		}
+	}
+	if n.cfg.APIAddr == "" {
+		return nil // an embedded node with only the local socket
+	}
 	lis, err := net.Listen("tcp", n.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("node: API listener: %w", err)
@@ -75,9 +85,7 @@ func (n *Node) serve() error {
 	}
 	n.server = grpc.NewServer(opts...)
 	pb.RegisterKVOffloadServer(n.server, kvService{n: n})
-	n.health = health.NewServer()
-	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until recovery ends
-	healthpb.RegisterHealthServer(n.server, n.health)
+	registerHealth(n.server, n.health)
 	reflection.Register(n.server)
 	go n.runServer(n.server, lis, "API")
 	if n.cfg.PeerAddr == "" {
@@ -99,6 +107,8 @@ func (n *Node) serve() error {
 	go n.runServer(n.peerServer, plis, "peer")
 	return nil
 }
+
+func registerHealth(s *grpc.Server, h *health.Server) { healthpb.RegisterHealthServer(s, h) }
 
 func (n *Node) runServer(s *grpc.Server, lis net.Listener, name string) {
 	if err := s.Serve(lis); err != nil {
@@ -173,13 +183,16 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.health != nil {
 		n.health.Shutdown() // health checks say NOT_SERVING while requests drain
 	}
-	if n.server != nil {
+	for _, srv := range []*grpc.Server{n.server, n.localServer} {
+		if srv == nil {
+			continue
+		}
 		done := make(chan struct{})
-		go func() { n.server.GracefulStop(); close(done) }()
+		go func() { srv.GracefulStop(); close(done) }()
 		select {
 		case <-done:
 		case <-ctx.Done():
-			n.server.Stop()
+			srv.Stop()
 		}
 	}
 	if n.raft != nil && n.raft.IsLeader() {

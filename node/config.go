@@ -46,6 +46,9 @@ type Config struct {
 	PeerAddr string
 	// Security: TLS for peers, Raft and optionally the client API, and API bearer tokens.
 	Security Security
+	// Local is the Unix domain socket for co-located clients (the shared-memory path) and
+	// its limits; Local.Socket empty means none.
+	Local Local
 	// Join lists peer addresses (PeerAddr) of existing members. When set and the node has no Raft state
 	// yet, it joins through one of them instead of bootstrapping a new cluster.
 	Join []string
@@ -112,5 +115,6 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("node: PeerAddr needs RaftAddr (cluster mode)"))
 	}
 	errs = append(errs, c.Security.validate(c)...)
+	errs = append(errs, c.Local.validate()...)
 	return errors.Join(errs...)
 }

@@ -182,11 +182,12 @@ var (
 	descApplied   = prometheus.NewDesc("kvoffload_raft_applied_index", "Raft applied index.", nil, nil)
 	descLeader    = prometheus.NewDesc("kvoffload_raft_leader", "1 if this node is the Raft leader.", nil, nil)
 	descTxn       = prometheus.NewDesc("kvoffload_txn_events_total", "Coordinator events by kind.", []string{"kind"}, nil)
+	descPayloadIn = prometheus.NewDesc("kvoffload_offload_payload_received_bytes_total", "Payload bytes offloads brought to this node over the API (gRPC chunks, or copies out of local regions); a precheck's AlreadyStored keys bring none.", nil, nil)
 	descCluster   = prometheus.NewDesc("kvoffload_cluster_info", "1, labelled with the ID of the cluster this node belongs to (cluster members that know it).", []string{"cluster_id"}, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKeys, descLocalKeys, descLive, descAlloc, descApplied, descLeader, descTxn, descCluster} {
+	for _, d := range []*prometheus.Desc{descKeys, descLocalKeys, descLive, descAlloc, descApplied, descLeader, descTxn, descCluster, descPayloadIn} {
 		ch <- d
 	}
 }
@@ -211,6 +212,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAlloc, prometheus.GaugeValue, float64(st.Buckets.AllocatedBytes))
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(n.raft.AppliedIndex()))
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descPayloadIn, prometheus.CounterValue, float64(n.payloadIn.Load()))
 	if id := n.ClusterID(); id != "" {
 		ch <- prometheus.MustNewConstMetric(descCluster, prometheus.GaugeValue, 1, id)
 	}

@@ -67,10 +67,18 @@ type Node struct {
 	// peerServer serves the Cluster service on peerListener (cluster mode only).
 	peerServer   *grpc.Server
 	peerListener net.Listener
-	ready        chan struct{} // closed when recovery has finished
-	closing      chan struct{}
-	repair       wal.RepairReport
-	recovery     txn.RecoveryReport
+	// localServer serves gRPC on the local socket, localListener, whose registration
+	// connections map the regions (Config.Local; nil without a local socket).
+	localServer   *grpc.Server
+	localListener *muxListener
+	regions       *regions
+	// payloadIn counts the payload bytes offloads brought to this node over the API (gRPC
+	// chunks, or copies out of local regions): Stats counter "payload_bytes_received".
+	payloadIn atomic.Uint64
+	ready     chan struct{} // closed when recovery has finished
+	closing   chan struct{}
+	repair    wal.RepairReport
+	recovery  txn.RecoveryReport
 }
 
 // Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs
@@ -151,7 +159,7 @@ func (n *Node) startEmbedded(ctx context.Context, _ bool) (err error) {
 	if err := n.openCoordinator(meta{n.raft, n.fsm}); err != nil {
 		return err
 	}
-	if n.cfg.APIAddr != "" {
+	if n.cfg.APIAddr != "" || n.cfg.Local.Socket != "" {
 		if err := n.serve(); err != nil {
 			return err
 		}
@@ -259,6 +267,15 @@ func (n *Node) Close() error {
 	}
 	if n.peerServer != nil {
 		n.peerServer.Stop()
+	}
+	if n.localServer != nil {
+		n.localServer.Stop()
+	}
+	if n.localListener != nil {
+		_ = n.localListener.Close()
+	}
+	if n.regions != nil {
+		n.regions.closeAll()
 	}
 	var errs []error
 	if n.coord != nil {

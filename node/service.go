@@ -115,6 +115,7 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			return id, nil, nil, invalid("data beyond the announced object size")
 		}
 		remaining -= uint64(len(ch.Data))
+		s.n.payloadIn.Add(uint64(len(ch.Data)))
 		if _, big := tooLarge[len(objs)-1]; big {
 			continue
 		}

@@ -58,7 +58,7 @@ measure.`,
 	}
 	fl := cmd.Flags()
 	f.creds.register(fl)
-	fl.StringVar(&f.addr, "addr", "", "drive a running cluster at these API addresses (host:port[,host:port...]) instead of an embedded node")
+	fl.StringVar(&f.addr, "addr", "", "drive a running cluster at these API addresses (host:port[,host:port...], or unix://PATH for a node's --local-socket: the shared-memory path) instead of an embedded node")
 	fl.StringVar(&f.data, "data", "./kvoffload-data", "data directory of the embedded node")
 	fl.StringVar(&f.tracePath, "trace", "", "Mooncake-format trace file (default: the embedded sample)")
 	fl.IntVar(&f.writers, "writers", 32, "concurrent writers")

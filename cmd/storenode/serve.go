@@ -40,6 +40,8 @@ var serveSettings = []struct{ name, def, usage string }{
 	{"insecure", "false", "allow peer and Raft listeners on non-loopback addresses without TLS (a network you trust)"},
 	{"http-addr", "127.0.0.1:7200", "host:port of /metrics, /healthz and /readyz (empty = off)"},
 	{"join", "", "comma-separated peer addresses (--peer-addr) of existing members; empty = bootstrap a new cluster"},
+	{"local-socket", "", "path of a Unix domain socket for clients on this host: gRPC plus shared-memory regions (client address unix://PATH; empty = off)"},
+	{"local-socket-mode", "0600", "permission bits of --local-socket (0600: this user only; 0660: also its group)"},
 	{"capacity", "0", "quota on live bucket bytes, e.g. 64GiB (0 = unlimited)"},
 	{"log-level", "info", "debug, info, warn or error"},
 }
@@ -137,6 +139,12 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 		}
 		cfg.Capacity = n
 	}
+	cfg.Local.Socket = vals["local-socket"]
+	mode, err := strconv.ParseUint(vals["local-socket-mode"], 8, 32)
+	if err != nil {
+		return cfg, fmt.Errorf("--local-socket-mode %q: an octal mode like 0600: %w", vals["local-socket-mode"], err)
+	}
+	cfg.Local.SocketMode = os.FileMode(mode)
 	if cfg.RaftAddr == "" {
 		return cfg, errors.New("--raft-addr is required for serve")
 	}
@@ -197,6 +205,9 @@ func runServe(ctx context.Context, vals map[string]string) error {
 	}
 	current.Store(n)
 	fmt.Fprintf(os.Stderr, "storenode %s ready: api %s, peer %s, raft %s\n", cfg.ID, n.APIAddr(), n.PeerAddr(), cfg.RaftAddr)
+	if p := n.LocalSocket(); p != "" {
+		fmt.Fprintf(os.Stderr, "storenode %s: local socket %s (clients: unix://%s)\n", cfg.ID, p, p)
+	}
 	<-ctx.Done()
 	fmt.Fprintf(os.Stderr, "storenode %s: shutting down\n", cfg.ID)
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -199,6 +199,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	b.s.addRatio("offload_ratio", off.MBPerSec, lw)
 	b.s.add("offload_p99_ms", float64(off.P99.Microseconds())/1000)
 	b.logf("offload 256 KiB: %.0f MB/s, p99 %v", off.MBPerSec, off.P99)
+	var embeddedGet float64
 	for _, rd := range []struct {
 		name            string
 		readers, batch  int
@@ -216,6 +217,9 @@ func (b *runner) round(ctx context.Context, round int) error {
 			return err
 		}
 		b.s.add(rd.mbName, g.MBPerSec)
+		if rd.readers > 1 {
+			embeddedGet = g.MBPerSec
+		}
 		b.s.addRatio(rd.ratName, g.MBPerSec, lr)
 		if rd.readers == 1 {
 			b.s.add("get_one_reader_p99_ms", float64(g.P99.Microseconds())/1000)
@@ -223,6 +227,9 @@ func (b *runner) round(ctx context.Context, round int) error {
 		b.logf("BatchGet %s: %.0f MB/s", rd.name, g.MBPerSec)
 	}
 	if err := b.closeStore(kv, dir("kv256k")); err != nil {
+		return err
+	}
+	if err := b.local(ctx, dir("local256k"), l256, off.MBPerSec, embeddedGet); err != nil {
 		return err
 	}
 
@@ -319,6 +326,34 @@ func (b *runner) round(ctx context.Context, round int) error {
 	}
 	b.s.add("commit_keys_per_s", cm.KeysPerS)
 	b.logf("commits of 64-byte objects: %.0f keys/s", cm.KeysPerS)
+	return nil
+}
+
+// local runs the 256 KiB offload and the 32-reader BatchGet through the local path (a
+// client on the node's local socket, same process) and records each figure as a ratio to
+// the embedded node's in the same round (issue 10).
+func (b *runner) local(ctx context.Context, dir string, l Load, embeddedOffload, embeddedGet float64) error {
+	ls, err := openLocalStore(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	defer ls.Close()
+	off, err := Offload(ctx, ls, l)
+	if err != nil {
+		return err
+	}
+	b.s.add("local_offload_mb_per_s", off.MBPerSec)
+	b.s.addRatio("local_offload_over_embedded", off.MBPerSec, embeddedOffload)
+	b.drop()
+	g, err := readAll(ctx, ls, read{Keys: l.keys(), Readers: 32, Batch: 16, Seed: l.Seed})
+	if err != nil {
+		return err
+	}
+	b.s.add("local_get_mb_per_s", g.MBPerSec)
+	b.s.addRatio("local_get_over_embedded", g.MBPerSec, embeddedGet)
+	b.logf("local path: offload 256 KiB %.0f MB/s (%.2fx embedded), BatchGet %.0f MB/s (%.2fx embedded)",
+		off.MBPerSec, off.MBPerSec/embeddedOffload, g.MBPerSec, g.MBPerSec/max(embeddedGet, 1e-9))
 	return nil
 }
 

@@ -42,18 +42,24 @@ type Report struct {
 	OffloadOverFile    float64  `json:"offload_over_file_per_block"` // offload_mb_per_s / file_per_block_mb_per_s, per round
 	PebbleRatio        *float64 `json:"pebble_ratio"`
 	LimitWriteP99MS    float64  `json:"limit_write_p99_ms"` // per 1 MiB write
-	RSSPerKey          float64  `json:"rss_bytes_per_key"`  // VmRSS growth per key over the same open (cross-check)
-	StartupKeys        int      `json:"startup_keys"`
-	StartupSeconds     float64  `json:"startup_s"`
-	StartupCrashed     bool     `json:"startup_after_sigkill"`
-	Rounds             int      `json:"rounds"`
-	Seconds            float64  `json:"seconds"` // wall time of the whole bench
-	Seed               uint64   `json:"seed"`
-	Direct             bool     `json:"direct"` // every limit ran with O_DIRECT
-	CacheDropped       bool     `json:"page_cache_dropped"`
-	PebbleNote         string   `json:"pebble_note,omitempty"`
-	Notes              []string `json:"notes,omitempty"`
-	FilesystemType     string   `json:"filesystem"`
+	// The local path (a client on the node's local socket, in this process), and each figure
+	// over the embedded node's in the same round.
+	LocalOffloadMBPerS       float64  `json:"local_offload_mb_per_s"`
+	LocalOffloadOverEmbedded float64  `json:"local_offload_over_embedded"`
+	LocalGetMBPerS           float64  `json:"local_get_mb_per_s"`
+	LocalGetOverEmbedded     float64  `json:"local_get_over_embedded"`
+	RSSPerKey                float64  `json:"rss_bytes_per_key"` // VmRSS growth per key over the same open (cross-check)
+	StartupKeys              int      `json:"startup_keys"`
+	StartupSeconds           float64  `json:"startup_s"`
+	StartupCrashed           bool     `json:"startup_after_sigkill"`
+	Rounds                   int      `json:"rounds"`
+	Seconds                  float64  `json:"seconds"` // wall time of the whole bench
+	Seed                     uint64   `json:"seed"`
+	Direct                   bool     `json:"direct"` // every limit ran with O_DIRECT
+	CacheDropped             bool     `json:"page_cache_dropped"`
+	PebbleNote               string   `json:"pebble_note,omitempty"`
+	Notes                    []string `json:"notes,omitempty"`
+	FilesystemType           string   `json:"filesystem"`
 }
 
 // samples holds each figure's per-round values, by the Report's JSON name.
@@ -97,6 +103,8 @@ func (s samples) fill(r *Report) {
 	r.CommitKeysPerS = m("commit_keys_per_s")
 	r.FilePerBlockMBPerS, r.FilePerBlockRatio, r.OffloadOverFile = m("file_per_block_mb_per_s"), m("file_per_block_ratio"), m("offload_over_file_per_block")
 	r.LimitWriteP99MS = m("limit_write_p99_ms")
+	r.LocalOffloadMBPerS, r.LocalOffloadOverEmbedded = m("local_offload_mb_per_s"), m("local_offload_over_embedded")
+	r.LocalGetMBPerS, r.LocalGetOverEmbedded = m("local_get_mb_per_s"), m("local_get_over_embedded")
 	if len(s["pebble_mb_per_s"]) > 0 {
 		p, q := m("pebble_mb_per_s"), m("pebble_ratio")
 		r.PebbleMBPerS, r.PebbleRatio = &p, &q
@@ -128,8 +136,10 @@ func (r Report) WriteTable(w io.Writer) {
 	lr := mb(r.LimitReadMBPerS) + " rand 256 KiB"
 	row("offload, 32 writers x 16 x 256 KiB", lw, mb(r.OffloadMBPerS), rt(r.OffloadRatio))
 	row("  p99 batch latency", fmt.Sprintf("%.1f ms per 1 MiB write", r.LimitWriteP99MS), fmt.Sprintf("%.1f ms", r.OffloadP99MS), "")
+	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalOffloadMBPerS), rt(r.LocalOffloadOverEmbedded))
 	row("offload, 32 writers x 16 x 2 MiB", lw, mb(r.Offload2MMBPerS), rt(r.Offload2MRatio))
 	row("BatchGet, cache dropped, 32 readers x 16 x 256 KiB", lr, mb(r.GetMBPerS), rt(r.GetRatio))
+	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalGetMBPerS), rt(r.LocalGetOverEmbedded))
 	row("BatchGet, cache dropped, 1 reader x 64 x 256 KiB", lr, mb(r.GetOneReaderMBPerS), rt(r.GetOneReaderRatio))
 	row("offload 4 KiB objects, 32 writers x 256", fmt.Sprintf("%.0f IOPS rand write", r.LimitWriteIOPS), ks(r.SmallOffloadKeysPerS), rt(r.SmallOffloadRatio))
 	row("BatchGet 4 KiB objects, 32 readers x 256", fmt.Sprintf("%.0f IOPS rand read", r.LimitReadIOPS), ks(r.SmallGetKeysPerS), rt(r.SmallGetRatio))

@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/node"
 )
 
@@ -33,9 +37,12 @@ type source interface {
 	get(ctx context.Context, keys []string) (bytes int64, err error)
 }
 
-// kvStore is an embedded kvoffload node (any kvoffload.Store would do: the client drives a
-// storenode the same way).
-type kvStore struct{ n *node.Node }
+// kvStore is an embedded kvoffload node (s is the node; any kvoffload.Store would do: the
+// client drives a storenode the same way, localStore).
+type kvStore struct {
+	n *node.Node
+	s kvoffload.Store
+}
 
 // openStore opens an embedded node in dir (created if missing).
 func openStore(ctx context.Context, dir string) (*kvStore, error) {
@@ -43,7 +50,7 @@ func openStore(ctx context.Context, dir string) (*kvStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kvStore{n: n}, nil
+	return &kvStore{n: n, s: n}, nil
 }
 
 func (s *kvStore) Put(ctx context.Context, objs []Pair) (int, error) {
@@ -51,7 +58,7 @@ func (s *kvStore) Put(ctx context.Context, objs []Pair) (int, error) {
 	for i, o := range objs {
 		in[i] = kvoffload.Object{Key: o.Key, Value: o.Value}
 	}
-	res, err := s.n.BatchOffload(ctx, kvoffload.NewTxnID(), in)
+	res, err := s.s.BatchOffload(ctx, kvoffload.NewTxnID(), in)
 	if err != nil {
 		return 0, err
 	}
@@ -67,7 +74,7 @@ func (s *kvStore) Put(ctx context.Context, objs []Pair) (int, error) {
 }
 
 func (s *kvStore) get(ctx context.Context, keys []string) (int64, error) {
-	res, err := s.n.BatchGet(ctx, keys)
+	res, err := s.s.BatchGet(ctx, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -82,3 +89,47 @@ func (s *kvStore) get(ctx context.Context, keys []string) (int64, error) {
 }
 
 func (s *kvStore) Close() error { return s.n.Close() }
+
+// localStore is a node with a local socket and a client on it (the shared-memory path,
+// docs/design.md "The local path"), both in this process.
+type localStore struct {
+	n   *node.Node
+	c   *client.Client
+	dir string // holds the socket (a short path: sun_path holds 107 bytes)
+}
+
+// openLocalStore opens a node in dir with a local socket and dials it at unix://.
+func openLocalStore(ctx context.Context, dir string) (*localStore, error) {
+	sock, err := os.MkdirTemp("", "kvb")
+	if err != nil {
+		return nil, err
+	}
+	cfg := node.DefaultConfig(dir)
+	cfg.Local.Socket = filepath.Join(sock, "s")
+	n, err := node.Open(ctx, cfg)
+	if err != nil {
+		_ = os.RemoveAll(sock)
+		return nil, err
+	}
+	c, err := client.Dial(ctx, "unix://"+cfg.Local.Socket)
+	if err != nil {
+		_ = n.Close()
+		_ = os.RemoveAll(sock)
+		return nil, err
+	}
+	return &localStore{n: n, c: c, dir: sock}, nil
+}
+
+func (s *localStore) Put(ctx context.Context, objs []Pair) (int, error) {
+	return (&kvStore{s: s.c}).Put(ctx, objs)
+}
+
+func (s *localStore) get(ctx context.Context, keys []string) (int64, error) {
+	return (&kvStore{s: s.c}).get(ctx, keys)
+}
+
+func (s *localStore) Close() error {
+	err := errors.Join(s.c.Close(), s.n.Close())
+	_ = os.RemoveAll(s.dir)
+	return err
+}

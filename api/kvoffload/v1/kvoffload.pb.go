@@ -305,6 +305,165 @@ func (Presence) EnumDescriptor() ([]byte, []int) {
 	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
 }
 
+type PrecheckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []*PrecheckKey         `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The BatchOffload's txn ID (16 bytes): a txn ID that already has a result answers every
+	// key needed, so that a retry gets the original results from BatchOffload.
+	TxnId         []byte `protobuf:"bytes,2,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrecheckRequest) Reset() {
+	*x = PrecheckRequest{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrecheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrecheckRequest) ProtoMessage() {}
+
+func (x *PrecheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrecheckRequest.ProtoReflect.Descriptor instead.
+func (*PrecheckRequest) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PrecheckRequest) GetKeys() []*PrecheckKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *PrecheckRequest) GetTxnId() []byte {
+	if x != nil {
+		return x.TxnId
+	}
+	return nil
+}
+
+type PrecheckKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"` // the value's size in bytes
+	Sum           uint64                 `protobuf:"fixed64,3,opt,name=sum,proto3" json:"sum,omitempty"`  // xxhash64 of the value (the checksum the records carry)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrecheckKey) Reset() {
+	*x = PrecheckKey{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrecheckKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrecheckKey) ProtoMessage() {}
+
+func (x *PrecheckKey) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrecheckKey.ProtoReflect.Descriptor instead.
+func (*PrecheckKey) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PrecheckKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PrecheckKey) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PrecheckKey) GetSum() uint64 {
+	if x != nil {
+		return x.Sum
+	}
+	return 0
+}
+
+type PrecheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stored[i]: keys[i] is committed with that size and checksum; its payload need not be sent.
+	Stored        []bool `protobuf:"varint,1,rep,packed,name=stored,proto3" json:"stored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrecheckResponse) Reset() {
+	*x = PrecheckResponse{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrecheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrecheckResponse) ProtoMessage() {}
+
+func (x *PrecheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrecheckResponse.ProtoReflect.Descriptor instead.
+func (*PrecheckResponse) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PrecheckResponse) GetStored() []bool {
+	if x != nil {
+		return x.Stored
+	}
+	return nil
+}
+
 type OffloadChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TxnId         []byte                 `protobuf:"bytes,1,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"` // 16 bytes; first message only
@@ -317,7 +476,7 @@ type OffloadChunk struct {
 
 func (x *OffloadChunk) Reset() {
 	*x = OffloadChunk{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +488,7 @@ func (x *OffloadChunk) String() string {
 func (*OffloadChunk) ProtoMessage() {}
 
 func (x *OffloadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +501,7 @@ func (x *OffloadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadChunk.ProtoReflect.Descriptor instead.
 func (*OffloadChunk) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{0}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OffloadChunk) GetTxnId() []byte {
@@ -386,7 +545,7 @@ type KeyResult struct {
 
 func (x *KeyResult) Reset() {
 	*x = KeyResult{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +557,7 @@ func (x *KeyResult) String() string {
 func (*KeyResult) ProtoMessage() {}
 
 func (x *KeyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +570,7 @@ func (x *KeyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyResult.ProtoReflect.Descriptor instead.
 func (*KeyResult) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KeyResult) GetKey() string {
@@ -458,7 +617,7 @@ type OffloadResponse struct {
 
 func (x *OffloadResponse) Reset() {
 	*x = OffloadResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +629,7 @@ func (x *OffloadResponse) String() string {
 func (*OffloadResponse) ProtoMessage() {}
 
 func (x *OffloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +642,7 @@ func (x *OffloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadResponse.ProtoReflect.Descriptor instead.
 func (*OffloadResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OffloadResponse) GetResults() []*KeyResult {
@@ -502,7 +661,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +673,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +686,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetRequest) GetKeys() []string {
@@ -551,7 +710,7 @@ type GetChunk struct {
 
 func (x *GetChunk) Reset() {
 	*x = GetChunk{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +722,7 @@ func (x *GetChunk) String() string {
 func (*GetChunk) ProtoMessage() {}
 
 func (x *GetChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +735,7 @@ func (x *GetChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunk.ProtoReflect.Descriptor instead.
 func (*GetChunk) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{4}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetChunk) GetIndex() uint32 {
@@ -631,7 +790,7 @@ type ExistsRequest struct {
 
 func (x *ExistsRequest) Reset() {
 	*x = ExistsRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +802,7 @@ func (x *ExistsRequest) String() string {
 func (*ExistsRequest) ProtoMessage() {}
 
 func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +815,7 @@ func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsRequest.ProtoReflect.Descriptor instead.
 func (*ExistsRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{5}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExistsRequest) GetKeys() []string {
@@ -684,7 +843,7 @@ type ExistsResponse struct {
 
 func (x *ExistsResponse) Reset() {
 	*x = ExistsResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +855,7 @@ func (x *ExistsResponse) String() string {
 func (*ExistsResponse) ProtoMessage() {}
 
 func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +868,7 @@ func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsResponse.ProtoReflect.Descriptor instead.
 func (*ExistsResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{6}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExistsResponse) GetKeys() []Presence {
@@ -745,7 +904,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +916,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +929,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{7}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RemoveRequest) GetKeys() []string {
@@ -796,7 +955,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +967,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +980,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{8}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveResponse) GetRemoved() []bool {
@@ -839,7 +998,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1010,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1023,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{9}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{12}
 }
 
 type StatsResponse struct {
@@ -883,7 +1042,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1054,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1067,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{10}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatsResponse) GetNodeId() string {
@@ -980,7 +1139,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1151,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1164,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{11}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -1053,7 +1212,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1224,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1237,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{12}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JoinResponse) GetVoter() bool {
@@ -1104,7 +1263,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1275,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1288,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{13}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -1150,7 +1309,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1321,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1334,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{14}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaveResponse) GetKeysDropped() uint64 {
@@ -1193,7 +1352,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1364,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1377,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{15}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{18}
 }
 
 type Member struct {
@@ -1237,7 +1396,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1408,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1421,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{16}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Member) GetNodeId() string {
@@ -1335,7 +1494,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1506,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1519,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{17}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -1414,7 +1573,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1585,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1598,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{18}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProposeRequest) GetCommand() []byte {
@@ -1459,7 +1618,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1630,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1643,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{19}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProposeResponse) GetResult() []byte {
@@ -1502,7 +1661,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1673,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1686,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{20}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{23}
 }
 
 type BarrierResponse struct {
@@ -1539,7 +1698,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1710,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1723,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{21}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BarrierResponse) GetAppliedIndex() uint64 {
@@ -1585,7 +1744,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1756,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1769,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{22}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadIndexRequest) GetNodeId() string {
@@ -1629,7 +1788,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1800,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1813,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{23}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadIndexResponse) GetReadIndex() uint64 {
@@ -1664,11 +1823,358 @@ func (x *ReadIndexResponse) GetReadIndex() uint64 {
 	return 0
 }
 
+// RegionRef names a registered region: both fields as the registration answered them.
+type RegionRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`       // 16 bytes
+	Token         []byte                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"` // 16 bytes, secret: only the registering client has it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionRef) Reset() {
+	*x = RegionRef{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionRef) ProtoMessage() {}
+
+func (x *RegionRef) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionRef.ProtoReflect.Descriptor instead.
+func (*RegionRef) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RegionRef) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *RegionRef) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// Desc is a byte range of a region: [offset, offset+length).
+type Desc struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Desc) Reset() {
+	*x = Desc{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Desc) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Desc) ProtoMessage() {}
+
+func (x *Desc) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Desc.ProtoReflect.Descriptor instead.
+func (*Desc) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Desc) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Desc) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Desc) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type LocalOffloadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TxnId         []byte                 `protobuf:"bytes,1,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"` // 16 bytes
+	Region        *RegionRef             `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Objects       []*Desc                `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalOffloadRequest) Reset() {
+	*x = LocalOffloadRequest{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalOffloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalOffloadRequest) ProtoMessage() {}
+
+func (x *LocalOffloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalOffloadRequest.ProtoReflect.Descriptor instead.
+func (*LocalOffloadRequest) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LocalOffloadRequest) GetTxnId() []byte {
+	if x != nil {
+		return x.TxnId
+	}
+	return nil
+}
+
+func (x *LocalOffloadRequest) GetRegion() *RegionRef {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *LocalOffloadRequest) GetObjects() []*Desc {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+type LocalGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        *RegionRef             `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	Keys          []*Desc                `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"` // length: the room at offset for the value
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalGetRequest) Reset() {
+	*x = LocalGetRequest{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalGetRequest) ProtoMessage() {}
+
+func (x *LocalGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalGetRequest.ProtoReflect.Descriptor instead.
+func (*LocalGetRequest) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *LocalGetRequest) GetRegion() *RegionRef {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *LocalGetRequest) GetKeys() []*Desc {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type LocalGetResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        GetStatus              `protobuf:"varint,1,opt,name=status,proto3,enum=kvoffload.v1.GetStatus" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // the value's size when Found (and with CODE_SHORT_BUFFER)
+	Code          Code                   `protobuf:"varint,4,opt,name=code,proto3,enum=kvoffload.v1.Code" json:"code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalGetResult) Reset() {
+	*x = LocalGetResult{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalGetResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalGetResult) ProtoMessage() {}
+
+func (x *LocalGetResult) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalGetResult.ProtoReflect.Descriptor instead.
+func (*LocalGetResult) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *LocalGetResult) GetStatus() GetStatus {
+	if x != nil {
+		return x.Status
+	}
+	return GetStatus_GET_STATUS_UNSPECIFIED
+}
+
+func (x *LocalGetResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LocalGetResult) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *LocalGetResult) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_NONE
+}
+
+type LocalGetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*LocalGetResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalGetResponse) Reset() {
+	*x = LocalGetResponse{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalGetResponse) ProtoMessage() {}
+
+func (x *LocalGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalGetResponse.ProtoReflect.Descriptor instead.
+func (*LocalGetResponse) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *LocalGetResponse) GetResults() []*LocalGetResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_kvoffload_v1_kvoffload_proto protoreflect.FileDescriptor
 
 const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\n" +
-	"\x1ckvoffload/v1/kvoffload.proto\x12\fkvoffload.v1\"_\n" +
+	"\x1ckvoffload/v1/kvoffload.proto\x12\fkvoffload.v1\"W\n" +
+	"\x0fPrecheckRequest\x12-\n" +
+	"\x04keys\x18\x01 \x03(\v2\x19.kvoffload.v1.PrecheckKeyR\x04keys\x12\x15\n" +
+	"\x06txn_id\x18\x02 \x01(\fR\x05txnId\"E\n" +
+	"\vPrecheckKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x10\n" +
+	"\x03sum\x18\x03 \x01(\x06R\x03sum\"*\n" +
+	"\x10PrecheckResponse\x12\x16\n" +
+	"\x06stored\x18\x01 \x03(\bR\x06stored\"_\n" +
 	"\fOffloadChunk\x12\x15\n" +
 	"\x06txn_id\x18\x01 \x01(\fR\x05txnId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1764,7 +2270,28 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"2\n" +
 	"\x11ReadIndexResponse\x12\x1d\n" +
 	"\n" +
-	"read_index\x18\x01 \x01(\x04R\treadIndex*\x92\x01\n" +
+	"read_index\x18\x01 \x01(\x04R\treadIndex\"1\n" +
+	"\tRegionRef\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\fR\x05token\"H\n" +
+	"\x04Desc\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\"\x8b\x01\n" +
+	"\x13LocalOffloadRequest\x12\x15\n" +
+	"\x06txn_id\x18\x01 \x01(\fR\x05txnId\x12/\n" +
+	"\x06region\x18\x02 \x01(\v2\x17.kvoffload.v1.RegionRefR\x06region\x12,\n" +
+	"\aobjects\x18\x03 \x03(\v2\x12.kvoffload.v1.DescR\aobjects\"j\n" +
+	"\x0fLocalGetRequest\x12/\n" +
+	"\x06region\x18\x01 \x01(\v2\x17.kvoffload.v1.RegionRefR\x06region\x12&\n" +
+	"\x04keys\x18\x02 \x03(\v2\x12.kvoffload.v1.DescR\x04keys\"\x95\x01\n" +
+	"\x0eLocalGetResult\x12/\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x17.kvoffload.v1.GetStatusR\x06status\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12&\n" +
+	"\x04code\x18\x04 \x01(\x0e2\x12.kvoffload.v1.CodeR\x04code\"J\n" +
+	"\x10LocalGetResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.kvoffload.v1.LocalGetResultR\aresults*\x92\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eOUTCOME_STORED\x10\x01\x12\x1a\n" +
@@ -1806,9 +2333,10 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x10PRESENCE_PRESENT\x10\x01\x12\x13\n" +
 	"\x0fPRESENCE_ABSENT\x10\x02\x12\x16\n" +
 	"\x12PRESENCE_IN_FLIGHT\x10\x03\x12\x14\n" +
-	"\x10PRESENCE_UNKNOWN\x10\x042\xae\x03\n" +
+	"\x10PRESENCE_UNKNOWN\x10\x042\xf9\x03\n" +
 	"\tKVOffload\x12K\n" +
-	"\fBatchOffload\x12\x1a.kvoffload.v1.OffloadChunk\x1a\x1d.kvoffload.v1.OffloadResponse(\x01\x12>\n" +
+	"\fBatchOffload\x12\x1a.kvoffload.v1.OffloadChunk\x1a\x1d.kvoffload.v1.OffloadResponse(\x01\x12I\n" +
+	"\bPrecheck\x12\x1d.kvoffload.v1.PrecheckRequest\x1a\x1e.kvoffload.v1.PrecheckResponse\x12>\n" +
 	"\bBatchGet\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x01\x12H\n" +
 	"\vBatchExists\x12\x1b.kvoffload.v1.ExistsRequest\x1a\x1c.kvoffload.v1.ExistsResponse\x12C\n" +
 	"\x06Remove\x12\x1b.kvoffload.v1.RemoveRequest\x1a\x1c.kvoffload.v1.RemoveResponse\x12@\n" +
@@ -1821,7 +2349,10 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\aPropose\x12\x1c.kvoffload.v1.ProposeRequest\x1a\x1d.kvoffload.v1.ProposeResponse\x12F\n" +
 	"\aBarrier\x12\x1c.kvoffload.v1.BarrierRequest\x1a\x1d.kvoffload.v1.BarrierResponse\x12L\n" +
 	"\tReadIndex\x12\x1e.kvoffload.v1.ReadIndexRequest\x1a\x1f.kvoffload.v1.ReadIndexResponse\x12?\n" +
-	"\tReadLocal\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x01B=Z;github.com/kvoffload/kvoffload/api/kvoffload/v1;kvoffloadv1b\x06proto3"
+	"\tReadLocal\x12\x18.kvoffload.v1.GetRequest\x1a\x16.kvoffload.v1.GetChunk0\x012\xa3\x01\n" +
+	"\x0eLocalKVOffload\x12K\n" +
+	"\aOffload\x12!.kvoffload.v1.LocalOffloadRequest\x1a\x1d.kvoffload.v1.OffloadResponse\x12D\n" +
+	"\x03Get\x12\x1d.kvoffload.v1.LocalGetRequest\x1a\x1e.kvoffload.v1.LocalGetResponseB=Z;github.com/kvoffload/kvoffload/api/kvoffload/v1;kvoffloadv1b\x06proto3"
 
 var (
 	file_kvoffload_v1_kvoffload_proto_rawDescOnce sync.Once
@@ -1836,78 +2367,101 @@ func file_kvoffload_v1_kvoffload_proto_rawDescGZIP() []byte {
 }
 
 var file_kvoffload_v1_kvoffload_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_kvoffload_v1_kvoffload_proto_goTypes = []any{
-	(Outcome)(0),              // 0: kvoffload.v1.Outcome
-	(Code)(0),                 // 1: kvoffload.v1.Code
-	(GetStatus)(0),            // 2: kvoffload.v1.GetStatus
-	(Presence)(0),             // 3: kvoffload.v1.Presence
-	(*OffloadChunk)(nil),      // 4: kvoffload.v1.OffloadChunk
-	(*KeyResult)(nil),         // 5: kvoffload.v1.KeyResult
-	(*OffloadResponse)(nil),   // 6: kvoffload.v1.OffloadResponse
-	(*GetRequest)(nil),        // 7: kvoffload.v1.GetRequest
-	(*GetChunk)(nil),          // 8: kvoffload.v1.GetChunk
-	(*ExistsRequest)(nil),     // 9: kvoffload.v1.ExistsRequest
-	(*ExistsResponse)(nil),    // 10: kvoffload.v1.ExistsResponse
-	(*RemoveRequest)(nil),     // 11: kvoffload.v1.RemoveRequest
-	(*RemoveResponse)(nil),    // 12: kvoffload.v1.RemoveResponse
-	(*StatsRequest)(nil),      // 13: kvoffload.v1.StatsRequest
-	(*StatsResponse)(nil),     // 14: kvoffload.v1.StatsResponse
-	(*JoinRequest)(nil),       // 15: kvoffload.v1.JoinRequest
-	(*JoinResponse)(nil),      // 16: kvoffload.v1.JoinResponse
-	(*LeaveRequest)(nil),      // 17: kvoffload.v1.LeaveRequest
-	(*LeaveResponse)(nil),     // 18: kvoffload.v1.LeaveResponse
-	(*StatusRequest)(nil),     // 19: kvoffload.v1.StatusRequest
-	(*Member)(nil),            // 20: kvoffload.v1.Member
-	(*StatusResponse)(nil),    // 21: kvoffload.v1.StatusResponse
-	(*ProposeRequest)(nil),    // 22: kvoffload.v1.ProposeRequest
-	(*ProposeResponse)(nil),   // 23: kvoffload.v1.ProposeResponse
-	(*BarrierRequest)(nil),    // 24: kvoffload.v1.BarrierRequest
-	(*BarrierResponse)(nil),   // 25: kvoffload.v1.BarrierResponse
-	(*ReadIndexRequest)(nil),  // 26: kvoffload.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil), // 27: kvoffload.v1.ReadIndexResponse
-	nil,                       // 28: kvoffload.v1.StatsResponse.CountersEntry
+	(Outcome)(0),                // 0: kvoffload.v1.Outcome
+	(Code)(0),                   // 1: kvoffload.v1.Code
+	(GetStatus)(0),              // 2: kvoffload.v1.GetStatus
+	(Presence)(0),               // 3: kvoffload.v1.Presence
+	(*PrecheckRequest)(nil),     // 4: kvoffload.v1.PrecheckRequest
+	(*PrecheckKey)(nil),         // 5: kvoffload.v1.PrecheckKey
+	(*PrecheckResponse)(nil),    // 6: kvoffload.v1.PrecheckResponse
+	(*OffloadChunk)(nil),        // 7: kvoffload.v1.OffloadChunk
+	(*KeyResult)(nil),           // 8: kvoffload.v1.KeyResult
+	(*OffloadResponse)(nil),     // 9: kvoffload.v1.OffloadResponse
+	(*GetRequest)(nil),          // 10: kvoffload.v1.GetRequest
+	(*GetChunk)(nil),            // 11: kvoffload.v1.GetChunk
+	(*ExistsRequest)(nil),       // 12: kvoffload.v1.ExistsRequest
+	(*ExistsResponse)(nil),      // 13: kvoffload.v1.ExistsResponse
+	(*RemoveRequest)(nil),       // 14: kvoffload.v1.RemoveRequest
+	(*RemoveResponse)(nil),      // 15: kvoffload.v1.RemoveResponse
+	(*StatsRequest)(nil),        // 16: kvoffload.v1.StatsRequest
+	(*StatsResponse)(nil),       // 17: kvoffload.v1.StatsResponse
+	(*JoinRequest)(nil),         // 18: kvoffload.v1.JoinRequest
+	(*JoinResponse)(nil),        // 19: kvoffload.v1.JoinResponse
+	(*LeaveRequest)(nil),        // 20: kvoffload.v1.LeaveRequest
+	(*LeaveResponse)(nil),       // 21: kvoffload.v1.LeaveResponse
+	(*StatusRequest)(nil),       // 22: kvoffload.v1.StatusRequest
+	(*Member)(nil),              // 23: kvoffload.v1.Member
+	(*StatusResponse)(nil),      // 24: kvoffload.v1.StatusResponse
+	(*ProposeRequest)(nil),      // 25: kvoffload.v1.ProposeRequest
+	(*ProposeResponse)(nil),     // 26: kvoffload.v1.ProposeResponse
+	(*BarrierRequest)(nil),      // 27: kvoffload.v1.BarrierRequest
+	(*BarrierResponse)(nil),     // 28: kvoffload.v1.BarrierResponse
+	(*ReadIndexRequest)(nil),    // 29: kvoffload.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),   // 30: kvoffload.v1.ReadIndexResponse
+	(*RegionRef)(nil),           // 31: kvoffload.v1.RegionRef
+	(*Desc)(nil),                // 32: kvoffload.v1.Desc
+	(*LocalOffloadRequest)(nil), // 33: kvoffload.v1.LocalOffloadRequest
+	(*LocalGetRequest)(nil),     // 34: kvoffload.v1.LocalGetRequest
+	(*LocalGetResult)(nil),      // 35: kvoffload.v1.LocalGetResult
+	(*LocalGetResponse)(nil),    // 36: kvoffload.v1.LocalGetResponse
+	nil,                         // 37: kvoffload.v1.StatsResponse.CountersEntry
 }
 var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
-	0,  // 0: kvoffload.v1.KeyResult.outcome:type_name -> kvoffload.v1.Outcome
-	1,  // 1: kvoffload.v1.KeyResult.code:type_name -> kvoffload.v1.Code
-	5,  // 2: kvoffload.v1.OffloadResponse.results:type_name -> kvoffload.v1.KeyResult
-	2,  // 3: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
-	1,  // 4: kvoffload.v1.GetChunk.code:type_name -> kvoffload.v1.Code
-	3,  // 5: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
-	28, // 6: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
-	20, // 7: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
-	4,  // 8: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
-	7,  // 9: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
-	9,  // 10: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
-	11, // 11: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
-	13, // 12: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
-	19, // 13: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
-	15, // 14: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
-	17, // 15: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
-	19, // 16: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
-	22, // 17: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
-	24, // 18: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
-	26, // 19: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
-	7,  // 20: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
-	6,  // 21: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
-	8,  // 22: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
-	10, // 23: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
-	12, // 24: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
-	14, // 25: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
-	21, // 26: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
-	16, // 27: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
-	18, // 28: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
-	21, // 29: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
-	23, // 30: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
-	25, // 31: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
-	27, // 32: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
-	8,  // 33: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
-	21, // [21:34] is the sub-list for method output_type
-	8,  // [8:21] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 0: kvoffload.v1.PrecheckRequest.keys:type_name -> kvoffload.v1.PrecheckKey
+	0,  // 1: kvoffload.v1.KeyResult.outcome:type_name -> kvoffload.v1.Outcome
+	1,  // 2: kvoffload.v1.KeyResult.code:type_name -> kvoffload.v1.Code
+	8,  // 3: kvoffload.v1.OffloadResponse.results:type_name -> kvoffload.v1.KeyResult
+	2,  // 4: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
+	1,  // 5: kvoffload.v1.GetChunk.code:type_name -> kvoffload.v1.Code
+	3,  // 6: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
+	37, // 7: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
+	23, // 8: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
+	31, // 9: kvoffload.v1.LocalOffloadRequest.region:type_name -> kvoffload.v1.RegionRef
+	32, // 10: kvoffload.v1.LocalOffloadRequest.objects:type_name -> kvoffload.v1.Desc
+	31, // 11: kvoffload.v1.LocalGetRequest.region:type_name -> kvoffload.v1.RegionRef
+	32, // 12: kvoffload.v1.LocalGetRequest.keys:type_name -> kvoffload.v1.Desc
+	2,  // 13: kvoffload.v1.LocalGetResult.status:type_name -> kvoffload.v1.GetStatus
+	1,  // 14: kvoffload.v1.LocalGetResult.code:type_name -> kvoffload.v1.Code
+	35, // 15: kvoffload.v1.LocalGetResponse.results:type_name -> kvoffload.v1.LocalGetResult
+	7,  // 16: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
+	4,  // 17: kvoffload.v1.KVOffload.Precheck:input_type -> kvoffload.v1.PrecheckRequest
+	10, // 18: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
+	12, // 19: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
+	14, // 20: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
+	16, // 21: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
+	22, // 22: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
+	18, // 23: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
+	20, // 24: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
+	22, // 25: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
+	25, // 26: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
+	27, // 27: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
+	29, // 28: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
+	10, // 29: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
+	33, // 30: kvoffload.v1.LocalKVOffload.Offload:input_type -> kvoffload.v1.LocalOffloadRequest
+	34, // 31: kvoffload.v1.LocalKVOffload.Get:input_type -> kvoffload.v1.LocalGetRequest
+	9,  // 32: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
+	6,  // 33: kvoffload.v1.KVOffload.Precheck:output_type -> kvoffload.v1.PrecheckResponse
+	11, // 34: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
+	13, // 35: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
+	15, // 36: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
+	17, // 37: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
+	24, // 38: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
+	19, // 39: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
+	21, // 40: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
+	24, // 41: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
+	26, // 42: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
+	28, // 43: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
+	30, // 44: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
+	11, // 45: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
+	9,  // 46: kvoffload.v1.LocalKVOffload.Offload:output_type -> kvoffload.v1.OffloadResponse
+	36, // 47: kvoffload.v1.LocalKVOffload.Get:output_type -> kvoffload.v1.LocalGetResponse
+	32, // [32:48] is the sub-list for method output_type
+	16, // [16:32] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kvoffload_v1_kvoffload_proto_init() }
@@ -1921,9 +2475,9 @@ func file_kvoffload_v1_kvoffload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvoffload_v1_kvoffload_proto_rawDesc), len(file_kvoffload_v1_kvoffload_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   34,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_kvoffload_v1_kvoffload_proto_goTypes,
 		DependencyIndexes: file_kvoffload_v1_kvoffload_proto_depIdxs,

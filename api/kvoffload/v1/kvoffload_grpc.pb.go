@@ -31,6 +31,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	KVOffload_BatchOffload_FullMethodName = "/kvoffload.v1.KVOffload/BatchOffload"
+	KVOffload_Precheck_FullMethodName     = "/kvoffload.v1.KVOffload/Precheck"
 	KVOffload_BatchGet_FullMethodName     = "/kvoffload.v1.KVOffload/BatchGet"
 	KVOffload_BatchExists_FullMethodName  = "/kvoffload.v1.KVOffload/BatchExists"
 	KVOffload_Remove_FullMethodName       = "/kvoffload.v1.KVOffload/Remove"
@@ -47,6 +48,12 @@ type KVOffloadClient interface {
 	// continues with data-only chunks until size bytes were sent. One result per object, in
 	// order. A retry with the same txn_id returns the original results.
 	BatchOffload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[OffloadChunk, OffloadResponse], error)
+	// Precheck asks, before a BatchOffload uploads its payloads, which keys the node does not
+	// need: those committed with the same size and checksum (answered after the node's read
+	// index, so a follower does not answer from stale metadata). The client then uploads only
+	// the other keys and reports these AlreadyStored. Keys in flight are reported needed (the
+	// offload joins them as usual).
+	Precheck(ctx context.Context, in *PrecheckRequest, opts ...grpc.CallOption) (*PrecheckResponse, error)
 	// BatchGet streams the keys' values back, verified, in GetChunk messages (one or more per
 	// key, in request order).
 	BatchGet(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetChunk], error)
@@ -81,6 +88,16 @@ func (c *kVOffloadClient) BatchOffload(ctx context.Context, opts ...grpc.CallOpt
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KVOffload_BatchOffloadClient = grpc.ClientStreamingClient[OffloadChunk, OffloadResponse]
+
+func (c *kVOffloadClient) Precheck(ctx context.Context, in *PrecheckRequest, opts ...grpc.CallOption) (*PrecheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrecheckResponse)
+	err := c.cc.Invoke(ctx, KVOffload_Precheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *kVOffloadClient) BatchGet(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -150,6 +167,12 @@ type KVOffloadServer interface {
 	// continues with data-only chunks until size bytes were sent. One result per object, in
 	// order. A retry with the same txn_id returns the original results.
 	BatchOffload(grpc.ClientStreamingServer[OffloadChunk, OffloadResponse]) error
+	// Precheck asks, before a BatchOffload uploads its payloads, which keys the node does not
+	// need: those committed with the same size and checksum (answered after the node's read
+	// index, so a follower does not answer from stale metadata). The client then uploads only
+	// the other keys and reports these AlreadyStored. Keys in flight are reported needed (the
+	// offload joins them as usual).
+	Precheck(context.Context, *PrecheckRequest) (*PrecheckResponse, error)
 	// BatchGet streams the keys' values back, verified, in GetChunk messages (one or more per
 	// key, in request order).
 	BatchGet(*GetRequest, grpc.ServerStreamingServer[GetChunk]) error
@@ -174,6 +197,9 @@ type UnimplementedKVOffloadServer struct{}
 
 func (UnimplementedKVOffloadServer) BatchOffload(grpc.ClientStreamingServer[OffloadChunk, OffloadResponse]) error {
 	return status.Error(codes.Unimplemented, "method BatchOffload not implemented")
+}
+func (UnimplementedKVOffloadServer) Precheck(context.Context, *PrecheckRequest) (*PrecheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Precheck not implemented")
 }
 func (UnimplementedKVOffloadServer) BatchGet(*GetRequest, grpc.ServerStreamingServer[GetChunk]) error {
 	return status.Error(codes.Unimplemented, "method BatchGet not implemented")
@@ -217,6 +243,24 @@ func _KVOffload_BatchOffload_Handler(srv interface{}, stream grpc.ServerStream) 
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KVOffload_BatchOffloadServer = grpc.ClientStreamingServer[OffloadChunk, OffloadResponse]
+
+func _KVOffload_Precheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrecheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVOffloadServer).Precheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KVOffload_Precheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVOffloadServer).Precheck(ctx, req.(*PrecheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _KVOffload_BatchGet_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(GetRequest)
@@ -308,6 +352,10 @@ var KVOffload_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "kvoffload.v1.KVOffload",
 	HandlerType: (*KVOffloadServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Precheck",
+			Handler:    _KVOffload_Precheck_Handler,
+		},
 		{
 			MethodName: "BatchExists",
 			Handler:    _KVOffload_BatchExists_Handler,
@@ -695,5 +743,173 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
+	Metadata: "kvoffload/v1/kvoffload.proto",
+}
+
+const (
+	LocalKVOffload_Offload_FullMethodName = "/kvoffload.v1.LocalKVOffload/Offload"
+	LocalKVOffload_Get_FullMethodName     = "/kvoffload.v1.LocalKVOffload/Get"
+)
+
+// LocalKVOffloadClient is the client API for LocalKVOffload service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+// on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+// registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+// connection, docs/design.md "The local path"); the node answers a region ID and a secret
+// token, and the calls below name the region by both. Bytes never travel in messages: a
+// descriptor names a key and a byte range of the region.
+type LocalKVOffloadClient interface {
+	// Offload stores the described ranges as one transaction. The node copies each range out
+	// of the region into its own buffer before anything else, and checksums that copy. A
+	// range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+	// same txn_id returns the original results.
+	Offload(ctx context.Context, in *LocalOffloadRequest, opts ...grpc.CallOption) (*OffloadResponse, error)
+	// Get reads and verifies each key, then copies its value into the region at the
+	// descriptor's offset; a value longer than the descriptor's length is CODE_SHORT_BUFFER
+	// with its size.
+	Get(ctx context.Context, in *LocalGetRequest, opts ...grpc.CallOption) (*LocalGetResponse, error)
+}
+
+type localKVOffloadClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewLocalKVOffloadClient(cc grpc.ClientConnInterface) LocalKVOffloadClient {
+	return &localKVOffloadClient{cc}
+}
+
+func (c *localKVOffloadClient) Offload(ctx context.Context, in *LocalOffloadRequest, opts ...grpc.CallOption) (*OffloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OffloadResponse)
+	err := c.cc.Invoke(ctx, LocalKVOffload_Offload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *localKVOffloadClient) Get(ctx context.Context, in *LocalGetRequest, opts ...grpc.CallOption) (*LocalGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LocalGetResponse)
+	err := c.cc.Invoke(ctx, LocalKVOffload_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LocalKVOffloadServer is the server API for LocalKVOffload service.
+// All implementations must embed UnimplementedLocalKVOffloadServer
+// for forward compatibility.
+//
+// LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+// on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+// registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+// connection, docs/design.md "The local path"); the node answers a region ID and a secret
+// token, and the calls below name the region by both. Bytes never travel in messages: a
+// descriptor names a key and a byte range of the region.
+type LocalKVOffloadServer interface {
+	// Offload stores the described ranges as one transaction. The node copies each range out
+	// of the region into its own buffer before anything else, and checksums that copy. A
+	// range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+	// same txn_id returns the original results.
+	Offload(context.Context, *LocalOffloadRequest) (*OffloadResponse, error)
+	// Get reads and verifies each key, then copies its value into the region at the
+	// descriptor's offset; a value longer than the descriptor's length is CODE_SHORT_BUFFER
+	// with its size.
+	Get(context.Context, *LocalGetRequest) (*LocalGetResponse, error)
+	mustEmbedUnimplementedLocalKVOffloadServer()
+}
+
+// UnimplementedLocalKVOffloadServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedLocalKVOffloadServer struct{}
+
+func (UnimplementedLocalKVOffloadServer) Offload(context.Context, *LocalOffloadRequest) (*OffloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Offload not implemented")
+}
+func (UnimplementedLocalKVOffloadServer) Get(context.Context, *LocalGetRequest) (*LocalGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedLocalKVOffloadServer) mustEmbedUnimplementedLocalKVOffloadServer() {}
+func (UnimplementedLocalKVOffloadServer) testEmbeddedByValue()                        {}
+
+// UnsafeLocalKVOffloadServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to LocalKVOffloadServer will
+// result in compilation errors.
+type UnsafeLocalKVOffloadServer interface {
+	mustEmbedUnimplementedLocalKVOffloadServer()
+}
+
+func RegisterLocalKVOffloadServer(s grpc.ServiceRegistrar, srv LocalKVOffloadServer) {
+	// If the following call panics, it indicates UnimplementedLocalKVOffloadServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&LocalKVOffload_ServiceDesc, srv)
+}
+
+func _LocalKVOffload_Offload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocalOffloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocalKVOffloadServer).Offload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LocalKVOffload_Offload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocalKVOffloadServer).Offload(ctx, req.(*LocalOffloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LocalKVOffload_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocalGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocalKVOffloadServer).Get(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LocalKVOffload_Get_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocalKVOffloadServer).Get(ctx, req.(*LocalGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// LocalKVOffload_ServiceDesc is the grpc.ServiceDesc for LocalKVOffload service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var LocalKVOffload_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "kvoffload.v1.LocalKVOffload",
+	HandlerType: (*LocalKVOffloadServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Offload",
+			Handler:    _LocalKVOffload_Offload_Handler,
+		},
+		{
+			MethodName: "Get",
+			Handler:    _LocalKVOffload_Get_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "kvoffload/v1/kvoffload.proto",
 }

@@ -19,6 +19,11 @@ class KVOffloadStub(object):
                 request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadChunk.SerializeToString,
                 response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
                 )
+        self.Precheck = channel.unary_unary(
+                '/kvoffload.v1.KVOffload/Precheck',
+                request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckRequest.SerializeToString,
+                response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckResponse.FromString,
+                )
         self.BatchGet = channel.unary_stream(
                 '/kvoffload.v1.KVOffload/BatchGet',
                 request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.GetRequest.SerializeToString,
@@ -54,6 +59,17 @@ class KVOffloadServicer(object):
         the first carries txn_id; each object starts with a chunk that has key and size set and
         continues with data-only chunks until size bytes were sent. One result per object, in
         order. A retry with the same txn_id returns the original results.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Precheck(self, request, context):
+        """Precheck asks, before a BatchOffload uploads its payloads, which keys the node does not
+        need: those committed with the same size and checksum (answered after the node's read
+        index, so a follower does not answer from stale metadata). The client then uploads only
+        the other keys and reports these AlreadyStored. Keys in flight are reported needed (the
+        offload joins them as usual).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,6 +120,11 @@ def add_KVOffloadServicer_to_server(servicer, server):
                     request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadChunk.FromString,
                     response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.SerializeToString,
             ),
+            'Precheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.Precheck,
+                    request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckRequest.FromString,
+                    response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckResponse.SerializeToString,
+            ),
             'BatchGet': grpc.unary_stream_rpc_method_handler(
                     servicer.BatchGet,
                     request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.GetRequest.FromString,
@@ -153,6 +174,23 @@ class KVOffload(object):
         return grpc.experimental.stream_unary(request_iterator, target, '/kvoffload.v1.KVOffload/BatchOffload',
             kvoffload_dot_v1_dot_kvoffload__pb2.OffloadChunk.SerializeToString,
             kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Precheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvoffload.v1.KVOffload/Precheck',
+            kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckRequest.SerializeToString,
+            kvoffload_dot_v1_dot_kvoffload__pb2.PrecheckResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -509,5 +547,124 @@ class Cluster(object):
         return grpc.experimental.unary_stream(request, target, '/kvoffload.v1.Cluster/ReadLocal',
             kvoffload_dot_v1_dot_kvoffload__pb2.GetRequest.SerializeToString,
             kvoffload_dot_v1_dot_kvoffload__pb2.GetChunk.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+
+class LocalKVOffloadStub(object):
+    """LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+    on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+    registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+    connection, docs/design.md "The local path"); the node answers a region ID and a secret
+    token, and the calls below name the region by both. Bytes never travel in messages: a
+    descriptor names a key and a byte range of the region.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Offload = channel.unary_unary(
+                '/kvoffload.v1.LocalKVOffload/Offload',
+                request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalOffloadRequest.SerializeToString,
+                response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
+                )
+        self.Get = channel.unary_unary(
+                '/kvoffload.v1.LocalKVOffload/Get',
+                request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetRequest.SerializeToString,
+                response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetResponse.FromString,
+                )
+
+
+class LocalKVOffloadServicer(object):
+    """LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+    on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+    registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+    connection, docs/design.md "The local path"); the node answers a region ID and a secret
+    token, and the calls below name the region by both. Bytes never travel in messages: a
+    descriptor names a key and a byte range of the region.
+    """
+
+    def Offload(self, request, context):
+        """Offload stores the described ranges as one transaction. The node copies each range out
+        of the region into its own buffer before anything else, and checksums that copy. A
+        range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+        same txn_id returns the original results.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Get reads and verifies each key, then copies its value into the region at the
+        descriptor's offset; a value longer than the descriptor's length is CODE_SHORT_BUFFER
+        with its size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_LocalKVOffloadServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Offload': grpc.unary_unary_rpc_method_handler(
+                    servicer.Offload,
+                    request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalOffloadRequest.FromString,
+                    response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetRequest.FromString,
+                    response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'kvoffload.v1.LocalKVOffload', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+
+
+ # This class is part of an EXPERIMENTAL API.
+class LocalKVOffload(object):
+    """LocalKVOffload is the shared-memory data path for clients on the node's host, served only
+    on the node's Unix domain socket (--local-socket), never on a TCP listener. A client first
+    registers a memory region on that socket (a memfd sent with SCM_RIGHTS over a registration
+    connection, docs/design.md "The local path"); the node answers a region ID and a secret
+    token, and the calls below name the region by both. Bytes never travel in messages: a
+    descriptor names a key and a byte range of the region.
+    """
+
+    @staticmethod
+    def Offload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvoffload.v1.LocalKVOffload/Offload',
+            kvoffload_dot_v1_dot_kvoffload__pb2.LocalOffloadRequest.SerializeToString,
+            kvoffload_dot_v1_dot_kvoffload__pb2.OffloadResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvoffload.v1.LocalKVOffload/Get',
+            kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetRequest.SerializeToString,
+            kvoffload_dot_v1_dot_kvoffload__pb2.LocalGetResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

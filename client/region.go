@@ -1,0 +1,230 @@
+package client
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvoffload/kvoffload"
+)
+
+// The registration protocol of a node's local socket (node/local_listen.go has the server):
+// "KVR1" + size (8 bytes, little endian) with the memfd as SCM_RIGHTS registers a region and
+// is answered 0 + ID (16 bytes) + token (16 bytes); "KVU1" + ID unregisters it, answered 0;
+// an error is 1 + length (2 bytes, little endian) + message.
+const (
+	magicRegister   = "KVR1"
+	magicUnregister = "KVU1"
+)
+
+// localPath is the socket path of a "unix://PATH" or "unix:PATH" address, or "".
+func localPath(addr string) string {
+	if p, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return p
+	}
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return p
+	}
+	return ""
+}
+
+// Region is a shared-memory region registered with the node on the client's local socket
+// (the zero-copy path, docs/design.md "The local path"): fill Bytes in place and offload
+// ranges of it with OffloadFrom, or read values into it with GetInto. It stays registered
+// until Close, the Client's Close, or the node dropping the registration connection (a
+// restart): then calls naming it fail with kvoffload.ErrDenied. Safe for concurrent use;
+// the caller decides which ranges each call uses.
+type Region struct {
+	reg       *registrar
+	id, token [16]byte
+	mem       []byte
+	once      sync.Once
+}
+
+// Bytes is the region's memory (len = the size it was created with). Writing a range while
+// an OffloadFrom of it runs stores either the old or the new bytes, never a mix that differs
+// from the stored checksum; reading a range while a GetInto into it runs sees partial bytes.
+func (r *Region) Bytes() []byte { return r.mem }
+
+// Close unregisters the region (the node waits for its calls in flight) and unmaps it. The
+// memory must not be used afterwards.
+func (r *Region) Close() error {
+	var err error
+	r.once.Do(func() {
+		err = r.reg.unregister(r)
+		_ = unix.Munmap(r.mem)
+	})
+	return err
+}
+
+// registrar holds a member's registration connection (one per member with a unix:// address,
+// dialed on first use and again after it broke).
+type registrar struct {
+	path string
+	mu   sync.Mutex
+	conn *net.UnixConn
+}
+
+// register creates a sealed memfd of size bytes, maps it, and registers it with the node.
+// Errors name the node's refusal (limits, e.g. MaxRegionBytes, wrap kvoffload.ErrTooLarge).
+func (g *registrar) register(size int) (*Region, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: region size %d must be positive", kvoffload.ErrInvalidArgument, size)
+	}
+	fd, err := unix.MemfdCreate("kvoffload-region", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("client: memfd_create: %w", err)
+	}
+	defer unix.Close(fd) // the mapping and the node's copy keep the memfd alive
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return nil, fmt.Errorf("client: sizing the region to %d bytes: %w", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return nil, fmt.Errorf("client: sealing the region: %w", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("client: mmap of %d bytes: %w", size, err)
+	}
+	msg := binary.LittleEndian.AppendUint64([]byte(magicRegister), uint64(size))
+	reply, err := g.call(msg, unix.UnixRights(fd), 32)
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return nil, err
+	}
+	r := &Region{reg: g, mem: mem}
+	copy(r.id[:], reply[:16])
+	copy(r.token[:], reply[16:])
+	return r, nil
+}
+
+func (g *registrar) unregister(r *Region) error {
+	_, err := g.call(append([]byte(magicUnregister), r.id[:]...), nil, 0)
+	return err
+}
+
+// errRefused is a refusal the node answered (the connection is fine).
+type errRefused struct{ msg string }
+
+func (e errRefused) Error() string { return e.msg }
+
+// call sends one message and reads its answer (want bytes after a 0 status byte), dialing
+// the connection if there is none. A broken connection is dropped (its regions are gone on
+// the node), so the next call dials afresh.
+func (g *registrar) call(msg, oob []byte, want int) ([]byte, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conn == nil {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: g.path, Net: "unix"})
+		if err != nil {
+			return nil, fmt.Errorf("%w: client: local socket %s: %w", kvoffload.ErrUnavailable, g.path, err)
+		}
+		g.conn = c
+	}
+	out, err := g.exchange(msg, oob, want)
+	var refused errRefused
+	if err != nil && !errors.As(err, &refused) {
+		_ = g.conn.Close()
+		g.conn = nil
+		return nil, fmt.Errorf("%w: client: registration on %s: %w", kvoffload.ErrUnavailable, g.path, err)
+	}
+	if err != nil {
+		if strings.Contains(refused.msg, "Max") {
+			return nil, fmt.Errorf("%w: %s", kvoffload.ErrTooLarge, refused.msg)
+		}
+		return nil, fmt.Errorf("%w: %s", kvoffload.ErrInvalidArgument, refused.msg)
+	}
+	return out, nil
+}
+
+func (g *registrar) exchange(msg, oob []byte, want int) ([]byte, error) {
+	if _, _, err := g.conn.WriteMsgUnix(msg, oob, nil); err != nil {
+		return nil, err
+	}
+	var st [1]byte
+	if _, err := io.ReadFull(g.conn, st[:]); err != nil {
+		return nil, err
+	}
+	if st[0] == 0 {
+		out := make([]byte, want)
+		_, err := io.ReadFull(g.conn, out)
+		return out, err
+	}
+	var n [2]byte
+	if _, err := io.ReadFull(g.conn, n[:]); err != nil {
+		return nil, err
+	}
+	text := make([]byte, binary.LittleEndian.Uint16(n[:]))
+	if _, err := io.ReadFull(g.conn, text); err != nil {
+		return nil, err
+	}
+	return nil, errRefused{msg: string(text)}
+}
+
+func (g *registrar) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conn != nil {
+		_ = g.conn.Close()
+		g.conn = nil
+	}
+}
+
+// staging is a member's pool of regions that the kvoffload.Store calls copy through.
+type staging struct {
+	reg    *registrar
+	mu     sync.Mutex
+	free   []*Region
+	closed bool // the client closed: regions coming back are closed, not pooled
+}
+
+// stagingQuantum rounds staging regions up, so that batches of similar sizes share them.
+const stagingQuantum = 16 << 20
+
+// get returns a free region of at least size bytes, registering one if none is free.
+func (s *staging) get(size int) (*Region, error) {
+	s.mu.Lock()
+	best := -1
+	for i, r := range s.free {
+		if len(r.mem) >= size && (best < 0 || len(r.mem) < len(s.free[best].mem)) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		r := s.free[best]
+		s.free = append(s.free[:best], s.free[best+1:]...)
+		s.mu.Unlock()
+		return r, nil
+	}
+	s.mu.Unlock()
+	return s.reg.register((max(size, 1) + stagingQuantum - 1) / stagingQuantum * stagingQuantum)
+}
+
+// put returns r to the pool; a region the node no longer knows is closed instead.
+func (s *staging) put(r *Region, lost bool) {
+	s.mu.Lock()
+	if lost || s.closed {
+		s.mu.Unlock()
+		_ = r.Close()
+		return
+	}
+	defer s.mu.Unlock()
+	s.free = append(s.free, r)
+}
+
+func (s *staging) close() {
+	s.mu.Lock()
+	free := s.free
+	s.free, s.closed = nil, true
+	s.mu.Unlock()
+	for _, r := range free {
+		_ = unix.Munmap(r.mem)
+	}
+	s.reg.close()
+}

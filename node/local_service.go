@@ -1,0 +1,236 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/local"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvoffload/kvoffload"
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/wire"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// serveLocal starts the local socket (Config.Local): the KVOffload service, LocalKVOffload
+// and gRPC health over gRPC, and region registrations, on one Unix domain socket.
+func (n *Node) serveLocal() error {
+	lc := n.cfg.Local.withDefaults()
+	n.regions = newRegions(lc)
+	lis, err := listenLocal(lc.Socket, lc.SocketMode, func(rc *regConn) { n.serveRegistrations(rc) })
+	if err != nil {
+		return err
+	}
+	n.localListener = lis
+	opts := append(serverOptions(), grpc.Creds(local.NewCredentials()))
+	if tokens := n.cfg.Security.APITokens; len(tokens) > 0 {
+		unary, stream := tokenCheck(tokens)
+		opts = append(opts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	}
+	n.localServer = grpc.NewServer(opts...)
+	pb.RegisterKVOffloadServer(n.localServer, kvService{n: n})
+	pb.RegisterLocalKVOffloadServer(n.localServer, localService{n: n})
+	registerHealth(n.localServer, n.health)
+	go n.runServer(n.localServer, lis, "local")
+	return nil
+}
+
+// LocalSocket is the path of the local socket ("" without one).
+func (n *Node) LocalSocket() string {
+	if n.localListener == nil {
+		return ""
+	}
+	return n.cfg.Local.Socket
+}
+
+// localService implements LocalKVOffload over a Node's registered regions.
+type localService struct {
+	pb.UnimplementedLocalKVOffloadServer
+	n *Node
+}
+
+// region finds the caller's region: its connection's SO_PEERCRED (peerAddr) must be the
+// registering process's, and the token the one the registration answered.
+func (s localService) region(ctx context.Context, ref *pb.RegionRef) (*region, error) {
+	p, ok := peer.FromContext(ctx)
+	var who peerAddr
+	if ok {
+		who, ok = p.Addr.(peerAddr)
+	}
+	if !ok {
+		return nil, status.Error(codes.PermissionDenied, "node: the local path is served only on the local socket")
+	}
+	r, err := s.n.regions.lookup(ref.GetId(), ref.GetToken(), who.uid, who.pid)
+	if err != nil {
+		s.n.log.Warn("local call refused", "caller", who.String(), "err", err)
+		return nil, status.Error(codes.PermissionDenied, "node: "+err.Error())
+	}
+	return r, nil
+}
+
+// Offload copies each described range out of the region into one buffer of the node's
+// (within the buffer budget), releases the region, and runs the copies as one transaction:
+// the checksum is of the copy, so a client writing its region meanwhile cannot make a
+// record whose bytes differ from its checksum.
+func (s localService) Offload(ctx context.Context, req *pb.LocalOffloadRequest) (*pb.OffloadResponse, error) {
+	if err := s.n.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var id fsm.TxnID
+	if len(req.TxnId) != len(id) {
+		return nil, invalid("txn_id must be %d bytes, got %d", len(id), len(req.TxnId))
+	}
+	copy(id[:], req.TxnId)
+	if err := kvoffload.CheckTxnID(id); err != nil {
+		return nil, invalid("%v", err)
+	}
+	r, err := s.region(ctx, req.Region)
+	if err != nil {
+		return nil, err
+	}
+	lim := s.n.cfg.Txn
+	if len(req.Objects) > lim.MaxBatchKeys {
+		return nil, grpcError(txn.BatchKeysError(uint64(len(req.Objects)), req.Objects[lim.MaxBatchKeys].Key, lim.MaxBatchKeys))
+	}
+	out := make([]kvoffload.KeyResult, len(req.Objects))
+	var pos []int
+	var total uint64
+	for i, d := range req.Objects {
+		reason, code := r.bounds(d.Offset, d.Length), kvoffload.CodeInvalidValue
+		if reason == "" && d.Length > uint64(lim.MaxObjectBytes) {
+			reason, code = txn.ObjectTooLarge(d.Length, lim.MaxObjectBytes), kvoffload.CodeTooLarge
+		}
+		if reason != "" {
+			out[i] = kvoffload.KeyResult{Key: d.Key, Outcome: kvoffload.Rejected, Code: code, Reason: reason}
+			continue
+		}
+		if total += d.Length; total > uint64(lim.MaxBatchBytes) {
+			return nil, grpcError(txn.BatchBytesError(total, d.Key, lim.MaxBatchBytes))
+		}
+		pos = append(pos, i)
+	}
+	buf := s.n.metrics.buffers.newHold()
+	defer buf.release() // after the response: the coordinator may hold the values until then
+	if err := buf.acquire(ctx, int64(total)); err != nil {
+		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, total, err))
+	}
+	objs, err := copyOut(r, req.Objects, pos, total)
+	if err == nil {
+		s.n.payloadIn.Add(total)
+	}
+	if err != nil {
+		for _, i := range pos {
+			out[i] = kvoffload.KeyResult{Key: req.Objects[i].Key, Outcome: kvoffload.Failed, Code: kvoffload.CodeCanceled, Reason: err.Error()}
+		}
+		return resultsPB(out), nil
+	}
+	res, err := s.n.coord.BatchOffload(ctx, id, objs)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	for j, i := range pos {
+		out[i] = res[j]
+	}
+	s.n.metrics.observeOffload(id, res, objs, time.Since(start))
+	return resultsPB(out), nil
+}
+
+// copyOut copies the ranges descs[pos] out of r into one allocation of total bytes.
+func copyOut(r *region, descs []*pb.Desc, pos []int, total uint64) ([]kvoffload.Object, error) {
+	if !r.acquire() {
+		return nil, fmt.Errorf("node: region %s was unregistered before its bytes were copied; nothing was stored", r.name())
+	}
+	defer r.release()
+	all := make([]byte, total)
+	objs := make([]kvoffload.Object, len(pos))
+	at := uint64(0)
+	for j, i := range pos {
+		d := descs[i]
+		v := all[at : at+d.Length : at+d.Length]
+		if err := safeCopy(v, r.mem[d.Offset:d.Offset+d.Length]); err != nil {
+			return nil, err
+		}
+		objs[j] = kvoffload.Object{Key: d.Key, Value: v}
+		at += d.Length
+	}
+	return objs, nil
+}
+
+func resultsPB(res []kvoffload.KeyResult) *pb.OffloadResponse {
+	out := &pb.OffloadResponse{Results: make([]*pb.KeyResult, len(res))}
+	for i, r := range res {
+		out.Results[i] = wire.KeyResultToPB(r)
+	}
+	return out
+}
+
+// Get reads and verifies the keys into the node's memory (within the buffer budget), then
+// copies each value into the region at its descriptor's offset.
+func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.LocalGetResponse, error) {
+	if err := s.n.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r, err := s.region(ctx, req.Region)
+	if err != nil {
+		return nil, err
+	}
+	if lim := s.n.cfg.Txn.MaxBatchKeys; len(req.Keys) > lim {
+		return nil, grpcError(txn.BatchKeysError(uint64(len(req.Keys)), req.Keys[lim].Key, lim))
+	}
+	out := make([]*pb.LocalGetResult, len(req.Keys))
+	var keys []string
+	var pos []int
+	var want int64
+	for i, d := range req.Keys {
+		if reason := r.bounds(d.Offset, d.Length); reason != "" {
+			out[i] = &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_INVALID_VALUE, Reason: reason}
+			continue
+		}
+		keys, pos = append(keys, d.Key), append(pos, i)
+		if e, ok := s.n.fsm.Lookup(d.Key); ok {
+			want += int64(e.Size)
+		}
+	}
+	buf := s.n.metrics.buffers.newHold()
+	defer buf.release()
+	if err := buf.acquire(ctx, min(want, s.n.cfg.Txn.MaxBatchBytes)); err != nil {
+		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, want, err))
+	}
+	res, err := s.n.BatchGet(ctx, keys)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	s.n.metrics.observeGets(res, time.Since(start))
+	if !r.acquire() {
+		return nil, status.Errorf(codes.FailedPrecondition, "node: region %s was unregistered during the read", r.name())
+	}
+	defer r.release()
+	for j, i := range pos {
+		out[i] = intoRegion(r, req.Keys[i], res[j])
+	}
+	return &pb.LocalGetResponse{Results: out}, nil
+}
+
+// intoRegion copies a Found value into the region, or answers why not.
+func intoRegion(r *region, d *pb.Desc, g kvoffload.GetResult) *pb.LocalGetResult {
+	if g.Status != kvoffload.Found {
+		return &pb.LocalGetResult{Status: wire.StatusToPB(g.Status), Code: pb.Code(g.Code), Reason: g.Reason}
+	}
+	size := uint64(len(g.Value))
+	if size > d.Length {
+		return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_SHORT_BUFFER, Size: size,
+			Reason: fmt.Sprintf("descriptor of %d bytes for a value of %d bytes", d.Length, size)}
+	}
+	if err := safeCopy(r.mem[d.Offset:d.Offset+size], g.Value); err != nil {
+		return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_IO, Reason: err.Error()}
+	}
+	return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_FOUND, Size: size}
+}

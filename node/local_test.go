@@ -1,0 +1,326 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/storetest"
+)
+
+// localSocketPath is a short socket path (sun_path holds 107 bytes; t.TempDir can be long).
+func localSocketPath(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kvl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return filepath.Join(dir, "s")
+}
+
+// openLocal opens an embedded node with only a local socket, and a client on it.
+func openLocal(t *testing.T, lim Local) (*Node, *client.Client) {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	lim.Socket = localSocketPath(t)
+	cfg.Local = lim
+	n := mustOpen(t, cfg)
+	t.Cleanup(func() { mustClose(t, n) })
+	return n, dialLocal(t, n)
+}
+
+func dialLocal(t *testing.T, n *Node) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.DialOptions(ctx, client.Options{}, "unix://"+n.LocalSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// checkSums asserts that each key reads back Found and that its metadata checksum is the
+// xxhash64 of the bytes read.
+func checkSums(t *testing.T, n *Node, keys []string) map[string][]byte {
+	t.Helper()
+	res, err := getAll(context.Background(), n, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, r := range res {
+		e, ok := n.FSM().Lookup(r.Key)
+		if r.Status != kvoffload.Found || !ok {
+			t.Fatalf("%s: %s %s (metadata %v)", r.Key, r.Status, r.Reason, ok)
+		}
+		if got := xxhash.Sum64(r.Value); got != e.Sum || int(e.Size) != len(r.Value) {
+			t.Fatalf("%s: metadata sum %x size %d, bytes hash %x size %d", r.Key, e.Sum, e.Size, got, len(r.Value))
+		}
+		out[r.Key] = r.Value
+	}
+	return out
+}
+
+// TestLocalRoundTrip: the Store calls and the zero-copy Region through the local socket.
+func TestLocalRoundTrip(t *testing.T) {
+	seed := testSeed(t)
+	n, c := openLocal(t, Local{})
+	ctx := context.Background()
+	keys := []string{keyOf("a", 0), keyOf("a", 1), keyOf("a", 2)}
+	objs := objects(seed, 300<<10, keys...)
+	res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), objs)
+	if err != nil || res[0].Outcome != kvoffload.Stored || res[2].Outcome != kvoffload.Stored {
+		t.Fatalf("%v %+v", err, res)
+	}
+	got, err := c.BatchGet(ctx, append(keys, keyOf("none", 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range objs {
+		if got[i].Status != kvoffload.Found || !bytes.Equal(got[i].Value, o.Value) {
+			t.Fatalf("%s: %s %s", o.Key, got[i].Status, got[i].Reason)
+		}
+	}
+	if got[3].Status != kvoffload.NotFound || got[3].Code != kvoffload.CodeNotFound {
+		t.Fatalf("missing key: %+v", got[3])
+	}
+	bufs := [][]byte{make([]byte, 300<<10), make([]byte, 10)}
+	into, err := c.BatchGetInto(ctx, keys[:2], bufs)
+	if err != nil || into[0].Status != kvoffload.Found || !bytes.Equal(into[0].Value, objs[0].Value) ||
+		into[1].Status != kvoffload.ShortBuffer || into[1].Size != 300<<10 {
+		t.Fatalf("%v %+v", err, into)
+	}
+	checkSums(t, n, keys)
+
+	r, err := c.NewRegion(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	copy(r.Bytes()[4096:], "zero-copy value")
+	res, err = c.OffloadFrom(ctx, kvoffload.NewTxnID(), r, []client.Desc{{Key: keyOf("z", 0), Offset: 4096, Length: 15}})
+	if err != nil || res[0].Outcome != kvoffload.Stored {
+		t.Fatalf("%v %+v", err, res)
+	}
+	g, err := c.GetInto(ctx, r, []client.Desc{{Key: keyOf("z", 0), Offset: 0, Length: 100}, {Key: keyOf("a", 0), Offset: 100, Length: 10}})
+	if err != nil || string(g[0].Value) != "zero-copy value" || &g[0].Value[0] != &r.Bytes()[0] ||
+		g[1].Status != kvoffload.ShortBuffer || g[1].Size != 300<<10 {
+		t.Fatalf("%v %+v", err, g)
+	}
+	if _, err := c.OffloadFrom(ctx, kvoffload.NewTxnID(), r, []client.Desc{{Key: "k", Offset: 1 << 20, Length: 1}}); !errors.Is(err, kvoffload.ErrInvalidArgument) {
+		t.Fatalf("out of bounds on the client: %v", err)
+	}
+}
+
+// TestLocalConformance: the client on the local path passes the Store conformance suite.
+func TestLocalConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) kvoffload.Store {
+		_, c := openLocal(t, Local{})
+		return c
+	})
+}
+
+// TestLocalScribble: a client rewriting its region while offloads of it run never gets a
+// committed record whose bytes differ from its checksum: every Stored key reads back
+// verified, with the metadata's checksum that of the bytes read (the node copies before it
+// checksums; a value may mix versions of the block, which is the client's doing).
+func TestLocalScribble(t *testing.T) {
+	seed := testSeed(t)
+	n, c := openLocal(t, Local{})
+	const block, blocks = 64 << 10, 32
+	r, err := c.NewRegion(block * blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the scribbler: whole blocks of one repeated byte, so a mix is visible
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(seed, 1))
+		mem := r.Bytes()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b := rng.IntN(blocks)
+			v := byte(rng.Uint32())
+			for i := b * block; i < (b+1)*block; i += 512 {
+				clear(mem[i : i+512])
+				for j := i; j < i+512; j++ {
+					mem[j] = v
+				}
+			}
+		}
+	}()
+	var stored []string
+	for round := 0; round < 20 && ctx.Err() == nil; round++ {
+		descs := make([]client.Desc, blocks)
+		for i := range descs {
+			descs[i] = client.Desc{Key: keyOf(fmt.Sprintf("s%d", round), i), Offset: i * block, Length: block}
+		}
+		res, err := c.OffloadFrom(ctx, kvoffload.NewTxnID(), r, descs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range res {
+			if x.Outcome == kvoffload.Stored {
+				stored = append(stored, x.Key)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(stored) == 0 {
+		t.Fatal("nothing stored")
+	}
+	checkSums(t, n, stored)
+	checkConsistent(t, n)
+	t.Logf("%d keys stored while the region was rewritten", len(stored))
+}
+
+// TestLocalCloseMidWrite: regions unregistered, and a client closed, while offloads through
+// them run: every key is Stored (its bytes copied before the close), Failed or Conflict, or
+// the call fails; every Stored key reads back with its checksum.
+func TestLocalCloseMidWrite(t *testing.T) {
+	seed := testSeed(t)
+	n, _ := openLocal(t, Local{})
+	rng := rand.New(rand.NewPCG(seed, 2))
+	var mu sync.Mutex
+	var stored []string
+	counts := map[string]int{}
+	for trial := 0; trial < 6; trial++ {
+		c := dialLocal(t, n)
+		r, err := c.NewRegion(4 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for w := 0; w < 3; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					descs := []client.Desc{{Key: keyOf(fmt.Sprintf("c%d-%d-%d", trial, w, i), 0), Offset: w << 20, Length: 1 << 20}}
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					res, err := c.OffloadFrom(ctx, kvoffload.NewTxnID(), r, descs)
+					cancel()
+					if err != nil {
+						mu.Lock()
+						counts["call error"]++
+						mu.Unlock()
+						return // the region or the client is gone
+					}
+					mu.Lock()
+					counts[res[0].Outcome.String()]++
+					mu.Unlock()
+					switch res[0].Outcome {
+					case kvoffload.Stored:
+						mu.Lock()
+						stored = append(stored, res[0].Key)
+						mu.Unlock()
+					case kvoffload.Failed, kvoffload.Conflict:
+					default:
+						t.Errorf("%s: %s %s", res[0].Key, res[0].Outcome, res[0].Reason)
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(5+rng.IntN(30)) * time.Millisecond)
+		if trial%2 == 0 {
+			_ = r.Close()
+		} else {
+			_ = c.Close()
+		}
+		wg.Wait()
+		_ = c.Close()
+	}
+	checkSums(t, n, stored)
+	checkConsistent(t, n)
+	t.Logf("outcomes: %v", counts)
+	n.regions.mu.Lock()
+	left, mapped := len(n.regions.byID), n.regions.mapped
+	n.regions.mu.Unlock()
+	if left != 0 || mapped != 0 {
+		t.Fatalf("%d regions (%d bytes) still mapped after every client closed", left, mapped)
+	}
+}
+
+// TestLocalLimits: each limit is refused with an error naming it and its value.
+func TestLocalLimits(t *testing.T) {
+	n, c := openLocal(t, Local{MaxRegionBytes: 2 << 20, MaxRegionsPerConn: 2, MaxRegions: 3, MaxMappedBytes: 5 << 20})
+	want := func(err error, text string) {
+		t.Helper()
+		if !errors.Is(err, kvoffload.ErrTooLarge) || !strings.Contains(err.Error(), text) {
+			t.Fatalf("got %v, want ErrTooLarge naming %q", err, text)
+		}
+	}
+	_, err := c.NewRegion(3 << 20)
+	want(err, "MaxRegionBytes 2097152")
+	r1, err := c.NewRegion(2 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = c.NewRegion(2 << 20); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.NewRegion(1 << 20)
+	want(err, "MaxRegionsPerConn")
+	c2 := dialLocal(t, n)
+	_, err = c2.NewRegion(2 << 20)
+	want(err, "MaxMappedBytes 5242880")
+	if _, err = c2.NewRegion(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c2.NewRegion(1 << 10)
+	want(err, "MaxRegions")
+	res, err := c.OffloadFrom(context.Background(), kvoffload.NewTxnID(), r1, []client.Desc{{Key: keyOf("in", 0), Length: 10}})
+	if err != nil || res[0].Outcome != kvoffload.Stored {
+		t.Fatalf("%v %+v", err, res)
+	}
+}
+
+// TestLocalTokens: with API tokens configured, the local socket requires them too.
+func TestLocalTokens(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Local.Socket = localSocketPath(t)
+	cfg.Security.APITokens = []string{"s3cret"}
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{{"s3cret", true}, {"wrong", false}} {
+		c, err := client.DialOptions(ctx, client.Options{Token: tc.token, InsecureToken: true}, "unix://"+n.LocalSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: keyOf("tok", 0), Value: []byte("v")}})
+		if tc.ok && (err != nil || !res[0].Outcome.OK()) || !tc.ok && !errors.Is(err, kvoffload.ErrDenied) {
+			t.Errorf("token %q: %v %+v", tc.token, err, res)
+		}
+		_ = c.Close()
+	}
+}

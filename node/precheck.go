@@ -1,0 +1,51 @@
+package node
+
+import (
+	"context"
+
+	"github.com/kvoffload/kvoffload"
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn"
+)
+
+// Precheck answers, per key, whether it is committed with the given size and checksum, so
+// that the client need not upload it (the lean stream path). Presence is confirmed through
+// BatchExists (the read index in a cluster); a key the node cannot confirm, or in flight, is
+// needed. A txn ID that already has a result answers every key needed (a retry gets the
+// original results from BatchOffload); a retry racing the first call of its txn ID, still
+// running, may see AlreadyStored where that call answers Stored (both OK outcomes).
+func (s kvService) Precheck(ctx context.Context, req *pb.PrecheckRequest) (*pb.PrecheckResponse, error) {
+	if err := s.n.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if lim := s.n.cfg.Txn.MaxBatchKeys; len(req.Keys) > lim {
+		return nil, grpcError(txn.BatchKeysError(uint64(len(req.Keys)), req.Keys[lim].GetKey(), lim))
+	}
+	var id fsm.TxnID
+	if len(req.TxnId) != len(id) {
+		return nil, invalid("txn_id must be %d bytes, got %d", len(id), len(req.TxnId))
+	}
+	copy(id[:], req.TxnId)
+	keys := make([]string, len(req.Keys))
+	for i, k := range req.Keys {
+		keys[i] = k.GetKey()
+	}
+	ex, err := s.n.BatchExists(ctx, keys, 0)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	out := &pb.PrecheckResponse{Stored: make([]bool, len(keys))}
+	if _, done := s.n.fsm.TxnResult(id); done {
+		return out, nil // a retry: BatchOffload answers with the original results
+	}
+	for i, k := range req.Keys {
+		if i >= len(ex.Keys) || ex.Keys[i] != kvoffload.Present {
+			continue
+		}
+		if e, ok := s.n.fsm.Lookup(k.GetKey()); ok && uint64(e.Size) == k.GetSize() && e.Sum == k.GetSum() {
+			out.Stored[i] = true
+		}
+	}
+	return out, nil
+}
