@@ -76,8 +76,8 @@ func TestCollectRejects(t *testing.T) {
 		"open bucket":    {id, []Extent{w.ext}},
 		"unknown bucket": {id + 5, []Extent{{Bucket: id + 5, Offset: 0, Length: Alignment}}},
 		"other bucket":   {id, []Extent{{Bucket: id + 1, Offset: 0, Length: Alignment}}},
-		"overlap":        {id, []Extent{{id, 0, 2 * Alignment}, {id, Alignment, Alignment}}},
-		"unaligned":      {id, []Extent{{id, 100, Alignment}}},
+		"overlap":        {id, []Extent{{Bucket: id, Offset: 0, Length: 2 * Alignment}, {Bucket: id, Offset: Alignment, Length: Alignment}}},
+		"unaligned":      {id, []Extent{{Bucket: id, Offset: 100, Length: Alignment}}},
 	}
 	for name, tc := range cases {
 		if _, err := s.Collect(tc.id, tc.live); err == nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvoffload/kvoffload/extent"
 	"github.com/kvoffload/kvoffload/internal/mutant"
 	"github.com/kvoffload/kvoffload/vfs"
 )
@@ -53,15 +54,9 @@ func NewHeader(key string, txnID [16]byte, generation uint64, payload []byte) He
 	}
 }
 
-// Extent locates one record: its bucket, offset and padded length (RecordSize).
-type Extent struct {
-	Bucket uint32
-	Offset int64
-	Length int64
-}
-
-// End returns the offset just past the extent.
-func (e Extent) End() int64 { return e.Offset + e.Length }
+// Extent locates one record: its bucket, offset and padded length (RecordSize). It is the
+// store's one extent type (package extent), which the metadata records as fsm.Extent.
+type Extent = extent.Extent
 
 // RecordSize returns the padded on-disk size of a record.
 func RecordSize(keyLen, payloadLen int) int64 {

@@ -63,9 +63,9 @@ func TestStoreReadVerifies(t *testing.T) {
 		{"payload length", a.ext, func(h Header) Header { h.PayloadLen++; return h }},
 		{"payload sum", a.ext, func(h Header) Header { h.PayloadSum++; return h }},
 		{"other record's extent", b.ext, func(h Header) Header { return h }},
-		{"extent too short", Extent{a.ext.Bucket, 0, Alignment}, func(h Header) Header { return h }},
-		{"past end of file", Extent{a.ext.Bucket, 1 << 20, a.ext.Length}, func(h Header) Header { return h }},
-		{"missing bucket", Extent{77, 0, a.ext.Length}, func(h Header) Header { return h }},
+		{"extent too short", Extent{Bucket: a.ext.Bucket, Offset: 0, Length: Alignment}, func(h Header) Header { return h }},
+		{"past end of file", Extent{Bucket: a.ext.Bucket, Offset: 1 << 20, Length: a.ext.Length}, func(h Header) Header { return h }},
+		{"missing bucket", Extent{Bucket: 77, Offset: 0, Length: a.ext.Length}, func(h Header) Header { return h }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -94,7 +94,7 @@ func (f *FSM) CheckCommit(c Commit, proposer string, maxLength int64) error {
 		return cmp.Or(cmp.Compare(a.Extent.Bucket, b.Extent.Bucket), cmp.Compare(a.Extent.Offset, b.Extent.Offset))
 	})
 	for i, far := 1, 0; i < len(sorted); i++ { // far: the entry reaching furthest so far
-		if a, b := sorted[far], sorted[i]; a.Key != b.Key && overlaps(a.Extent, b.Extent) {
+		if a, b := sorted[far], sorted[i]; a.Key != b.Key && a.Extent.Overlaps(b.Extent) {
 			return fmt.Errorf("%w: keys %q and %q name overlapping extents %+v and %+v", ErrInvalidEntry, a.Key, b.Key, a.Extent, b.Extent)
 		}
 		if a, b := sorted[far].Extent, sorted[i].Extent; a.Bucket != b.Bucket || b.Offset+b.Length > a.Offset+a.Length {
@@ -139,10 +139,6 @@ type chunkKey struct {
 // many chunks to index; CheckEntry reports them wherever the entry is used.
 func indexable(x Extent) bool {
 	return x.Offset >= 0 && x.Length > 0 && x.Length <= MaxRecordLength && x.Offset <= 1<<62
-}
-
-func overlaps(a, b Extent) bool {
-	return a.Bucket == b.Bucket && a.Length > 0 && b.Length > 0 && a.Offset < b.Offset+b.Length && b.Offset < a.Offset+a.Length
 }
 
 // chunks calls fn with the index key of every chunk x touches, in order, until fn returns

@@ -231,7 +231,7 @@ func scanOverlap(f *FSM, owner string, x Extent, skip string) (Entry, bool) {
 	var found Entry
 	var ok bool
 	f.ForEach(func(e Entry) bool {
-		if e.Owner == owner && e.Key != skip && overlaps(e.Extent, x) {
+		if e.Owner == owner && e.Key != skip && e.Extent.Overlaps(x) {
 			found, ok = e, true
 			return false
 		}

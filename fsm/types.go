@@ -4,18 +4,16 @@ import (
 	"fmt"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/extent"
 )
 
 // TxnID names one transaction: the caller's kvoffload.TxnID, recorded as is. A retry of the
 // same batch carries the same TxnID and is de-duplicated by the FSM.
 type TxnID = kvoffload.TxnID
 
-// Extent locates a key's bytes inside one bucket file of the owner node.
-type Extent struct {
-	Bucket uint32
-	Offset int64
-	Length int64
-}
+// Extent locates a key's bytes inside one bucket file of the owner node: the store's one
+// extent type (package extent), the same the bucket store hands out.
+type Extent = extent.Extent
 
 // Entry is one committed version of a key: where its bytes are and how to verify them.
 type Entry struct {

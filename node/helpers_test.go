@@ -128,7 +128,7 @@ func checkConsistent(t *testing.T, n *Node) {
 			return nil // damaged regions are not records
 		}
 		e, ok := entries[h.Key]
-		if !ok || fsmToExtent(e.Extent) != ext {
+		if !ok || e.Extent != ext {
 			t.Errorf("I4: record of %q at %+v not referenced by metadata", h.Key, ext)
 		}
 		return nil
@@ -138,9 +138,6 @@ func checkConsistent(t *testing.T, n *Node) {
 	}
 }
 
-func fsmToExtent(e fsm.Extent) bucketstore.Extent {
-	return bucketstore.Extent{Bucket: e.Bucket, Offset: e.Offset, Length: e.Length}
-}
 
 // getAll reads keys in batches under the per-request key limit.
 func getAll(ctx context.Context, n *Node, keys []string) ([]kvoffload.GetResult, error) {

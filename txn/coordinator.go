@@ -140,7 +140,7 @@ func (c *Coordinator) endRecovery(holders map[bucketstore.Extent]string) {
 			if !adopted {
 				continue
 			}
-			if e, ok := c.meta.Lookup(key); !ok || bucketExtent(e.Extent) != ext {
+			if e, ok := c.meta.Lookup(key); !ok || e.Extent != ext {
 				c.reclaim.free(ext)
 			}
 		}

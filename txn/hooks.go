@@ -28,7 +28,7 @@ func (c *Coordinator) OnRestored(d fsm.RestoreDiff) {
 		}
 		c.ev.lru.drop(e.Key, e.Gen)
 		if d.To > d.From && c.freeable(e, shared[e.Key]) {
-			c.reclaim.freeApplied(bucketExtent(e.Extent))
+			c.reclaim.freeApplied(e.Extent)
 		}
 	}
 	for _, e := range d.Added {
@@ -65,7 +65,7 @@ func (c *Coordinator) OnApplied(res *fsm.Result) {
 	}
 	for _, ko := range res.Keys {
 		if ko.Outcome == fsm.OutcomeRemoved && ko.Entry.Owner == c.cfg.NodeID && c.freeable(ko.Entry, ko.Shared) {
-			c.reclaim.freeApplied(bucketExtent(ko.Entry.Extent))
+			c.reclaim.freeApplied(ko.Entry.Extent)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -131,12 +130,4 @@ func (c *Coordinator) standing(o kvoffload.Object, sum uint64) (kvoffload.Outcom
 		return compare(e, sum, uint32(len(o.Value)))
 	}
 	return kvoffload.Failed, kvoffload.CodeTxnIDReused, "not written by the finished transaction with this ID; retry with a new txn ID"
-}
-
-func fsmExtent(e bucketstore.Extent) fsm.Extent {
-	return fsm.Extent{Bucket: e.Bucket, Offset: e.Offset, Length: e.Length}
-}
-
-func bucketExtent(e fsm.Extent) bucketstore.Extent {
-	return bucketstore.Extent{Bucket: e.Bucket, Offset: e.Offset, Length: e.Length}
 }

@@ -267,7 +267,7 @@ func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) kvoffloa
 	if err := fsm.CheckEntry(e); err != nil {
 		return c.corruptEntry(ctx, key, e, err)
 	}
-	ext := bucketExtent(e.Extent)
+	ext := e.Extent
 	c.reclaim.pin(ext)
 	defer c.reclaim.unpin(ext)
 	if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {

@@ -180,8 +180,8 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (map[buc
 	good, bad := c.ownEntries()
 	for _, e := range good {
 		c.ev.lru.add(e.Key, e.Gen, e.Extent.Length)
-		holders[bucketExtent(e.Extent)] = e.Key
-		live[e.Extent.Bucket] = append(live[e.Extent.Bucket], bucketExtent(e.Extent))
+		holders[e.Extent] = e.Key
+		live[e.Extent.Bucket] = append(live[e.Extent.Bucket], e.Extent)
 		keysOf[e.Extent.Bucket] = append(keysOf[e.Extent.Bucket], fsm.KeyGen{Key: e.Key, Gen: e.Gen})
 	}
 	c.dropCorrupt(ctx, bad, rep)
@@ -263,7 +263,7 @@ func (c *Coordinator) ownEntries() (good, bad []fsm.Entry) {
 func (c *Coordinator) verifyOverlapping(group []fsm.Entry) (good, bad []fsm.Entry) {
 	for _, e := range group {
 		want := bucketstore.Header{Key: e.Key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
-		_, err := c.data.Read(bucketExtent(e.Extent), want)
+		_, err := c.data.Read(e.Extent, want)
 		if err == nil && len(good) == 0 {
 			good = append(good, e)
 			continue

@@ -62,7 +62,7 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 	if mutant.On(mutant.FreeBeforeRemove) { // mutation test only: freed before the REMOVE is applied
 		for _, g := range kg {
 			if e, ok := c.meta.Lookup(g.Key); ok && e.Owner == c.cfg.NodeID {
-				c.reclaim.free(bucketExtent(e.Extent))
+				c.reclaim.free(e.Extent)
 			}
 		}
 	}

@@ -55,13 +55,13 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 		case !ok:
 			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeInternal, "key missing from the commit result"
 		case ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == id && ko.Entry.Owner == c.cfg.NodeID &&
-			ko.Entry.Extent == fsmExtent(w.ext):
+			ko.Entry.Extent == w.ext:
 			w.outcome, w.code, w.reason = kvoffload.Stored, kvoffload.CodeNone, ""
 			continue
 		default:
 			w.outcome, w.code, w.reason = fromFSM(ko.Outcome)
 		}
-		if e, live := c.meta.Lookup(w.key); live && e.TxnID == id && e.Owner == c.cfg.NodeID && e.Extent == fsmExtent(w.ext) {
+		if e, live := c.meta.Lookup(w.key); live && e.TxnID == id && e.Owner == c.cfg.NodeID && e.Extent == w.ext {
 			// The metadata holds this write as committed though the result says otherwise: the
 			// COMMIT applied and its result was pruned before this settle, which then proposed
 			// an ABORT or re-proposed the COMMIT (AlreadyStored). The bytes are a live entry's:
