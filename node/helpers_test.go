@@ -138,7 +138,6 @@ func checkConsistent(t *testing.T, n *Node) {
 	}
 }
 
-
 // getAll reads keys in batches under the per-request key limit.
 func getAll(ctx context.Context, n *Node, keys []string) ([]kvoffload.GetResult, error) {
 	var out []kvoffload.GetResult
