@@ -39,6 +39,9 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte)
 }
 
 func (c *Client) batchGetInto(ctx context.Context, keys []string, bufs [][]byte) ([]kvoffload.GetResult, error) {
+	if err := c.checkKeys("BatchGet", len(keys), func(i int) string { return keys[i] }); err != nil {
+		return nil, err
+	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	send, pos := partition(keys, self)

@@ -34,6 +34,9 @@ func (c *Client) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kv
 	if err := kvoffload.CheckTxnID(id); err != nil {
 		return nil, err
 	}
+	if err := c.checkKeys("BatchOffload", len(objs), func(i int) string { return objs[i].Key }); err != nil {
+		return nil, err
+	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	return sendOnly(objs, func(o kvoffload.Object) string { return o.Key },

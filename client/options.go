@@ -26,6 +26,11 @@ type Options struct {
 	// MaxAttempts bounds the attempts of one call; 0 (the default) retries until the call's
 	// context ends (or CallTimeout passes).
 	MaxAttempts int
+	// MaxBatchKeys is the most keys one call may name (default 4096, the store's own default
+	// limit): a larger call fails with kvoffload.ErrTooLarge before anything is sent. It counts
+	// every key, those the client answers itself (CheckKey) included, as the store counts
+	// them; set it to the members' MaxBatchKeys if they were configured otherwise.
+	MaxBatchKeys int
 	// CallTimeout is the deadline of a call whose context has none (default 30 s), so a call
 	// to a cluster that is down returns (ErrIndeterminate or ErrUnavailable) instead of
 	// retrying for ever; a negative value disables it. A context with a deadline is used as
@@ -86,6 +91,7 @@ func DefaultOptions() Options {
 		MaxBackoff:   2 * time.Second,
 		StallTimeout: 2 * time.Second,
 		CallTimeout:  30 * time.Second,
+		MaxBatchKeys: 4096,
 	}
 }
 
@@ -109,6 +115,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CallTimeout == 0 {
 		o.CallTimeout = d.CallTimeout
+	}
+	if o.MaxBatchKeys == 0 {
+		o.MaxBatchKeys = d.MaxBatchKeys
 	}
 	return o
 }
@@ -136,6 +145,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBackoff < o.RetryBackoff {
 		errs = append(errs, fmt.Errorf("client: MaxBackoff %s < RetryBackoff %s", o.MaxBackoff, o.RetryBackoff))
+	}
+	if o.MaxBatchKeys < 0 {
+		errs = append(errs, fmt.Errorf("client: MaxBatchKeys %d < 0", o.MaxBatchKeys))
 	}
 	if o.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("client: MaxAttempts %d < 0", o.MaxAttempts))

@@ -20,6 +20,9 @@ import (
 // Errors: kvoffload.ErrUnavailable (with the context's error) when no member answered in
 // time, ErrTooLarge (over MaxBatchKeys), ErrDenied, ErrClosed, ErrProtocol.
 func (c *Client) BatchExists(ctx context.Context, keys []string, lease time.Duration) (kvoffload.ExistsResult, error) {
+	if err := c.checkKeys("BatchExists", len(keys), func(i int) string { return keys[i] }); err != nil {
+		return kvoffload.ExistsResult{}, err
+	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	var reason string
@@ -67,6 +70,9 @@ func (c *Client) batchExists(ctx context.Context, keys []string, lease time.Dura
 // confirmed in time: some keys may be removed; Remove is idempotent, call it again.
 // ErrTooLarge (over MaxBatchKeys), ErrDenied, ErrClosed, ErrProtocol.
 func (c *Client) Remove(ctx context.Context, keys []string) ([]kvoffload.RemoveResult, error) {
+	if err := c.checkKeys("Remove", len(keys), func(i int) string { return keys[i] }); err != nil {
+		return nil, err
+	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	removed, err := sendOnly(keys, self, func(string) bool { return false },

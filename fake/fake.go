@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvoffload/kvoffload"
 )
 
@@ -60,10 +58,10 @@ type Store struct {
 	counts map[string]uint64
 }
 
-// txnRecord is a finished transaction: its batch's signature and its results.
+// txnRecord is a finished transaction that stored keys: the bytes of each key it stored (as
+// the real store's FSM records them), to tell a retry from another batch under the same ID.
 type txnRecord struct {
-	sig     uint64
-	results []kvoffload.KeyResult
+	stored map[string]string
 }
 
 var _ kvoffload.Store = (*Store)(nil)
@@ -91,6 +89,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// begun refuses a call whose context has already ended (ErrUnavailable, wrapping it), as
+// every Store does.
+func begun(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", kvoffload.ErrUnavailable, err)
+	}
+	return nil
+}
+
 func (s *Store) usable() error {
 	if s.closed {
 		return kvoffload.ErrClosed
@@ -110,8 +117,8 @@ func (s *Store) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvo
 	if err := kvoffload.CheckTxnID(id); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", kvoffload.ErrUnavailable, err)
+	if err := begun(ctx); err != nil {
+		return nil, err
 	}
 	if len(objs) > s.opt.MaxBatchKeys {
 		return nil, fmt.Errorf("%w: batch of %d keys at key %q exceeds MaxBatchKeys %d", kvoffload.ErrTooLarge, len(objs), objs[s.opt.MaxBatchKeys].Key, s.opt.MaxBatchKeys)
@@ -122,26 +129,95 @@ func (s *Store) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvo
 			return nil, fmt.Errorf("%w: batch of %d bytes at key %q exceeds MaxBatchBytes %d", kvoffload.ErrTooLarge, total, o.Key, s.opt.MaxBatchBytes)
 		}
 	}
-	sig := signature(objs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
 	if rec, ok := s.txns[id]; ok {
-		if rec.sig != sig {
-			return nil, fmt.Errorf("%w: txn %s already used for a different batch", kvoffload.ErrInvalidArgument, id)
+		return s.retried(id, rec, objs)
+	}
+	out := make([]kvoffload.KeyResult, len(objs))
+	first := map[string]int{}
+	stored := map[string]string{}
+	for i, o := range objs {
+		if out[i] = s.offloadOne(o, i, first, objs, out); out[i].Outcome == kvoffload.Stored {
+			stored[o.Key] = string(o.Value)
 		}
-		return append([]kvoffload.KeyResult(nil), rec.results...), nil
+	}
+	if len(stored) > 0 { // a transaction that stored nothing leaves no record, as on a node
+		s.txns[id] = txnRecord{stored: stored}
+		s.counts["txns"]++
+	}
+	return out, nil
+}
+
+// retried answers a call whose txn ID already stored keys, as the real store does
+// (txn/join.go): a batch that lacks one of those keys, or holds one with other bytes, is
+// another batch (ErrInvalidArgument); otherwise each key the transaction stored is Stored
+// again, and each other key is answered as it stands now without being written.
+func (s *Store) retried(id kvoffload.TxnID, rec txnRecord, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
+	seen := map[string]bool{}
+	for _, o := range objs {
+		if v, ok := rec.stored[o.Key]; ok {
+			if v != string(o.Value) {
+				return nil, fmt.Errorf("%w: txn %s wrote key %q with other bytes", kvoffload.ErrInvalidArgument, id, o.Key)
+			}
+			seen[o.Key] = true
+		}
+	}
+	if len(seen) < len(rec.stored) {
+		return nil, fmt.Errorf("%w: txn %s also wrote keys this batch lacks", kvoffload.ErrInvalidArgument, id)
 	}
 	out := make([]kvoffload.KeyResult, len(objs))
 	first := map[string]int{}
 	for i, o := range objs {
-		out[i] = s.offloadOne(o, i, first, objs, out)
+		r := kvoffload.KeyResult{Key: o.Key}
+		switch _, mine := rec.stored[o.Key]; {
+		case s.invalid(o, &r):
+		case first[o.Key] > 0:
+			if j := first[o.Key] - 1; string(objs[j].Value) != string(o.Value) {
+				r.Outcome, r.Code, r.Reason = kvoffload.Conflict, kvoffload.CodeDuplicateKey, "the batch holds this key twice with different bytes"
+			} else if r = out[j]; r.Outcome.OK() {
+				r.Outcome = kvoffload.AlreadyStored
+			}
+		case mine:
+			r.Outcome = kvoffload.Stored
+		default:
+			if v, ok := s.data[o.Key]; ok && v != nil && string(v) == string(o.Value) {
+				r.Outcome = kvoffload.AlreadyStored
+			} else if ok {
+				r.Outcome, r.Code, r.Reason = kvoffload.Conflict, kvoffload.CodeMismatch, "committed with different bytes"
+			} else {
+				r.Outcome, r.Code, r.Reason = kvoffload.Failed, kvoffload.CodeTxnIDReused, "not written by the finished transaction with this ID; retry with a new txn ID"
+			}
+		}
+		if first[o.Key] == 0 {
+			first[o.Key] = i + 1
+		}
+		out[i] = r
 	}
-	s.txns[id] = txnRecord{sig: sig, results: append([]kvoffload.KeyResult(nil), out...)}
-	s.counts["txns"]++
 	return out, nil
+}
+
+// invalid answers o Rejected in r if the store can never take it, and reports whether it did.
+func (s *Store) invalid(o kvoffload.Object, r *kvoffload.KeyResult) bool {
+	code, why := kvoffload.CodeNone, kvoffload.CheckKey(o.Key)
+	switch {
+	case why != "":
+		code = kvoffload.CodeInvalidKey
+	case len(o.Key) > s.opt.MaxKeyBytes:
+		code, why = kvoffload.CodeInvalidKey, fmt.Sprintf("invalid key: %d bytes exceeds the limit of %d", len(o.Key), s.opt.MaxKeyBytes)
+	case len(o.Value) == 0:
+		code, why = kvoffload.CodeInvalidValue, "invalid value: empty"
+	case int64(len(o.Value)) > s.opt.MaxObjectBytes:
+		code, why = kvoffload.CodeTooLarge, fmt.Sprintf("too large: %d bytes exceeds MaxObjectBytes %d", len(o.Value), s.opt.MaxObjectBytes)
+	}
+	if code == kvoffload.CodeNone {
+		return false
+	}
+	r.Outcome, r.Code, r.Reason = kvoffload.Rejected, code, why
+	return true
 }
 
 // offloadOne decides object i of a batch (first: the index of each key's first copy so far).
@@ -152,15 +228,9 @@ func (s *Store) offloadOne(o kvoffload.Object, i int, first map[string]int, objs
 		s.counts["rejected"]++
 		return r
 	}
-	switch why := kvoffload.CheckKey(o.Key); {
-	case why != "":
-		return reject(kvoffload.CodeInvalidKey, why)
-	case len(o.Key) > s.opt.MaxKeyBytes:
-		return reject(kvoffload.CodeInvalidKey, fmt.Sprintf("invalid key: %d bytes exceeds the limit of %d", len(o.Key), s.opt.MaxKeyBytes))
-	case len(o.Value) == 0:
-		return reject(kvoffload.CodeInvalidValue, "invalid value: empty")
-	case int64(len(o.Value)) > s.opt.MaxObjectBytes:
-		return reject(kvoffload.CodeTooLarge, fmt.Sprintf("too large: %d bytes exceeds MaxObjectBytes %d", len(o.Value), s.opt.MaxObjectBytes))
+	if s.invalid(o, &r) {
+		s.counts["rejected"]++
+		return r
 	}
 	if j, ok := first[o.Key]; ok {
 		if string(objs[j].Value) != string(o.Value) {
@@ -200,15 +270,6 @@ func (s *Store) offloadOne(o kvoffload.Object, i int, first map[string]int, objs
 	return r
 }
 
-// signature identifies a batch's keys and bytes (a retry must send the same batch).
-func signature(objs []kvoffload.Object) uint64 {
-	d := xxhash.New()
-	for _, o := range objs {
-		fmt.Fprintf(d, "%d:%s:%d:%x;", len(o.Key), o.Key, len(o.Value), xxhash.Sum64(o.Value))
-	}
-	return d.Sum64()
-}
-
 // BatchGet implements kvoffload.Store.
 func (s *Store) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
 	return s.get(ctx, keys, nil)
@@ -226,8 +287,8 @@ func (s *Store) get(ctx context.Context, keys []string, bufs [][]byte) ([]kvoffl
 	if err := s.checkKeys(keys); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", kvoffload.ErrUnavailable, err)
+	if err := begun(ctx); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -283,6 +344,9 @@ func (s *Store) BatchExists(ctx context.Context, keys []string, lease time.Durat
 	if err := s.checkKeys(keys); err != nil {
 		return kvoffload.ExistsResult{}, err
 	}
+	if err := begun(ctx); err != nil {
+		return kvoffload.ExistsResult{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
@@ -304,25 +368,32 @@ func (s *Store) Remove(ctx context.Context, keys []string) ([]kvoffload.RemoveRe
 	if err := s.checkKeys(keys); err != nil {
 		return nil, err
 	}
+	if err := begun(ctx); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
 	out := make([]kvoffload.RemoveResult, len(keys))
+	removed := map[string]bool{} // a key named twice is removed once and reported removed twice, as on a node
 	for i, k := range keys {
-		_, ok := s.data[k]
-		out[i] = kvoffload.RemoveResult{Key: k, Removed: ok}
-		if ok {
+		if _, ok := s.data[k]; ok {
 			s.drop(k)
 			s.counts["removed"]++
+			removed[k] = true
 		}
+		out[i] = kvoffload.RemoveResult{Key: k, Removed: removed[k]}
 	}
 	return out, nil
 }
 
 // Stats implements kvoffload.Store: the fake is one node, "fake", holding every key.
-func (s *Store) Stats(context.Context) (kvoffload.Stats, error) {
+func (s *Store) Stats(ctx context.Context) (kvoffload.Stats, error) {
+	if err := begun(ctx); err != nil {
+		return kvoffload.Stats{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {

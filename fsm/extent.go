@@ -155,7 +155,7 @@ func (s *state) indexAdd(e Entry) {
 	if !indexable(e.Extent) {
 		return
 	}
-	x := indexed{key: e.Key, off: e.Extent.Offset, end: e.Extent.Offset + e.Extent.Length}
+	x := indexed{key: e.Key, off: e.Extent.Offset, end: e.Extent.End()}
 	chunks(e.Owner, e.Extent, func(k chunkKey) bool { s.extents[k] = s.extents[k].insert(x); return true })
 }
 
@@ -196,25 +196,27 @@ type indexed struct {
 	key string
 	off int64
 	end int64
+	// reach is the largest end of this extent and of every extent before it in the list: a
+	// query scanning back from a position stops where reach no longer passes its offset.
+	reach int64
 }
 
-// chunkList is the live extents touching one chunk, sorted by offset. Live extents of one
-// owner and bucket never overlap (apply refuses a COMMIT that would), so their ends are sorted
-// too, and an overlap query looks at the extents just before a binary search's position
-// rather than at every key of the chunk (256 of them for 4 KiB records: the overlap check
-// took a third of apply's CPU, docs/benchmarks.md).
+// chunkList is the live extents touching one chunk, sorted by offset, each with the reach of
+// its prefix. An overlap query binary-searches the first extent starting at or past the
+// query's end and scans back only while the prefix reaches into the query, so it visits the
+// extents near the query rather than every key of the chunk (256 of them for 4 KiB records:
+// the map lookup per key took a third of apply's CPU, docs/benchmarks.md). Live extents of
+// one owner normally never overlap (apply refuses a COMMIT that would), and then the scan
+// looks at one or two extents; the reach keeps it exact when they do (a snapshot written
+// before apply refused overlaps, or a forged one), so an overlap is never missed.
 type chunkList []indexed
 
 // overlap returns the key of an extent of l other than skip that overlaps [off, end).
 func (l chunkList) overlap(off, end int64, skip string) (string, bool) {
 	i, _ := slices.BinarySearchFunc(l, end, func(e indexed, t int64) int { return cmp.Compare(e.off, t) })
-	for j := i - 1; j >= 0; j-- { // extents starting before end, nearest first
-		e := l[j]
-		if e.end > off && e.key != skip {
+	for j := i - 1; j >= 0 && l[j].reach > off; j-- { // extents starting before end, nearest first
+		if e := l[j]; e.end > off && e.key != skip {
 			return e.key, true
-		}
-		if e.end <= off && e.key != skip {
-			return "", false // it and everything before it end before off
 		}
 	}
 	return "", false
@@ -222,20 +224,36 @@ func (l chunkList) overlap(off, end int64, skip string) (string, bool) {
 
 func (l chunkList) insert(e indexed) chunkList {
 	i, _ := slices.BinarySearchFunc(l, e.off, func(x indexed, t int64) int { return cmp.Compare(x.off, t) })
-	return slices.Insert(l, i, e)
+	l = slices.Insert(l, i, e)
+	l.reachFrom(i)
+	return l
 }
 
 func (l chunkList) remove(key string, off int64) chunkList {
 	i, _ := slices.BinarySearchFunc(l, off, func(x indexed, t int64) int { return cmp.Compare(x.off, t) })
-	for j := i; j < len(l) && l[j].off == off; j++ {
-		if l[j].key == key {
-			return slices.Delete(l, j, j+1)
+	j := i
+	for j < len(l) && l[j].off == off && l[j].key != key {
+		j++
+	}
+	if j == len(l) || l[j].key != key { // not where it sorts: never, but keep the index exact
+		if j = slices.IndexFunc(l, func(x indexed) bool { return x.key == key }); j < 0 {
+			return l
 		}
 	}
-	if j := slices.IndexFunc(l, func(x indexed) bool { return x.key == key }); j >= 0 { // not where it sorts: never, but keep the index exact
-		return slices.Delete(l, j, j+1)
-	}
+	l = slices.Delete(l, j, j+1)
+	l.reachFrom(j)
 	return l
+}
+
+// reachFrom recomputes the prefix reach from position i on (an append, the common case,
+// touches one element).
+func (l chunkList) reachFrom(i int) {
+	for ; i < len(l); i++ {
+		l[i].reach = l[i].end
+		if i > 0 {
+			l[i].reach = max(l[i].end, l[i-1].reach)
+		}
+	}
 }
 
 // checkIndex verifies the extent index against a rebuild from live (state.check).
@@ -255,7 +273,14 @@ func (s *state) checkIndex() error {
 			return fmt.Errorf("extent index chunk %+v is not sorted by offset", k)
 		}
 		var got []string
-		for _, x := range l {
+		var reach int64
+		for i, x := range l {
+			if reach = max(reach, x.end); i == 0 {
+				reach = x.end
+			}
+			if x.reach != reach {
+				return fmt.Errorf("extent index chunk %+v: key %q reaches %d, its prefix reaches %d", k, x.key, x.reach, reach)
+			}
 			e := s.live[x.key]
 			if x.off != e.Extent.Offset || x.end != e.Extent.Offset+e.Extent.Length {
 				return fmt.Errorf("extent index chunk %+v holds key %q at [%d, %d), live at %+v", k, x.key, x.off, x.end, e.Extent)

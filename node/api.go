@@ -23,13 +23,35 @@ func (n *Node) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvof
 	if err := kvoffload.CheckTxnID(id); err != nil {
 		return nil, err
 	}
+	if err := begun(ctx); err != nil {
+		return nil, err
+	}
 	res, err := n.coord.BatchOffload(ctx, id, objs)
-	return res, apiError(err, true)
+	if err != nil {
+		return nil, apiError(err, true) // no results with an error: the Store's contract
+	}
+	return res, nil
+}
+
+// begun refuses a call whose context has already ended: nothing is done, so the error is
+// ErrUnavailable (wrapping the context's error) for every method, an offload included, as
+// on the client and the fake.
+func begun(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", kvoffload.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // BatchGet reads keys, verified (kvoffload.Store). Errors: ErrTooLarge (MaxBatchKeys,
 // MaxBatchBytes), ErrUnavailable, ErrClosed.
 func (n *Node) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
+	if err := n.coord.CheckKeys(keys); err != nil { // MaxBatchKeys counts every key, valid or not
+		return nil, apiError(err, false)
+	}
+	if err := begun(ctx); err != nil {
+		return nil, err
+	}
 	send, pos := validKeys(keys)
 	res, err := n.coord.BatchGet(ctx, send)
 	if err != nil {
@@ -63,6 +85,9 @@ func (n *Node) BatchExists(ctx context.Context, keys []string, lease time.Durati
 	if err := n.coord.CheckKeys(keys); err != nil {
 		return kvoffload.ExistsResult{}, apiError(err, false)
 	}
+	if err := begun(ctx); err != nil {
+		return kvoffload.ExistsResult{}, err
+	}
 	if lease < 0 {
 		lease = 0
 	}
@@ -73,13 +98,28 @@ func (n *Node) BatchExists(ctx context.Context, keys []string, lease time.Durati
 // refuses, is Removed false. Errors: ErrTooLarge (MaxBatchKeys), ErrUnavailable (the removal
 // could not be committed: call again, Remove is idempotent), ErrClosed.
 func (n *Node) Remove(ctx context.Context, keys []string) ([]kvoffload.RemoveResult, error) {
+	if err := n.coord.CheckKeys(keys); err != nil {
+		return nil, apiError(err, false)
+	}
+	if err := begun(ctx); err != nil {
+		return nil, err
+	}
 	res, err := n.coord.Remove(ctx, keys)
-	return res, apiError(err, false)
+	if err != nil {
+		return nil, apiError(err, false)
+	}
+	return res, nil
 }
 
 // Stats returns this node's view of the store (kvoffload.Stats). Errors: ErrUnavailable when
 // the bucket accounting cannot be read.
-func (n *Node) Stats(context.Context) (kvoffload.Stats, error) {
+func (n *Node) Stats(ctx context.Context) (kvoffload.Stats, error) {
+	if err := n.coord.CheckKeys(nil); err != nil { // closed or failed
+		return kvoffload.Stats{}, apiError(err, false)
+	}
+	if err := begun(ctx); err != nil {
+		return kvoffload.Stats{}, err
+	}
 	in, err := n.Internals()
 	if err != nil {
 		return kvoffload.Stats{}, fmt.Errorf("%w: %w", kvoffload.ErrUnavailable, err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
-	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/node/forward"
@@ -88,7 +87,9 @@ func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []stri
 	stream, err := cl.ReadLocal(rctx, &pb.GetRequest{Keys: keys})
 	var out []kvoffload.GetResult
 	if err == nil {
-		out, err = wire.Collect(stream.Recv, keys, nil, bucketstore.MaxRecordLen)
+		// No value can be longer than all of them together, as this node's metadata sizes them:
+		// a peer announcing more is refused before anything is buffered.
+		out, err = wire.Collect(stream.Recv, keys, nil, uint64(max(size, 0)))
 	}
 	if ctx.Err() == nil {
 		r.noteRead(owner, status.Code(err) == codes.DeadlineExceeded)

@@ -41,6 +41,8 @@ func Run(t *testing.T, open func(t *testing.T) kvoffload.Store) {
 		{"BatchKeysLimit", batchKeysLimit},
 		{"SingleFlight", singleFlight},
 		{"Stats", stats},
+		{"EndedContext", endedContext},
+		{"CallerOwnsValues", callerOwnsValues},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -279,6 +281,67 @@ func batchKeysLimit(t *testing.T, s kvoffload.Store) {
 	}
 	if r := get(t, s, keys[0])[0]; r.Status != kvoffload.NotFound {
 		t.Fatalf("the refused batch stored k0: %+v", r)
+	}
+	// MaxBatchKeys counts every key named, the invalid ones too.
+	keys[7] = ""
+	objs[7] = obj("", "v")
+	if _, err := s.BatchOffload(ctx(t), kvoffload.NewTxnID(), objs); !errors.Is(err, kvoffload.ErrTooLarge) {
+		t.Errorf("BatchOffload of 4097 objects, one invalid: %v, want ErrTooLarge", err)
+	}
+	if _, err := s.BatchGet(ctx(t), keys); !errors.Is(err, kvoffload.ErrTooLarge) {
+		t.Errorf("BatchGet of 4097 keys, one invalid: %v, want ErrTooLarge", err)
+	}
+	if _, err := s.BatchExists(ctx(t), keys, 0); !errors.Is(err, kvoffload.ErrTooLarge) {
+		t.Errorf("BatchExists of 4097 keys, one invalid: %v, want ErrTooLarge", err)
+	}
+	if _, err := s.Remove(ctx(t), keys); !errors.Is(err, kvoffload.ErrTooLarge) {
+		t.Errorf("Remove of 4097 keys, one invalid: %v, want ErrTooLarge", err)
+	}
+}
+
+// endedContext: a call whose context has ended does nothing and fails with ErrUnavailable
+// wrapping the context's error, whatever the method.
+func endedContext(t *testing.T, s kvoffload.Store) {
+	p := prefix(t)
+	offload(t, s, obj(p+"there", "v"))
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	check := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, kvoffload.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with an ended context: %v, want ErrUnavailable wrapping context.Canceled", op, err)
+		}
+	}
+	_, err := s.BatchOffload(c, kvoffload.NewTxnID(), []kvoffload.Object{obj(p+"new", "v")})
+	check("BatchOffload", err)
+	_, err = s.BatchGet(c, []string{p + "there"})
+	check("BatchGet", err)
+	_, err = s.BatchGetInto(c, []string{p + "there"}, [][]byte{make([]byte, 8)})
+	check("BatchGetInto", err)
+	_, err = s.BatchExists(c, []string{p + "there"}, 0)
+	check("BatchExists", err)
+	_, err = s.Remove(c, []string{p + "there"})
+	check("Remove", err)
+	_, err = s.Stats(c)
+	check("Stats", err)
+	got := get(t, s, p+"new", p+"there")
+	if got[0].Status != kvoffload.NotFound {
+		t.Errorf("an offload with an ended context stored its key: %+v", got[0])
+	}
+	wantFound(t, got[1], "v") // the Remove did nothing
+}
+
+// callerOwnsValues: once BatchOffload returns, the caller may reuse its buffers; the store
+// kept its own copy. A key named twice in a Remove is reported removed at both positions.
+func callerOwnsValues(t *testing.T, s kvoffload.Store) {
+	p := prefix(t)
+	buf := []byte("original")
+	want(t, offload(t, s, kvoffload.Object{Key: p + "v", Value: buf})[0], kvoffload.Stored, kvoffload.CodeNone)
+	copy(buf, "CHANGED!")
+	wantFound(t, get(t, s, p+"v")[0], "original")
+	rm, err := s.Remove(ctx(t), []string{p + "v", p + "v"})
+	if err != nil || len(rm) != 2 || !rm[0].Removed || !rm[1].Removed {
+		t.Fatalf("Remove of a key named twice: %+v %v, want removed at both positions", rm, err)
 	}
 }
 

@@ -78,7 +78,7 @@ func (a *assembler) add(ch *pb.GetChunk) error {
 	a.seen[i], a.cur = true, i
 	r := &a.res[i]
 	st, known := StatusFromPB(ch.GetStatus())
-	r.Status, r.Code, r.Reason = st, kvoffload.Code(ch.GetCode()), ch.GetReason()
+	r.Status, r.Code, r.Reason = st, CodeFromPB(ch.GetCode()), ch.GetReason()
 	if !known {
 		r.Code, r.Reason = kvoffload.CodeInternal, fmt.Sprintf("unknown status %d from the member: %s", ch.GetStatus(), ch.GetReason())
 	}
@@ -91,6 +91,7 @@ func (a *assembler) add(ch *pb.GetChunk) error {
 		}
 		return nil
 	}
+	r.Code = kvoffload.CodeNone // Found: whatever the member sent
 	a.want = ch.GetSize()
 	if a.want > a.max {
 		return fmt.Errorf("%w: %d bytes announced for key %d, over the largest value of %d", kvoffload.ErrProtocol, a.want, i, a.max)

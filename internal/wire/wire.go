@@ -10,6 +10,7 @@ package wire
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
@@ -21,17 +22,34 @@ func KeyResultToPB(r kvoffload.KeyResult) *pb.KeyResult {
 }
 
 // KeyResultFromPB reads a result for key. An outcome this build does not know is Failed with
-// CodeInternal, its number in the Reason.
+// CodeInternal, its number in the Reason. The code is normalized (CodeFromPB): a stored key
+// has CodeNone, a key that is not stored never has (a member that predates codes, or a broken
+// one, gets CodeInternal).
 func KeyResultFromPB(r *pb.KeyResult, key string) kvoffload.KeyResult {
 	out := kvoffload.KeyResult{Key: key, Outcome: kvoffload.Outcome(r.GetOutcome()), Joined: r.GetJoined(),
-		Code: kvoffload.Code(r.GetCode()), Reason: r.GetReason()}
+		Code: CodeFromPB(r.GetCode()), Reason: r.GetReason()}
 	switch out.Outcome {
-	case kvoffload.Stored, kvoffload.AlreadyStored, kvoffload.Conflict, kvoffload.Rejected, kvoffload.Failed:
+	case kvoffload.Stored, kvoffload.AlreadyStored:
+		out.Code = kvoffload.CodeNone
+	case kvoffload.Conflict, kvoffload.Rejected, kvoffload.Failed:
+		if out.Code == kvoffload.CodeNone {
+			out.Code = kvoffload.CodeInternal
+		}
 	default:
 		out.Outcome, out.Code = kvoffload.Failed, kvoffload.CodeInternal
 		out.Reason = fmt.Sprintf("unknown outcome %d from the member: %s", r.GetOutcome(), r.GetReason())
 	}
 	return out
+}
+
+// CodeFromPB reads a code. A number a kvoffload.Code cannot hold (negative, or over 255) is
+// CodeInternal rather than a truncation that would read as another code; a number this build
+// does not name but Code holds reads as itself.
+func CodeFromPB(c pb.Code) kvoffload.Code {
+	if c < 0 || c > math.MaxUint8 {
+		return kvoffload.CodeInternal
+	}
+	return kvoffload.Code(c)
 }
 
 // StatusToPB is the wire form of s. ShortBuffer never travels (the receiver decides it); any
