@@ -10,9 +10,9 @@ import (
 )
 
 // Precheck answers, per key, whether it is committed with the given size and checksum, so
-// that the client need not upload it (the lean stream path). Presence is confirmed through
-// BatchExists (the read index in a cluster); a key the node cannot confirm, or in flight, is
-// needed. A txn ID that already has a result answers every key needed (a retry gets the
+// that the client need not upload it (the lean stream path). The node first catches up with
+// the leader (a read index), so every "stored" holds at a point after the call began; a key
+// the node cannot confirm, or in flight, is needed. A txn ID that already has a result answers every key needed (a retry gets the
 // original results from BatchOffload); a retry racing the first call of its txn ID, still
 // running, may see AlreadyStored where that call answers Stored (both OK outcomes).
 func (s kvService) Precheck(ctx context.Context, req *pb.PrecheckRequest) (*pb.PrecheckResponse, error) {
@@ -31,11 +31,17 @@ func (s kvService) Precheck(ctx context.Context, req *pb.PrecheckRequest) (*pb.P
 	for i, k := range req.Keys {
 		keys[i] = k.GetKey()
 	}
-	ex, err := s.n.BatchExists(ctx, keys, 0)
+	out := &pb.PrecheckResponse{Stored: make([]bool, len(keys))}
+	// Every answer must hold at a point inside the offload call: catch up with the leader
+	// first, or claim nothing (every key needed). A Present from lagging metadata would let the
+	// client report AlreadyStored for a key removed before the call began.
+	if err := s.n.coord.CatchUp(ctx); err != nil {
+		return out, nil
+	}
+	ex, err := s.n.BatchExists(ctx, keys, 0) // after the catch-up: in-flight keys are needed
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	out := &pb.PrecheckResponse{Stored: make([]bool, len(keys))}
 	if _, done := s.n.fsm.TxnResult(id); done {
 		return out, nil // a retry: BatchOffload answers with the original results
 	}

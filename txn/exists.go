@@ -93,3 +93,18 @@ func (c *Coordinator) batchExists(keys []string, prev []kvoffload.Presence) kvof
 	res.PrefixPresent = kvoffload.LeadingPresent(res.Keys)
 	return res
 }
+
+// CatchUp brings this node's metadata up to date with the leader's (Meta.ReadIndex, bounded by
+// ReadIndexTimeout; free on a single node), so that what Lookup answers next reflects every
+// write acknowledged before the call, through any node. The offload precheck needs it: a
+// Present seen in lagging metadata would answer AlreadyStored for a key removed meanwhile
+// (chaos/TestProcessNemesis found it).
+func (c *Coordinator) CatchUp(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadIndexTimeout)
+	defer cancel()
+	if err := c.meta.ReadIndex(rctx); err != nil {
+		c.stats.readIndexFailed.Add(1)
+		return err
+	}
+	return nil
+}
