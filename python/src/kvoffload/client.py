@@ -447,8 +447,6 @@ class Client:
             if not self._require_local:
                 logger.debug("kvoffload: no staging region on %s (%s); streaming", lm.path, e)
                 return None
-            if isinstance(e, E.UnavailableError):
-                raise _StreamEnded(f"{name}: local socket: {e}") from e  # retried like a cut stream
             if offload and attempt > 1:
                 raise E.IndeterminateError(f"{name}: an earlier attempt's outcome is unknown, and then {e}",
                                            reason=e.reason) from e
