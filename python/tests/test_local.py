@@ -311,3 +311,38 @@ def test_local_sglang_backend(node1, seed):
         assert len(regions) == 2  # the set and the get each went through a staging region
     finally:
         b.close()
+
+
+def test_local_node_restart(storenode_bin, seed):
+    """A node restarted under a client drops its regions: the client's next calls find their
+    staging regions lost, register new ones on a new registration connection, and go on
+    (client/local.go retryLost); a caller's own region is then DeniedError."""
+    from conftest import _cluster
+    import shutil
+
+    cl, base = _cluster(storenode_bin, 1, local=True)
+    try:
+        errs = []
+        with kvoffload.Client([cl.local_addr], timeout=30, local=True,
+                              on_attempt=lambda op, addr, n, secs, err: err is not None and errs.append((op, err))) as c:
+            regions = spy(c)
+            k = f"restart/{seed}"
+            assert c.batch_offload(kvoffload.new_txn_id(), [(k + "/0", payload(k, 9000))])[0].outcome == Outcome.STORED
+            own = c.new_region(4096)
+            p = cl.procs[0]
+            cl.kill(p)
+            cl.start(p)
+            cl.wait_ready(p, 30)
+            before = len(regions)
+            res = c.batch_offload(kvoffload.new_txn_id(), [(k + "/1", payload(k, 7000))])
+            assert res[0].outcome == Outcome.STORED, res
+            assert [op for op, e in errs if "staging region lost" in str(e)] == ["BatchOffload"], errs
+            assert len(regions) > before and regions[-1]._gen != regions[0]._gen  # a new connection's region
+            got = c.batch_get([k + "/0", k + "/1"])
+            assert [g.value for g in got] == [payload(k, 9000), payload(k, 7000)]
+            with pytest.raises(kvoffload.DeniedError, match="not registered by this client"):
+                c.get_into_region(own, [(k + "/0", 0, 4096)])
+            own.close()
+    finally:
+        cl.stop()
+        shutil.rmtree(base, ignore_errors=True)

@@ -572,23 +572,29 @@ class Client:
     def _get_local(self, lm: _Local, keys: List[str], bufs: Optional[List[memoryview]],
                    remaining: Optional[float], name: str, attempt: int) -> Optional[List[GetResult]]:
         """One local BatchGet attempt (client/local.go getLocal); None to stream instead."""
-        hint = self._value_hint
+        # The room per key is capped so that the first read fits one staging region.
+        hint = min(self._value_hint, MAX_STAGING_BYTES // max(len(keys), 1))
         lengths = [b.nbytes for b in bufs] if bufs is not None else [hint] * len(keys)
         out = self._get_local_once(lm, keys, lengths, bufs, remaining, name, attempt)
         if out is None or bufs is not None:
             return out
         again = [i for i, g in enumerate(out) if g.status == GetStatus.SHORT_BUFFER]
-        if not again:
-            return out
         for i in again:
             if out[i].size > self._value_hint:
                 self._value_hint = out[i].size
-        more = self._get_local_once(lm, [keys[i] for i in again], [out[i].size for i in again], None,
-                                    remaining, name, attempt)
-        if more is None:
-            return None
-        for j, i in enumerate(again):
-            out[i] = more[j]
+        # Read the keys that did not fit again with their sizes, in groups of at most one
+        # staging region each (a value is at most 64 MiB, MaxObjectBytes).
+        while again:
+            group, room = [], 0
+            while again and (not group or room + out[again[0]].size <= MAX_STAGING_BYTES):
+                room += out[again[0]].size
+                group.append(again.pop(0))
+            more = self._get_local_once(lm, [keys[i] for i in group], [out[i].size for i in group], None,
+                                        remaining, name, attempt)
+            if more is None:
+                return None
+            for j, i in enumerate(group):
+                out[i] = more[j]
         return out
 
     def _get_local_once(self, lm: _Local, keys: List[str], lengths: List[int], bufs: Optional[List[memoryview]],
