@@ -17,6 +17,11 @@ Differences in the workload, named: the Go payload is a ChaCha8 stream per key
 made inside the timed loop).
 
     /usr/bin/python3 python/scripts/bench.py [--requests 60] [--rounds 2] [--writers 32]
+
+--sides picks what is compared (the first side is the ratios' denominator): go and py over the
+node's TCP API, go-local and py-local over its --local-socket (the shared-memory path,
+docs/design.md "The local path"; py-local with local=True, so every call goes through a
+region). `--sides py,py-local` compares the Python client's two paths.
 """
 
 import argparse
@@ -51,8 +56,8 @@ def block(key: str, size: int) -> bytes:
     return (d * (size // 32 + 1))[:size]
 
 
-def python_replay(addrs, reqs, model, writers, size):
-    c = kvoffload.Client(addrs, timeout=120)
+def python_replay(addrs, reqs, model, writers, size, local=None):
+    c = kvoffload.Client(addrs, timeout=120, local=local)
     nxt, lock = [0], threading.Lock()
     stored, errors = [0], []
 
@@ -108,6 +113,7 @@ def main():
     ap.add_argument("--writers", type=int, default=32)
     ap.add_argument("--block-size", type=int, default=256 << 10)
     ap.add_argument("--bin", help="a storenode binary (default: go build one)")
+    ap.add_argument("--sides", default="go,py", help="comma-separated: go, py, go-local, py-local")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvoffload-bench-")
     binary = a.bin
@@ -117,27 +123,35 @@ def main():
                        cwd=REPO, check=True)
     reqs = [json.loads(l)["hash_ids"] for l in (REPO / "workload/trace/conversation_sample.jsonl").read_text().splitlines()[:a.requests]]
     print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs", flush=True)
-    cluster = Cluster(binary, 1, tmp)
+    sides = a.sides.split(",")
+    if len(sides) != 2 or not set(sides) <= {"go", "py", "go-local", "py-local"}:
+        ap.error("--sides: two of go, py, go-local, py-local")
+    sock = os.path.join(tmp, "local.sock")
+    cluster = Cluster(binary, 1, tmp, ["--local-socket", sock])
     try:
         rows = []
         for r in range(a.rounds):
-            order = ["go", "py"] if r % 2 == 0 else ["py", "go"]
+            order = sides if r % 2 == 0 else sides[::-1]
             res = {}
             for side in order:
                 model = f"bench-{side}-{r}-{os.getpid()}"
-                if side == "go":
-                    res[side] = go_replay(binary, cluster.addrs, a.requests, model, a.writers, a.block_size)
+                addrs = ["unix://" + sock] if side.endswith("-local") else cluster.addrs
+                if side.startswith("go"):
+                    res[side] = go_replay(binary, addrs, a.requests, model, a.writers, a.block_size)
                 else:
-                    res[side] = python_replay(cluster.addrs, reqs, model, a.writers, a.block_size)
-            for side in ("go", "py"):
+                    res[side] = python_replay(addrs, reqs, model, a.writers, a.block_size,
+                                              local=True if side.endswith("-local") else None)
+            for side in sides:
                 s = res[side]
                 print(f"round {r} {side}: offload {s['mb_per_s']:.0f} MB/s ({s['bytes']} bytes), read {s['read_mb_per_s']:.0f} MB/s",
                       flush=True)
-            assert res["py"]["errors"] == 0 and res["py"]["missing"] == 0, res["py"]
-            rows.append((res["py"]["mb_per_s"] / res["go"]["mb_per_s"], res["py"]["read_mb_per_s"] / res["go"]["read_mb_per_s"]))
+                if side.startswith("py"):
+                    assert s["errors"] == 0 and s["missing"] == 0, s
+            d, n = res[sides[0]], res[sides[1]]
+            rows.append((n["mb_per_s"] / d["mb_per_s"], n["read_mb_per_s"] / d["read_mb_per_s"]))
         off = [x for x, _ in rows]
         rd = [y for _, y in rows]
-        print(f"ratio python/go: offload {sum(off) / len(off):.2f} (rounds {', '.join(f'{x:.2f}' for x in off)}), "
+        print(f"ratio {sides[1]}/{sides[0]}: offload {sum(off) / len(off):.2f} (rounds {', '.join(f'{x:.2f}' for x in off)}), "
               f"BatchGet {sum(rd) / len(rd):.2f} (rounds {', '.join(f'{y:.2f}' for y in rd)})")
         print(f"load average after: {os.getloadavg()}")
     finally:

@@ -114,16 +114,20 @@ class Cluster:
                 p.popen.wait()
 
 
-def _cluster(binary, n, extra=()):
+def _cluster(binary, n, extra=(), local=False):
     base = tempfile.mkdtemp(prefix=f"kvoffload-py-{n}n-")
-    c = Cluster(binary, n, base, extra)
+    sock = os.path.join(base, "local.sock")
+    c = Cluster(binary, n, base, list(extra) + (["--local-socket", sock] if local else []))
+    c.local_addr = "unix://" + sock if local else None
     return c, base
 
 
 @pytest.fixture(scope="session")
 def node1(storenode_bin):
-    """One storenode serve node for the whole session."""
-    c, base = _cluster(storenode_bin, 1)
+    """One storenode serve node for the whole session, with a --local-socket (the
+    shared-memory path, docs/design.md "The local path"): node1.addrs are its TCP API,
+    node1.local_addr is "unix://<base>/local.sock"."""
+    c, base = _cluster(storenode_bin, 1, local=True)
     yield c
     c.stop()
     shutil.rmtree(base, ignore_errors=True)

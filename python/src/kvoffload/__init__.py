@@ -5,11 +5,13 @@
         res = c.batch_offload(new_txn_id(), [("k", b"block")])
         got = c.batch_get(["k"])
 
+An address "unix:///PATH" (a node's --local-socket) uses the shared-memory path on this host.
 The engine backends import their engine only when used: kvoffload.sglang, kvoffload.lmcache,
 kvoffload.vllm.
 """
 
 from .client import Client
+from .local import Region
 from .errors import (
     ClosedError,
     DeniedError,

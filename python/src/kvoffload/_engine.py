@@ -32,8 +32,10 @@ def ptr_view(ptr: int, nbytes: int) -> memoryview:
 
 
 def client_from(cfg: Mapping[str, Any], prefix: str = "") -> Client:
-    """Client from cfg[prefix + name] for name in addrs (list, or comma-separated host:port),
-    timeout (s), token, token_file, tls_ca (a PEM file: TLS to the API), insecure_token."""
+    """Client from cfg[prefix + name] for name in addrs (list, or comma-separated host:port,
+    or unix:///PATH for a node's --local-socket on this host: the shared-memory path),
+    timeout (s), token, token_file, tls_ca (a PEM file: TLS to the API), insecure_token, local
+    (Client's local: unset = auto, true = require the shared-memory path, false = never)."""
 
     def get(name: str, default: Optional[Any] = None) -> Any:
         return cfg.get(prefix + name, default)
@@ -49,5 +51,8 @@ def client_from(cfg: Mapping[str, Any], prefix: str = "") -> Client:
     if get("tls_ca"):
         with open(get("tls_ca"), "rb") as f:
             tls = f.read()
+    local = get("local")
+    if isinstance(local, str):
+        local = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(local.lower())
     return Client(addrs, timeout=float(get("timeout", 30.0)), token=token, tls=tls,
-                  insecure_token=bool(get("insecure_token", False)))
+                  insecure_token=bool(get("insecure_token", False)), local=local)

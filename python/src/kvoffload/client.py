@@ -17,13 +17,21 @@ repository; docs/api.md):
 Values travel in chunks of at most 1 MiB (api/kvoffload/v1/kvoffload.proto): an object
 starts with a chunk carrying its key and size, the first message carries the txn ID.
 
-Difference from the Go client: there is no per-attempt stall watch (client/stall.go); a
+A member addressed "unix:///PATH" (a node's --local-socket) is reached over gRPC on that
+Unix socket and, for batch_offload, batch_get and batch_get_into, through the shared-memory
+path (local.py; docs/design.md "The local path"): values are copied into a staging region
+registered with the node and the calls carry descriptors. The zero-copy API is new_region,
+offload_from and get_into_region (Go Client.NewRegion, OffloadFrom, GetInto).
+
+Differences from the Go client: there is no per-attempt stall watch (client/stall.go); a
 member that stops answering while its connection stays open is found by gRPC keepalive
-(stall_timeout is the keepalive timeout, pings every 10 s) or by the call's deadline.
+(stall_timeout is the keepalive timeout, pings every 10 s) or by the call's deadline. There is
+no Precheck (client/offload.go precheck) before an upload.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -32,6 +40,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Unio
 import grpc
 
 from . import errors as E
+from .local import MAX_STAGING_BYTES, Region, _Registrar, _Staging, local_path
 from .types import (
     CHUNK_BYTES,
     MAX_BATCH_BYTES,
@@ -57,6 +66,8 @@ from .types import (
 from .v1 import kvoffload_pb2 as pb
 from .v1 import kvoffload_pb2_grpc as pbg
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -66,6 +77,9 @@ _MESSAGE_SLACK = 8 << 20
 _MAX_VALUE_BYTES = 64 << 20
 # The smallest keepalive interval grpc servers of this project permit (client/client.go).
 _KEEPALIVE_MS = 10_000
+# The room a local BatchGet first gives each key before any value was seen (client/client.go
+# minValueHint).
+_MIN_VALUE_HINT = 64 << 10
 
 Buffer = Union[bytearray, memoryview, Any]  # anything exporting a writable buffer (numpy)
 Value = Union[bytes, bytearray, memoryview, Any]
@@ -77,6 +91,27 @@ class _StreamEnded(Exception):
 
 class _Renew(Exception):
     """Run the operation again at once (the batch switched to a fresh txn ID)."""
+
+
+class _LostRegion(_StreamEnded):
+    """The node no longer knows a staging region (its registration connection broke: a
+    restart); the attempt's outcome is unknown and it is retried with a new region
+    (client/local.go retryLost)."""
+
+
+class _Local:
+    """The shared-memory side of a member on a node's local socket (client/local.go
+    localMember): its LocalKVOffload stub and the staging regions the calls copy through."""
+
+    def __init__(self, path: str, ch: grpc.Channel):
+        self.path = path
+        self.stub = pbg.LocalKVOffloadStub(ch)
+        self.staging = _Staging(_Registrar(path))
+
+
+def _lost(err: grpc.RpcError) -> bool:
+    return (hasattr(err, "code") and err.code() == grpc.StatusCode.PERMISSION_DENIED
+            and "is not registered by this client" in (err.details() or ""))
 
 
 def _byteview(v: Any, writable: bool = False) -> memoryview:
@@ -100,6 +135,14 @@ class Client:
     tls: None (plaintext), a grpc.ChannelCredentials, or root certificates (PEM bytes) of the
     cluster's CA (storenode certs). token: a bearer token sent with every call
     ("authorization: Bearer <token>"); it requires tls unless insecure_token is True.
+
+    An address "unix:///PATH" (or "unix:PATH") is a node's --local-socket on this host: gRPC
+    goes over that socket and batch_offload / batch_get / batch_get_into move values through
+    shared memory registered on it (docs/design.md "The local path"). local: None (default)
+    uses the shared-memory path for unix:// members and streams over the socket when no
+    region can be had (the node refused it: its limits; logged); True requires it (every
+    address must be unix://, and a refused region raises its error); False never uses it
+    (gRPC streams over the socket).
     """
 
     def __init__(
@@ -118,6 +161,7 @@ class Client:
         insecure_token: bool = False,
         channel_options: Sequence[Tuple[str, Any]] = (),
         on_attempt: Optional[Callable[[str, str, int, float, Optional[BaseException]], None]] = None,
+        local: Optional[bool] = None,
     ):
         if isinstance(addrs, str):
             addrs = [a for a in addrs.split(",") if a]
@@ -142,6 +186,8 @@ class Client:
         self._on_attempt = on_attempt
         self._lock = threading.Lock()
         self._closed = False
+        self._require_local = local is True
+        self._value_hint = _MIN_VALUE_HINT
         limit = chunk_size + _MESSAGE_SLACK
         opts = [
             ("grpc.max_send_message_length", limit),
@@ -156,9 +202,22 @@ class Client:
         if isinstance(tls, (bytes, bytearray)):
             tls = grpc.ssl_channel_credentials(root_certificates=bytes(tls))
         self._members: List[Tuple[str, grpc.Channel, pbg.KVOffloadStub]] = []
+        self._local: List[Optional[_Local]] = []
         for a in addrs:
-            ch = grpc.secure_channel(a, tls, options=opts) if tls is not None else grpc.insecure_channel(a, options=opts)
+            path = local_path(a)
+            if local is True and not path:
+                raise E.InvalidArgumentError(f"client: local=True but {a!r} is not a unix:// address (a node's --local-socket)")
+            if path:
+                if not path.startswith("/"):
+                    raise E.InvalidArgumentError(f"client: {a!r}: the socket path must be absolute (unix:///PATH)")
+                if tls is not None:
+                    raise E.InvalidArgumentError(f"client: {a!r}: the local socket has no TLS (docs/security.md); drop tls")
+                # grpc's name syntax (doc/naming.md in grpc/grpc): unix:///ABSOLUTE_PATH.
+                ch = grpc.insecure_channel("unix://" + path, options=opts)
+            else:
+                ch = grpc.secure_channel(a, tls, options=opts) if tls is not None else grpc.insecure_channel(a, options=opts)
             self._members.append((a, ch, pbg.KVOffloadStub(ch)))
+            self._local.append(_Local(path, ch) if path and local is not False else None)
         errs = []
         for i, (a, ch, _) in enumerate(self._members):
             try:
@@ -186,6 +245,9 @@ class Client:
         self._close_channels()
 
     def _close_channels(self) -> None:
+        for lm in self._local:
+            if lm is not None:
+                lm.staging.close()
         for _, ch, _ in self._members:
             ch.close()
 
@@ -239,9 +301,10 @@ class Client:
         return E.UnavailableError(msg, **kw)
 
     def _retry(self, name: str, offload: bool, deadline: Optional[float],
-               op: Callable[[pbg.KVOffloadStub, Optional[float], int], T]) -> T:
+               op: Callable[[Any, Optional[float], int], T], member: bool = False) -> T:
         """Runs op(stub, timeout, attempt) on the current member until it succeeds, fails with
-        an error whose outcome is known, or the deadline passes (client/retry.go retry)."""
+        an error whose outcome is known, or the deadline passes (client/retry.go retry). With
+        member=True op gets the member's index instead of its stub."""
         backoff = self._backoff
         last: Optional[BaseException] = None
         attempt = 0
@@ -258,7 +321,7 @@ class Client:
             began = time.monotonic()
             err: Optional[BaseException] = None
             try:
-                return op(stub, remaining, attempt)
+                return op(i if member else stub, remaining, attempt)
             except _Renew:
                 continue
             except (grpc.RpcError, _StreamEnded, E.ProtocolError) as e:
@@ -307,21 +370,31 @@ class Client:
         """Stores objects, a sequence of (key, value) pairs, as one transaction named txn_id
         and returns one KeyResult per object, in order. Values are bytes, bytearray,
         memoryview or anything exporting a C-contiguous buffer (numpy); they must not change
-        until the call returns.
+        until the call returns. On a unix:// member the values are copied into a staging
+        region and the node copies them out of it (the local path).
 
         A key check_key refuses is Rejected (INVALID_KEY), a value that is empty or over
         64 MiB (MaxObjectBytes) Rejected (INVALID_VALUE, TOO_LARGE), all without being sent.
         Raises InvalidArgumentError (zero or malformed txn ID, or one used for another batch),
         TooLargeError (over MaxBatchKeys 4096 or MaxBatchBytes 1 GiB), DeniedError,
         ClosedError, IndeterminateError (outcome unknown: call again with the same txn ID)."""
+        tid, out, send, pos = self._prepare(txn_id, [(k, v) for k, v in objects], "BatchOffload")
+        if send:
+            got = self._batch_offload(tid, send, self._deadline(timeout))
+            for j, r in zip(pos, got):
+                out[j] = r
+        return out  # type: ignore[return-value]
+
+    def _prepare(self, txn_id: bytes, objects: List[Tuple[str, Any]], name: str):
+        """The client-side checks of an offload: (txn ID, results so far, objects to send,
+        their positions)."""
         tid = TxnID(txn_id)
         if tid.is_zero():
-            raise E.InvalidArgumentError("BatchOffload: zero txn ID (make one with new_txn_id())")
+            raise E.InvalidArgumentError(f"{name}: zero txn ID (make one with new_txn_id())")
         if len(objects) > MAX_BATCH_KEYS:
-            raise E.TooLargeError(f"BatchOffload: {len(objects)} objects, over MaxBatchKeys {MAX_BATCH_KEYS}")
-        deadline = self._deadline(timeout)
+            raise E.TooLargeError(f"{name}: {len(objects)} objects, over MaxBatchKeys {MAX_BATCH_KEYS}")
         out: List[Optional[KeyResult]] = [None] * len(objects)
-        send: List[Tuple[str, memoryview]] = []
+        send: List[Tuple[str, Any]] = []
         pos: List[int] = []
         total = 0
         for i, (k, v) in enumerate(objects):
@@ -338,15 +411,13 @@ class Client:
                                    f"value of {mv.nbytes} bytes over MaxObjectBytes {MAX_OBJECT_BYTES}; not sent")
                 continue
             total += mv.nbytes
+            if mv.nbytes > self._value_hint:
+                self._value_hint = mv.nbytes  # racy max: a hint only (client/offload.go)
             send.append((k, mv if not isinstance(v, bytes) else v))
             pos.append(i)
         if total > MAX_BATCH_BYTES:
-            raise E.TooLargeError(f"BatchOffload: {total} bytes, over MaxBatchBytes {MAX_BATCH_BYTES}")
-        if send:
-            got = self._batch_offload(tid, send, deadline)
-            for j, r in zip(pos, got):
-                out[j] = r
-        return out  # type: ignore[return-value]
+            raise E.TooLargeError(f"{name}: {total} bytes, over MaxBatchBytes {MAX_BATCH_BYTES}")
+        return tid, out, send, pos
 
     def _chunks(self, tid: bytes, objs: Sequence[Tuple[str, Any]]):
         chunk = self._chunk
@@ -363,13 +434,69 @@ class Client:
         if first:
             yield pb.OffloadChunk(txn_id=tid)
 
-    def _batch_offload(self, tid: TxnID, objs: List[Tuple[str, Any]], deadline: Optional[float]) -> List[KeyResult]:
-        state = {"id": tid, "renewed": False}
+    def _stage(self, lm: _Local, size: int, name: str, offload: bool, attempt: int) -> Optional[Region]:
+        """A staging region of at least size bytes, or None to stream instead (local=None and
+        the node refused a region, or the batch is over MAX_STAGING_BYTES)."""
+        if size > MAX_STAGING_BYTES and not self._require_local:
+            return None
+        try:
+            if size > MAX_STAGING_BYTES:
+                raise E.TooLargeError(f"{name}: {size} bytes, over the {MAX_STAGING_BYTES} of one staging region")
+            return lm.staging.get(size)
+        except E.KVOffloadError as e:
+            if not self._require_local:
+                logger.debug("kvoffload: no staging region on %s (%s); streaming", lm.path, e)
+                return None
+            if offload and attempt > 1:
+                raise E.IndeterminateError(f"{name}: an earlier attempt's outcome is unknown, and then {e}",
+                                           reason=e.reason) from e
+            raise
 
-        def op(stub, remaining, attempt):
-            resp = stub.BatchOffload(self._chunks(state["id"], objs), timeout=remaining, metadata=self._metadata)
+    def _offload_local(self, lm: _Local, r: Region, tid: bytes, objs: List[Tuple[str, Any]],
+                       descs: Optional[List[Any]], remaining: Optional[float], staging: bool):
+        """One LocalKVOffload.Offload; with staging, objs are first copied into r (one copy:
+        a memoryview slice assignment) and r is unregistered if the call fails, never reused
+        (the node may still be copying from it; client/local.go offloadLocal)."""
+        if staging:
+            buf, off, descs = r.buf, 0, []
+            for k, v in objs:
+                n = len(v) if isinstance(v, bytes) else v.nbytes
+                buf[off:off + n] = v
+                descs.append(pb.Desc(key=k, offset=off, length=n))
+                off += n
+        try:
+            resp = lm.stub.Offload(pb.LocalOffloadRequest(txn_id=tid, region=r.ref(), objects=descs),
+                                   timeout=remaining, metadata=self._metadata)
+        except grpc.RpcError as e:
+            if staging:
+                lm.staging.put(r, failed=True)
+                if _lost(e):
+                    lm.staging.lost(r)
+                    raise _LostRegion(f"staging region lost (the node restarted?): {e.details()}") from e
+            raise
+        if staging:
+            lm.staging.put(r, failed=False)
+        return resp
+
+    def _batch_offload(self, tid: TxnID, objs: List[Tuple[str, Any]], deadline: Optional[float],
+                       region: Optional[Region] = None, descs: Optional[List[Any]] = None,
+                       name: str = "BatchOffload") -> List[KeyResult]:
+        state = {"id": tid, "renewed": False}
+        total = sum(len(v) if isinstance(v, bytes) else v.nbytes for _, v in objs)
+
+        def op(i, remaining, attempt):
+            stub, lm = self._members[i][2], self._local[i]
+            resp = None
+            if lm is not None and region is not None and region._reg is lm.staging.reg:
+                resp = self._offload_local(lm, region, state["id"], objs, descs, remaining, staging=False)
+            elif lm is not None:
+                r = self._stage(lm, total, name, True, attempt)
+                if r is not None:
+                    resp = self._offload_local(lm, r, state["id"], objs, None, remaining, staging=True)
+            if resp is None:
+                resp = stub.BatchOffload(self._chunks(state["id"], objs), timeout=remaining, metadata=self._metadata)
             if len(resp.results) != len(objs):
-                raise E.ProtocolError(f"BatchOffload: {len(resp.results)} results for {len(objs)} objects")
+                raise E.ProtocolError(f"{name}: {len(resp.results)} results for {len(objs)} objects")
             res = [_key_result(r, k) for r, (k, _) in zip(resp.results, objs)]
             if attempt > 1 and not state["renewed"] and res and all(
                     r.outcome == Outcome.FAILED and r.code == Code.ABORTED for r in res):
@@ -379,21 +506,24 @@ class Client:
                 raise _Renew()
             return res
 
-        return self._retry("BatchOffload", True, deadline, op)
+        return self._retry(name, True, deadline, op, member=True)
 
     # -- BatchGet ----------------------------------------------------------------------
 
     def batch_get(self, keys: Sequence[str], *, timeout: Optional[float] = None) -> List[GetResult]:
         """Reads keys; one GetResult per key, in order (value: bytes when FOUND). A key
         check_key refuses is INVALID_KEY and not sent. Raises UnavailableError,
-        TooLargeError, DeniedError, ClosedError, ProtocolError."""
+        TooLargeError, DeniedError, ClosedError, ProtocolError. On a unix:// member each key
+        first gets room for the largest value this client has seen (64 KiB at first) in a
+        staging region; keys that did not fit are read again with their sizes."""
         return self._get(keys, None, timeout)
 
     def batch_get_into(self, keys: Sequence[str], buffers: Sequence[Buffer], *,
                        timeout: Optional[float] = None) -> List[GetResult]:
         """batch_get into caller-owned buffers (bytearray, writable memoryview, numpy array,
         anything exporting a writable C-contiguous buffer): the value of keys[i] is assembled
-        in buffers[i] chunk by chunk as it arrives, with no other copy in Python, and
+        in buffers[i] chunk by chunk as it arrives (on a unix:// member: copied once out of
+        the staging region the node wrote it into), with no other copy in Python, and
         GetResult.value is a memoryview of buffers[i][:size]. A buffer shorter than its value
         gives SHORT_BUFFER with the size (the buffer is left as it was). A retried attempt may
         write a buffer again. len(buffers) != len(keys) raises InvalidArgumentError."""
@@ -401,9 +531,11 @@ class Client:
             raise E.InvalidArgumentError(f"BatchGetInto: {len(buffers)} buffers for {len(keys)} keys")
         return self._get(keys, [_byteview(b, writable=True) for b in buffers], timeout)
 
-    def _get(self, keys: Sequence[str], bufs: Optional[List[memoryview]], timeout: Optional[float]) -> List[GetResult]:
+    def _get(self, keys: Sequence[str], bufs: Optional[List[memoryview]], timeout: Optional[float],
+             region: Optional[Region] = None, descs: Optional[List[Any]] = None,
+             name: str = "BatchGet") -> List[GetResult]:
         if len(keys) > MAX_BATCH_KEYS:
-            raise E.TooLargeError(f"BatchGet: {len(keys)} keys, over MaxBatchKeys {MAX_BATCH_KEYS}")
+            raise E.TooLargeError(f"{name}: {len(keys)} keys, over MaxBatchKeys {MAX_BATCH_KEYS}")
         out: List[Optional[GetResult]] = [None] * len(keys)
         send, pos = [], []
         for i, k in enumerate(keys):
@@ -415,19 +547,145 @@ class Client:
                 pos.append(i)
         if send:
             sbufs = None if bufs is None else [bufs[i] for i in pos]
+            sdescs = None if descs is None else [descs[i] for i in pos]
             deadline = self._deadline(timeout)
 
-            def op(stub, remaining, attempt):
-                stream = stub.BatchGet(pb.GetRequest(keys=send), timeout=remaining, metadata=self._metadata)
+            def op(i, remaining, attempt):
+                lm = self._local[i]
+                if lm is not None and region is not None and region._reg is lm.staging.reg:
+                    return self._get_region(lm, region, sdescs, remaining, sbufs)
+                if lm is not None and region is None:
+                    got = self._get_local(lm, send, sbufs, remaining, name, attempt)
+                    if got is not None:
+                        return got
+                stream = self._members[i][2].BatchGet(pb.GetRequest(keys=send), timeout=remaining, metadata=self._metadata)
                 try:
                     return _collect(stream, send, sbufs)
                 finally:
                     stream.cancel()
 
-            got = self._retry("BatchGet", False, deadline, op)
+            got = self._retry(name, False, deadline, op, member=True)
             for j, r in zip(pos, got):
                 out[j] = r
         return out  # type: ignore[return-value]
+
+    def _get_local(self, lm: _Local, keys: List[str], bufs: Optional[List[memoryview]],
+                   remaining: Optional[float], name: str, attempt: int) -> Optional[List[GetResult]]:
+        """One local BatchGet attempt (client/local.go getLocal); None to stream instead."""
+        # The room per key is capped so that the first read fits one staging region.
+        hint = min(self._value_hint, MAX_STAGING_BYTES // max(len(keys), 1))
+        lengths = [b.nbytes for b in bufs] if bufs is not None else [hint] * len(keys)
+        out = self._get_local_once(lm, keys, lengths, bufs, remaining, name, attempt)
+        if out is None or bufs is not None:
+            return out
+        again = [i for i, g in enumerate(out) if g.status == GetStatus.SHORT_BUFFER]
+        for i in again:
+            if out[i].size > self._value_hint:
+                self._value_hint = out[i].size
+        # Read the keys that did not fit again with their sizes, in groups of at most one
+        # staging region each (a value is at most 64 MiB, MaxObjectBytes).
+        while again:
+            group, room = [], 0
+            while again and (not group or room + out[again[0]].size <= MAX_STAGING_BYTES):
+                room += out[again[0]].size
+                group.append(again.pop(0))
+            more = self._get_local_once(lm, [keys[i] for i in group], [out[i].size for i in group], None,
+                                        remaining, name, attempt)
+            if more is None:
+                return None
+            for j, i in enumerate(group):
+                out[i] = more[j]
+        return out
+
+    def _get_local_once(self, lm: _Local, keys: List[str], lengths: List[int], bufs: Optional[List[memoryview]],
+                        remaining: Optional[float], name: str, attempt: int) -> Optional[List[GetResult]]:
+        descs, total = [], 0
+        for k, n in zip(keys, lengths):
+            descs.append(pb.Desc(key=k, offset=total, length=n))
+            total += n
+        r = self._stage(lm, total, name, False, attempt)
+        if r is None:
+            return None
+        failed = True
+        try:
+            try:
+                resp = lm.stub.Get(pb.LocalGetRequest(region=r.ref(), keys=descs), timeout=remaining, metadata=self._metadata)
+            except grpc.RpcError as e:
+                if _lost(e):
+                    lm.staging.lost(r)
+                    raise _LostRegion(f"staging region lost (the node restarted?): {e.details()}") from e
+                raise
+            out = _local_results(resp, descs, r.buf, bufs, copy=True)
+            failed = False
+            return out
+        finally:
+            lm.staging.put(r, failed=failed)
+
+    def _get_region(self, lm: _Local, r: Region, descs: List[Any], remaining: Optional[float],
+                    bufs: List[memoryview]) -> List[GetResult]:
+        resp = lm.stub.Get(pb.LocalGetRequest(region=r.ref(), keys=descs), timeout=remaining, metadata=self._metadata)
+        return _local_results(resp, descs, r.buf, bufs, copy=False)
+
+    # -- the zero-copy local path ------------------------------------------------------
+
+    def new_region(self, size: int) -> Region:
+        """Registers a shared-memory region of size bytes with the first unix:// member, for
+        offload_from and get_into_region: the zero-copy path (Go Client.NewRegion). Fill
+        region.buf (a writable memoryview) in place. The node maps it and counts it against
+        its limits: TooLargeError names the one refused (MaxRegionBytes 4 GiB,
+        MaxRegionsPerConn 64, MaxRegions 1024, MaxMappedBytes 64 GiB by default;
+        docs/design.md). InvalidArgumentError when no member is unix:// (or local=False) or
+        size is not positive, UnavailableError when the socket cannot be reached. Close it
+        with region.close() (the client's close() closes it too)."""
+        if self._closed:
+            raise E.ClosedError("NewRegion: client closed")
+        for lm in self._local:
+            if lm is not None:
+                return lm.staging.reg.register(size)
+        raise E.InvalidArgumentError("NewRegion: no member has a unix:// address (a node's --local-socket) with local enabled")
+
+    @staticmethod
+    def _check_descs(name: str, r: Region, descs: Sequence[Tuple[str, int, int]]) -> List[Any]:
+        if r.closed:
+            raise E.InvalidArgumentError(f"{name}: the region is closed")
+        out = []
+        for i, (k, off, n) in enumerate(descs):
+            if off < 0 or n < 0 or off > r.size or n > r.size - off:
+                raise E.InvalidArgumentError(
+                    f"{name}: descriptor {i} ({k!r}) [{off}, +{n}) is outside the region of {r.size} bytes")
+            out.append(pb.Desc(key=k, offset=off, length=n))
+        return out
+
+    def offload_from(self, txn_id: bytes, region: Region, descs: Sequence[Tuple[str, int, int]], *,
+                     timeout: Optional[float] = None) -> List[KeyResult]:
+        """Stores the ranges descs name, (key, offset, length) of region, as one transaction
+        named txn_id, like batch_offload, without a copy on the client: the node copies each
+        range out of the region and checksums its copy (Go Client.OffloadFrom). A descriptor
+        outside the region raises InvalidArgumentError; keys and empty ranges are checked as
+        in batch_offload. If the call moves to a member that does not hold the region (a
+        failover), the ranges are streamed from it. Do not rewrite the ranges until the call
+        returns; after IndeterminateError, not until a retry with the same txn ID has returned.
+        A region the node no longer knows (closed, or the node restarted) is DeniedError."""
+        pdescs = self._check_descs("OffloadFrom", region, descs)
+        objs = [(d.key, region.buf[d.offset:d.offset + d.length]) for d in pdescs]
+        tid, out, send, pos = self._prepare(txn_id, objs, "OffloadFrom")
+        if send:
+            got = self._batch_offload(tid, send, self._deadline(timeout), region=region,
+                                      descs=[pdescs[i] for i in pos], name="OffloadFrom")
+            for j, r in zip(pos, got):
+                out[j] = r
+        return out  # type: ignore[return-value]
+
+    def get_into_region(self, region: Region, descs: Sequence[Tuple[str, int, int]], *,
+                        timeout: Optional[float] = None) -> List[GetResult]:
+        """Reads the keys descs name into region, each value at its descriptor's offset, like
+        batch_get_into with no copy on the client (Go Client.GetInto): GetResult.value is a
+        memoryview of region.buf (valid until the range is reused). A value longer than its
+        length is SHORT_BUFFER with its size; a descriptor outside the region raises
+        InvalidArgumentError. A member that does not hold the region streams into the ranges."""
+        pdescs = self._check_descs("GetInto", region, descs)
+        bufs = [region.buf[d.offset:d.offset + d.length] for d in pdescs]
+        return self._get([d.key for d in pdescs], bufs, timeout, region=region, descs=pdescs, name="GetInto")
 
     # -- unary calls -------------------------------------------------------------------
 
@@ -506,6 +764,42 @@ def _key_result(r, key: str) -> KeyResult:
         return KeyResult(key, Outcome.FAILED, Code.INTERNAL,
                          f"unknown outcome {r.outcome} from the member: {r.reason}", r.joined)
     return KeyResult(key, o, code_of(r.code), r.reason, r.joined)
+
+
+def _local_results(resp, descs: List[Any], mem: memoryview, bufs: Optional[List[memoryview]],
+                   copy: bool) -> List[GetResult]:
+    """A LocalGetResponse as GetResults (client/local.go localResults, fromLocal). With copy,
+    each Found value is copied out of mem (into bufs[i] when given, else into bytes);
+    without, its value is a view of mem (bufs[i] is that range)."""
+    if len(resp.results) != len(descs):
+        raise E.ProtocolError(f"{len(resp.results)} results for {len(descs)} keys")
+    out = []
+    for i, g in enumerate(resp.results):
+        d = descs[i]
+        if g.code == pb.CODE_SHORT_BUFFER:
+            out.append(GetResult(d.key, GetStatus.SHORT_BUFFER, size=g.size, code=Code.SHORT_BUFFER, reason=g.reason))
+            continue
+        if g.status not in (1, 2, 3, 4, 5):
+            out.append(GetResult(d.key, GetStatus.UNAVAILABLE, code=Code.INTERNAL,
+                                 reason=f"unknown status {g.status} from the member: {g.reason}"))
+            continue
+        st = GetStatus(g.status)
+        if st != GetStatus.FOUND:
+            code = code_of(g.code)
+            out.append(GetResult(d.key, st, code=Code.UNAVAILABLE if code == Code.NONE else code, reason=g.reason))
+            continue
+        if g.size > d.length:
+            raise E.ProtocolError(f"key {d.key!r}: a value of {g.size} bytes for a descriptor of {d.length}")
+        src = mem[d.offset:d.offset + g.size]
+        if not copy:
+            value = src
+        elif bufs is not None:
+            bufs[i][:g.size] = src
+            value = bufs[i][:g.size]
+        else:
+            value = bytes(src)
+        out.append(GetResult(d.key, GetStatus.FOUND, value=value, size=g.size))
+    return out
 
 
 def _collect(stream, keys: List[str], bufs: Optional[List[memoryview]]) -> List[GetResult]:

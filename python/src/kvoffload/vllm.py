@@ -44,6 +44,7 @@ class _KVOffloadTier:
                  tier_type: str = TIER_TYPE, *, addrs: Any = "127.0.0.1:7100", namespace: str = "",
                  timeout: float = 30.0, token: Optional[str] = None, token_file: Optional[str] = None,
                  tls_ca: Optional[str] = None, workers: int = 4, negative_ttl: float = 1.0,
+                 local: Optional[bool] = None,
                  client: Optional[Client] = None, **unknown: Any):
         if unknown:
             logger.warning("kvoffload: unknown tier options %s ignored", sorted(unknown))
@@ -54,7 +55,8 @@ class _KVOffloadTier:
         self.block_bytes = view.shape[1] * view.itemsize
         self._flat = view.cast("B") if view.format != "B" else view.cast("B", (view.nbytes,))
         self.client = client or _engine.client_from(
-            {"addrs": addrs, "timeout": timeout, "token": token, "token_file": token_file, "tls_ca": tls_ca})
+            {"addrs": addrs, "timeout": timeout, "token": token, "token_file": token_file, "tls_ca": tls_ca,
+             "local": local})
         self._ns = f"vllm/{namespace}/" if namespace else "vllm/"
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvoffload-vllm")
         self._done: "queue.SimpleQueue" = queue.SimpleQueue()
