@@ -116,6 +116,9 @@ type KeyError struct {
 }
 
 func (e *KeyError) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("key %q: %s (%s)", e.Key, e.What, e.Code)
+	}
 	return fmt.Sprintf("key %q: %s (%s): %s", e.Key, e.What, e.Code, e.Reason)
 }
 

@@ -18,7 +18,9 @@ type Store interface {
 	// BatchOffload stores objs as one transaction named id, and returns one KeyResult per
 	// object, in input order. Each key is Stored, AlreadyStored, Conflict, Rejected or Failed
 	// on its own: one bad key never fails the others. A zero id is ErrInvalidArgument; an id
-	// already used for a different batch is ErrInvalidArgument, with nothing stored.
+	// already used for a different batch is ErrInvalidArgument, with nothing stored. An id is
+	// recorded only by a call that stored keys: after a call that stored none (every key
+	// AlreadyStored, Rejected, ...) the id is free again, and a retry simply runs again.
 	// ErrIndeterminate: the outcome is unknown; call again with the same id and objs to
 	// learn it (exactly once). Values must not be modified until the call returns; after it,
 	// the store holds its own copy. On an error no results are returned.

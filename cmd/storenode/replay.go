@@ -112,8 +112,8 @@ func runReplay(ctx context.Context, f replayFlags) error {
 		}
 	}
 	printSummary(os.Stdout, sum, f.json, baseline)
-	if sum.Missing > 0 || sum.Corrupt > 0 {
-		return fmt.Errorf("%d keys missing, %d corrupt (first: %s)", sum.Missing, sum.Corrupt, sum.FirstProblem)
+	if sum.Missing > 0 || sum.Corrupt > 0 || sum.Unavailable > 0 {
+		return fmt.Errorf("%d keys missing, %d corrupt, %d unavailable (first: %s)", sum.Missing, sum.Corrupt, sum.Unavailable, sum.FirstProblem)
 	}
 	return nil
 }
@@ -244,6 +244,9 @@ func printSummary(w io.Writer, s replay.Summary, asJSON, baseline bool) {
 		fmt.Fprintf(w, "missing/corrupt not verified: the replay was interrupted before the read-back\n")
 	} else {
 		fmt.Fprintf(w, "missing         %d\n", s.Missing)
+		if s.Unavailable > 0 {
+			fmt.Fprintf(w, "unavailable     %d (not lost: they could not be read now, e.g. their owner is down)\n", s.Unavailable)
+		}
 		fmt.Fprintf(w, "corrupt         %d\n", s.Corrupt)
 	}
 	if s.FirstProblem != "" {

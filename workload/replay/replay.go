@@ -55,7 +55,8 @@ type Summary struct {
 	P99MS         float64 `json:"p99_ms"`
 	ReadMBPerSec  float64 `json:"read_mb_per_s"`
 	Verified      bool    `json:"verified"` // the read-back ran (false: interrupted, Missing and Corrupt mean nothing)
-	Missing       int     `json:"missing"`
+	Missing       int     `json:"missing"`     // keys read back NotFound: lost
+	Unavailable   int     `json:"unavailable"` // keys that could not be read now (their owner down, a read error): not lost
 	Corrupt       int     `json:"corrupt"`
 	DiskMBPerSec  float64 `json:"disk_mb_per_s,omitempty"`
 	RatioToDisk   float64 `json:"ratio_to_disk,omitempty"`
@@ -248,7 +249,7 @@ func verify(ctx context.Context, t Target, keys []string, opt Options, s *Summar
 		batch := keys[lo:min(lo+opt.ReadBatch, len(keys))]
 		res, err := t.BatchGet(ctx, batch)
 		if err != nil {
-			s.Missing += len(batch)
+			s.Unavailable += len(batch)
 			s.noteProblem(fmt.Sprintf("read error: %v", err))
 			continue
 		}
@@ -264,8 +265,11 @@ func verify(ctx context.Context, t Target, keys []string, opt Options, s *Summar
 			case kvoffload.Corrupt:
 				s.Corrupt++
 				s.noteProblem(r.Key + ": " + r.Reason)
-			default:
+			case kvoffload.NotFound:
 				s.Missing++
+				s.noteProblem(fmt.Sprintf("%s: %s %s", r.Key, r.Status, r.Reason))
+			default:
+				s.Unavailable++
 				s.noteProblem(fmt.Sprintf("%s: %s %s", r.Key, r.Status, r.Reason))
 			}
 		}
