@@ -54,7 +54,7 @@ type Summary struct {
 	P50MS         float64 `json:"p50_ms"`
 	P99MS         float64 `json:"p99_ms"`
 	ReadMBPerSec  float64 `json:"read_mb_per_s"`
-	Verified      bool    `json:"verified"` // the read-back ran (false: interrupted, Missing and Corrupt mean nothing)
+	Verified      bool    `json:"verified"`    // the read-back ran (false: interrupted, Missing and Corrupt mean nothing)
 	Missing       int     `json:"missing"`     // keys read back NotFound: lost
 	Unavailable   int     `json:"unavailable"` // keys that could not be read now (their owner down, a read error): not lost
 	Corrupt       int     `json:"corrupt"`
