@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -26,10 +27,19 @@ const (
 	magicRegister   = "KVR1"
 	magicUnregister = "KVU1"
 	magicHTTP2      = "PRI "
-	// firstBytesTimeout bounds the wait for a new connection's first four bytes.
+	// firstBytesTimeout bounds the wait for a new connection's first four bytes, and for the
+	// rest of a registration message once its first bytes arrived (the wait between messages
+	// is not bounded: a region lives while its connection is open).
 	firstBytesTimeout = 5 * time.Second
-	maxErrMsg         = 1 << 10
+
+	maxErrMsg = 1 << 10
 )
+
+// maxLocalConns bounds the connections the local socket holds at once (gRPC and
+// registration together); one over it is closed at once, so a client opening connections
+// without end cannot take every file descriptor of the node (adversarial review). A variable
+// so that a test can lower it.
+var maxLocalConns = 4096
 
 // peerAddr is a local connection's remote address: its SO_PEERCRED.
 type peerAddr struct{ uid, pid int32 }
@@ -40,8 +50,16 @@ func (a peerAddr) String() string { return fmt.Sprintf("uid=%d,pid=%d", a.uid, a
 // prefixConn replays bytes already read before the connection's own.
 type prefixConn struct {
 	net.Conn
-	prefix []byte
-	peer   peerAddr
+	prefix  []byte
+	peer    peerAddr
+	release func() // frees the listener's connection slot, once, on Close
+	closed  sync.Once
+}
+
+func (c *prefixConn) Close() error {
+	err := c.Conn.Close()
+	c.closed.Do(c.release)
+	return err
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {
@@ -59,46 +77,100 @@ func (c *prefixConn) RemoteAddr() net.Addr { return c.peer }
 // the registration connections itself.
 type muxListener struct {
 	lis   *net.UnixListener
+	path  string      // where the socket is served
+	ino   os.FileInfo // the socket file this node made, so Close unlinks only its own
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
 	reg   func(*regConn)
+	slots chan struct{} // one per open connection, at most maxLocalConns
 }
 
+// listenLocal serves the local socket at path with mode. The socket is bound in a fresh
+// private directory (0700) beside path, given its mode there, and renamed onto path: no other
+// user can connect before the mode is set, and a symlink put at path is replaced, never
+// followed (adversarial review). A socket already at path that answers is another node's:
+// refused; one that does not is a stale one of an earlier run and is replaced.
 func listenLocal(path string, mode os.FileMode, reg func(*regConn)) (*muxListener, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path) // a stale socket of an earlier run
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("node: local socket %s: another process serves it", path)
+		}
+	} else if err == nil {
+		return nil, fmt.Errorf("node: local socket %s: the path exists and is not a socket (%s)", path, fi.Mode().Type())
 	}
-	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".kvoffload-socket-")
 	if err != nil {
 		return nil, fmt.Errorf("node: local socket: %w", err)
 	}
-	lis.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, mode); err != nil {
-		_ = lis.Close()
-		return nil, fmt.Errorf("node: local socket mode: %w", err)
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("node: local socket: %w", err)
 	}
-	m := &muxListener{lis: lis, conns: make(chan net.Conn), done: make(chan struct{}), reg: reg}
+	lis.SetUnlinkOnClose(false) // Close unlinks path itself, if it is still this socket
+	fail := func(err error) (*muxListener, error) {
+		_ = lis.Close()
+		return nil, fmt.Errorf("node: local socket %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return fail(err)
+	}
+	ino, err := os.Lstat(tmp)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	m := &muxListener{lis: lis, path: path, ino: ino, conns: make(chan net.Conn), done: make(chan struct{}), reg: reg,
+		slots: make(chan struct{}, maxLocalConns)}
 	go m.acceptLoop()
 	return m, nil
 }
 
+// acceptLoop accepts until Close. A failed accept that is not the listener closing (EMFILE,
+// ECONNABORTED, ...) is retried after a backoff, as net/http and grpc do: giving up on it
+// would take the local path down until a restart (adversarial review).
 func (m *muxListener) acceptLoop() {
+	backoff := 5 * time.Millisecond
 	for {
 		c, err := m.lis.AcceptUnix()
 		if err != nil {
-			m.Close()
-			return
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				m.Close()
+				return
+			}
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
-		go m.classify(c)
+		backoff = 5 * time.Millisecond
+		select {
+		case m.slots <- struct{}{}:
+			go m.classify(c)
+		default:
+			_ = c.Close() // over maxLocalConns
+		}
 	}
 }
+
+// release frees the connection slot classify's connection held.
+func (m *muxListener) release() { <-m.slots }
 
 // classify reads a connection's first bytes and routes it.
 func (m *muxListener) classify(c *net.UnixConn) {
 	peer, err := peerCred(c)
 	if err != nil {
 		_ = c.Close()
+		m.release()
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(firstBytesTimeout))
@@ -107,21 +179,25 @@ func (m *muxListener) classify(c *net.UnixConn) {
 	if err != nil {
 		closeFDs(fds)
 		_ = c.Close()
+		m.release()
 		return
 	}
 	switch string(head) {
 	case magicHTTP2:
 		closeFDs(fds)
 		select {
-		case m.conns <- &prefixConn{Conn: c, prefix: head, peer: peer}:
+		case m.conns <- &prefixConn{Conn: c, prefix: head, peer: peer, release: m.release}:
 		case <-m.done:
 			_ = c.Close()
+			m.release()
 		}
 	case magicRegister, magicUnregister:
 		m.reg(&regConn{c: c, uid: peer.uid, pid: peer.pid, first: string(head), fds: fds, regions: map[[16]byte]*region{}})
+		m.release() // reg serves the connection until it closes
 	default:
 		closeFDs(fds)
 		_ = c.Close()
+		m.release()
 	}
 }
 
@@ -135,7 +211,13 @@ func (m *muxListener) Accept() (net.Conn, error) {
 }
 
 func (m *muxListener) Close() error {
-	m.once.Do(func() { close(m.done); _ = m.lis.Close() })
+	m.once.Do(func() {
+		close(m.done)
+		_ = m.lis.Close()
+		if fi, err := os.Lstat(m.path); err == nil && os.SameFile(fi, m.ino) {
+			_ = os.Remove(m.path) // still this node's socket: not a newer node's, nor a file swapped in
+		}
+	})
 	return nil
 }
 
@@ -251,7 +333,9 @@ func (n *Node) serveRegistrations(rc *regConn) {
 }
 
 func (n *Node) register(rc *regConn, fds []int) error {
+	_ = rc.c.SetReadDeadline(time.Now().Add(firstBytesTimeout)) // the rest of the message, promptly
 	body, more, err := readMsg(rc.c, 8)
+	_ = rc.c.SetReadDeadline(time.Time{})
 	fds = append(fds, more...)
 	if err != nil {
 		closeFDs(fds)
@@ -278,7 +362,9 @@ func (n *Node) register(rc *regConn, fds []int) error {
 }
 
 func (n *Node) unregister(rc *regConn) error {
+	_ = rc.c.SetReadDeadline(time.Now().Add(firstBytesTimeout))
 	body, fds, err := readMsg(rc.c, 16)
+	_ = rc.c.SetReadDeadline(time.Time{})
 	closeFDs(fds)
 	if err != nil {
 		return err

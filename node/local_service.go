@@ -208,6 +208,11 @@ func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.Loc
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	var got int64 // keys found only after the read index count too, as on the stream path
+	for _, r := range res {
+		got += int64(len(r.Value))
+	}
+	buf.add(got - buf.n)
 	s.n.metrics.observeGets(res, time.Since(start))
 	if !r.acquire() {
 		return nil, status.Errorf(codes.FailedPrecondition, "node: region %s was unregistered during the read", r.name())
