@@ -210,10 +210,6 @@ func (c Config) raftConfig(logger *slog.Logger) *raft.Config {
 	rc.TrailingLogs = c.TrailingLogs
 	// The FSM is in memory: it must be restored from the snapshot on start.
 	rc.NoSnapshotRestoreOnStart = false
-	// Proposals queue in a buffered channel (MaxAppendEntries deep) instead of handing off
-	// one by one to the leader loop, which appends what is queued as one batch with one
-	// fsync: with 32 writers, Apply otherwise blocked on the hand-off (BenchmarkSmallCommits).
-	rc.BatchApplyCh = true
 	rc.Logger = newHCLogger(logger, "raft")
 	return rc
 }
