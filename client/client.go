@@ -197,8 +197,8 @@ func waitReady(ctx context.Context, m *member, timeout time.Duration) error {
 
 // checkKeys refuses a call naming n keys, keyAt(i) the i-th, over Options.MaxBatchKeys.
 func (c *Client) checkKeys(op string, n int, keyAt func(int) string) error {
-	if max := c.opt.MaxBatchKeys; n > max {
-		return fmt.Errorf("%w: %s: batch of %d keys at key %q exceeds MaxBatchKeys %d", kvoffload.ErrTooLarge, op, n, keyAt(max), max)
+	if lim := c.opt.MaxBatchKeys; n > lim {
+		return fmt.Errorf("%w: %s: batch of %d keys at key %q exceeds MaxBatchKeys %d", kvoffload.ErrTooLarge, op, n, keyAt(lim), lim)
 	}
 	return nil
 }

@@ -114,7 +114,7 @@ func (n *Node) Remove(ctx context.Context, keys []string) ([]kvoffload.RemoveRes
 // Stats returns this node's view of the store (kvoffload.Stats). Errors: ErrUnavailable when
 // the bucket accounting cannot be read.
 func (n *Node) Stats(ctx context.Context) (kvoffload.Stats, error) {
-	if err := n.coord.CheckKeys(nil); err != nil { // closed or failed
+	if err := n.coord.Usable(); err != nil {
 		return kvoffload.Stats{}, apiError(err, false)
 	}
 	if err := begun(ctx); err != nil {

@@ -27,26 +27,20 @@ func (s kvService) Precheck(ctx context.Context, req *pb.PrecheckRequest) (*pb.P
 		return nil, invalid("txn_id must be %d bytes, got %d", len(id), len(req.TxnId))
 	}
 	copy(id[:], req.TxnId)
-	keys := make([]string, len(req.Keys))
-	for i, k := range req.Keys {
-		keys[i] = k.GetKey()
-	}
-	out := &pb.PrecheckResponse{Stored: make([]bool, len(keys))}
+	out := &pb.PrecheckResponse{Stored: make([]bool, len(req.Keys))}
 	// Every answer must hold at a point inside the offload call: catch up with the leader
 	// first, or claim nothing (every key needed). A Present from lagging metadata would let the
 	// client report AlreadyStored for a key removed before the call began.
 	if err := s.n.coord.CatchUp(ctx); err != nil {
 		return out, nil
 	}
-	ex, err := s.n.BatchExists(ctx, keys, 0) // after the catch-up: in-flight keys are needed
-	if err != nil {
-		return nil, grpcError(err)
-	}
 	if _, done := s.n.fsm.TxnResult(id); done {
 		return out, nil // a retry: BatchOffload answers with the original results
 	}
+	// After the catch-up the local metadata answers: a key in flight is not live in it yet,
+	// so it is needed (and joined by BatchOffload).
 	for i, k := range req.Keys {
-		if i >= len(ex.Keys) || ex.Keys[i] != kvoffload.Present {
+		if kvoffload.CheckKey(k.GetKey()) != "" {
 			continue
 		}
 		if e, ok := s.n.fsm.Lookup(k.GetKey()); ok && uint64(e.Size) == k.GetSize() && e.Sum == k.GetSum() {

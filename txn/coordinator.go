@@ -110,7 +110,9 @@ func (c *Coordinator) Close() error {
 	return nil
 }
 
-func (c *Coordinator) usable() error {
+// Usable is nil while the coordinator serves: ErrClosed after Close, ErrFailed (wrapping the
+// cause) after a fail-stop.
+func (c *Coordinator) Usable() error {
 	if c.closed.Load() {
 		return ErrClosed
 	}

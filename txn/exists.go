@@ -102,9 +102,5 @@ func (c *Coordinator) batchExists(keys []string, prev []kvoffload.Presence) kvof
 func (c *Coordinator) CatchUp(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadIndexTimeout)
 	defer cancel()
-	if err := c.meta.ReadIndex(rctx); err != nil {
-		c.stats.readIndexFailed.Add(1)
-		return err
-	}
-	return nil
+	return c.meta.ReadIndex(rctx)
 }

@@ -33,7 +33,7 @@ func ObjectTooLarge(size uint64, value int64) string {
 // CheckKeys refuses a request naming keys (BatchExists) on a closed or failed coordinator, or
 // over MaxBatchKeys (BatchKeysError).
 func (c *Coordinator) CheckKeys(keys []string) error {
-	if err := c.usable(); err != nil {
+	if err := c.Usable(); err != nil {
 		return err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {

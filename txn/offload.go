@@ -25,7 +25,7 @@ import (
 // exactly one state: Stored, AlreadyStored, Conflict, Rejected or Failed, and
 // Stored/AlreadyStored keys are readable when the call returns.
 func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
-	if err := c.usable(); err != nil {
+	if err := c.Usable(); err != nil {
 		return nil, err
 	}
 	if err := c.checkBatch(objs); err != nil {
@@ -37,10 +37,7 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 	// from metadata that has not applied an acknowledged REMOVE (both found by the process
 	// nemesis). It is bounded by ReadIndexTimeout: with the leader paused or gone the call
 	// fails fast (nothing was written) and the client retries, on another member if need be.
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadIndexTimeout)
-	err := c.meta.ReadIndex(rctx)
-	cancel()
-	if err != nil {
+	if err := c.CatchUp(ctx); err != nil {
 		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
 	}
 	sums := checksums(objs)

@@ -24,7 +24,7 @@ func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
 // position gets the same answer (a Corrupt record is not reported NotFound at its second
 // position because the first removed it).
 func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
-	if err := c.usable(); err != nil {
+	if err := c.Usable(); err != nil {
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {
@@ -179,9 +179,7 @@ func (c *Coordinator) confirmMisses(ctx context.Context, keys []string, misses [
 	if len(misses) == 0 {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadIndexTimeout)
-	defer cancel()
-	if err := c.meta.ReadIndex(rctx); err != nil {
+	if err := c.CatchUp(ctx); err != nil {
 		c.stats.readIndexFailed.Add(1)
 		return err
 	}
@@ -235,7 +233,7 @@ func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []f
 // BatchGetLocal reads only keys whose bytes this node owns (the owner side of a forwarded
 // read); keys the local metadata assigns to another node are Unavailable.
 func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
-	if err := c.usable(); err != nil {
+	if err := c.Usable(); err != nil {
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {

@@ -27,7 +27,7 @@ func (c *Coordinator) Remove(ctx context.Context, keys []string) ([]kvoffload.Re
 // other keys. The FSM de-duplicates by txn ID, so without the check such a call would be
 // handed the other request's result and answer "not removed" for keys it never removed.
 func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string) ([]kvoffload.RemoveResult, error) {
-	if err := c.usable(); err != nil {
+	if err := c.Usable(); err != nil {
 		return nil, err
 	}
 	if len(keys) > c.cfg.MaxBatchKeys {

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,54 +28,13 @@ func readAll(ctx context.Context, s source, r read) (Rate, error) {
 	keys := append([]string(nil), r.Keys...)
 	rand.New(rand.NewPCG(r.Seed, 2)).Shuffle(len(keys), func(a, b int) { keys[a], keys[b] = keys[b], keys[a] })
 	batches := (len(keys) + r.Batch - 1) / r.Batch
-	var (
-		next    atomic.Int64
-		total   atomic.Int64
-		mu      sync.Mutex
-		lats    []time.Duration
-		firstEr error
-		wg      sync.WaitGroup
-	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	start := time.Now()
-	for range r.Readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for ctx.Err() == nil {
-				b := int(next.Add(1) - 1)
-				if b >= batches {
-					break
-				}
-				t0 := time.Now()
-				n, err := s.get(ctx, keys[b*r.Batch:min((b+1)*r.Batch, len(keys))])
-				mine = append(mine, time.Since(t0))
-				total.Add(n)
-				if err != nil {
-					mu.Lock()
-					if firstEr == nil {
-						firstEr = err
-					}
-					mu.Unlock()
-					cancel()
-				}
-			}
-			mu.Lock()
-			lats = append(lats, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	if firstEr != nil {
-		return Rate{}, firstEr
-	}
-	if err := ctx.Err(); err != nil {
+	total, el, lats, err := runBatches(ctx, r.Readers, batches, func(ctx context.Context, b int) (int64, error) {
+		return s.get(ctx, keys[b*r.Batch:min((b+1)*r.Batch, len(keys))])
+	})
+	if err != nil {
 		return Rate{}, err
 	}
-	return newRate(len(keys), total.Load(), el, lats), nil
+	return newRate(len(keys), total, el, lats), nil
 }
 
 // dropCaches writes dirty pages back and drops the clean page cache (needs root), so that a

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -71,62 +69,21 @@ func Offload(ctx context.Context, s Sink, l Load) (Rate, error) {
 	pay := l.payloads()
 	keys := l.keys()
 	batches := (l.Keys + l.Batch - 1) / l.Batch
-	var (
-		next    atomic.Int64
-		stored  atomic.Int64
-		mu      sync.Mutex
-		lats    []time.Duration
-		firstEr error
-		wg      sync.WaitGroup
-	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	start := time.Now()
-	for range l.Writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			objs := make([]Pair, 0, l.Batch)
-			var mine []time.Duration
-			for ctx.Err() == nil {
-				b := int(next.Add(1) - 1)
-				if b >= batches {
-					break
-				}
-				objs = objs[:0]
-				for i := b * l.Batch; i < min((b+1)*l.Batch, l.Keys); i++ {
-					objs = append(objs, Pair{Key: keys[i], Value: pay[i%len(pay)]})
-				}
-				t0 := time.Now()
-				n, err := s.Put(ctx, objs)
-				mine = append(mine, time.Since(t0))
-				stored.Add(int64(n))
-				if err == nil && n != len(objs) {
-					err = fmt.Errorf("bench: %d of %d keys of a batch stored (keys not fresh?)", n, len(objs))
-				}
-				if err != nil {
-					mu.Lock()
-					if firstEr == nil {
-						firstEr = err
-					}
-					mu.Unlock()
-					cancel()
-				}
-			}
-			mu.Lock()
-			lats = append(lats, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	if firstEr != nil {
-		return Rate{}, firstEr
-	}
-	if err := ctx.Err(); err != nil {
+	stored, el, lats, err := runBatches(ctx, l.Writers, batches, func(ctx context.Context, b int) (int64, error) {
+		objs := make([]Pair, 0, l.Batch)
+		for i := b * l.Batch; i < min((b+1)*l.Batch, l.Keys); i++ {
+			objs = append(objs, Pair{Key: keys[i], Value: pay[i%len(pay)]})
+		}
+		n, err := s.Put(ctx, objs)
+		if err == nil && n != len(objs) {
+			err = fmt.Errorf("bench: %d of %d keys of a batch stored (keys not fresh?)", n, len(objs))
+		}
+		return int64(n), err
+	})
+	if err != nil {
 		return Rate{}, err
 	}
-	return newRate(int(stored.Load()), stored.Load()*int64(l.Value), el, lats), nil
+	return newRate(int(stored), stored*int64(l.Value), el, lats), nil
 }
 
 func newRate(keys int, bytes int64, el time.Duration, lats []time.Duration) Rate {
