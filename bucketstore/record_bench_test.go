@@ -18,9 +18,7 @@ import (
 func BenchmarkRecordEncode(b *testing.B) {
 	for _, size := range recordBenchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			payload := testPayload(1, size.n)
-			h := testHeader("bench/key", 1, payload)
-			buf := vfs.AlignedBuffer(int(RecordSize(len(h.Key), len(payload))))
+			h, payload, buf := benchRecord(size.n)
 			b.SetBytes(int64(size.n))
 			b.ResetTimer()
 			for range b.N {
@@ -39,9 +37,7 @@ func BenchmarkRecordEncode(b *testing.B) {
 func BenchmarkRecordVerify(b *testing.B) {
 	for _, size := range recordBenchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			payload := testPayload(1, size.n)
-			h := testHeader("bench/key", 1, payload)
-			buf := vfs.AlignedBuffer(int(RecordSize(len(h.Key), len(payload))))
+			h, payload, buf := benchRecord(size.n)
 			if err := EncodeRecord(buf, h, payload); err != nil {
 				b.Fatal(err)
 			}
@@ -61,6 +57,13 @@ var recordBenchSizes = []struct {
 	name string
 	n    int
 }{{"4KiB", 4 << 10}, {"256KiB", 256 << 10}, {"2MiB", 2 << 20}}
+
+// benchRecord returns a header, a random payload of n bytes and an aligned buffer for the record.
+func benchRecord(n int) (Header, []byte, []byte) {
+	payload := testPayload(1, n)
+	h := testHeader("bench/key", 1, payload)
+	return h, payload, vfs.AlignedBuffer(int(RecordSize(len(h.Key), len(payload))))
+}
 
 // reportOverDisk reports the benchmark's payload rate over the disk's sequential write rate.
 func reportOverDisk(b *testing.B, size int) {
