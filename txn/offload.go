@@ -40,22 +40,11 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 	if err := c.CatchUp(ctx); err != nil {
 		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
 	}
-	sums := checksums(objs)
-	sig := signature(objs, sums)
+	b := c.admit(objs)
 	c.inflight.mu.Lock()
-	r, busy := c.inflight.running[id]
-	if !busy {
-		// Checked under c.inflight.mu: a finished call records its FSM result before it leaves running.
-		if res, ok := c.meta.TxnResult(id); ok {
-			c.inflight.mu.Unlock()
-			return c.retried(id, res, objs, sums)
-		}
-		r = &running{done: make(chan struct{}), sig: sig}
-		c.inflight.running[id] = r
-	}
-	c.inflight.mu.Unlock()
-	if busy {
-		if r.sig != sig {
+	if r, busy := c.inflight.running[id]; busy {
+		c.inflight.mu.Unlock()
+		if r.sig != b.sig {
 			return nil, fmt.Errorf("%w: txn %s", ErrTxnIDInUse, id)
 		}
 		select {
@@ -65,7 +54,19 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 			return nil, fmt.Errorf("txn: waiting for the running call of txn %s: %w", id, ctx.Err())
 		}
 	}
-	r.results, r.err = c.offload(ctx, id, objs, sums)
+	// Under c.inflight.mu: a finished call records its FSM result before it leaves running,
+	// and the keys' metadata is read together with the in-flight table that plan reads.
+	res, finished := c.meta.TxnResult(id)
+	c.lookUp(b)
+	if finished {
+		c.inflight.mu.Unlock()
+		return c.retried(id, res, b)
+	}
+	r := &running{done: make(chan struct{}), sig: b.sig}
+	c.inflight.running[id] = r
+	p := c.plan(id, b)
+	c.inflight.mu.Unlock()
+	r.results, r.err = c.offload(ctx, p)
 	c.inflight.mu.Lock()
 	delete(c.inflight.running, id)
 	c.inflight.mu.Unlock()
@@ -73,8 +74,9 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 	return r.results, r.err
 }
 
-func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object, sums []uint64) ([]kvoffload.KeyResult, error) {
-	p := c.plan(id, objs, sums)
+// offload runs the transaction p plans: S1 to S6 for its writes, then the answers of the keys
+// it joined or repeated.
+func (c *Coordinator) offload(ctx context.Context, p *plan) ([]kvoffload.KeyResult, error) {
 	if len(p.writes) > 0 {
 		if err := c.acquire(ctx); err != nil {
 			for _, w := range p.writes {
