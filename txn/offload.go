@@ -180,7 +180,7 @@ func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 	}
 	var ok, bad []*write
 	for _, w := range p.writes {
-		ext, err := c.reserveEvicting(ctx, bucketstore.RecordSize(len(w.key), len(w.value)))
+		ext, err := c.ev.reserve(ctx, bucketstore.RecordSize(len(w.key), len(w.value)))
 		switch {
 		case err == nil:
 			w.ext = ext
