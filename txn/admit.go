@@ -28,9 +28,12 @@ type batch struct {
 
 // admitted is what admission found for one object.
 type admitted struct {
-	code   kvoffload.Code // why the object is refused (Rejected), or CodeNone
-	reason string
-	first  int // index of the first valid copy of the key; the object's own index if it is one
+	// The answer admission gives the object by itself (Rejected: invalid; Conflict: a repeat
+	// of its key with other bytes), or outcome 0 when the object goes on.
+	outcome kvoffload.Outcome
+	code    kvoffload.Code
+	reason  string
+	first   int // index of the first valid copy of the key; the object's own index if it is one
 
 	// What the metadata holds for a valid first copy (lookUp): the live entry, or the last
 	// generation the key used (live false).
@@ -39,11 +42,12 @@ type admitted struct {
 	gen   uint64
 }
 
-// valid reports whether the object is a valid first copy of its key: the one that is
-// offloaded, the others repeat it or are refused.
-func (b *batch) valid(i int) bool {
-	return b.keys[i].code == kvoffload.CodeNone && b.keys[i].first == i
-}
+// answered reports whether admission answered the object by itself.
+func (k *admitted) answered() bool { return k.outcome != 0 }
+
+// valid reports whether object i is a valid first copy of its key: the one that is
+// offloaded; the others are refused or repeat it.
+func (b *batch) valid(i int) bool { return !b.keys[i].answered() && b.keys[i].first == i }
 
 // size returns the length of object i's value in bytes.
 func (b *batch) size(i int) uint32 { return uint32(len(b.objs[i].Value)) }
@@ -67,6 +71,8 @@ func (c *Coordinator) checkBatch(objs []kvoffload.Object) error {
 }
 
 // admit checksums objs, signs the batch, and finds each object's validity and first copy.
+// An invalid object is Rejected; a repeat of a key with other bytes than its first valid
+// copy is a Conflict; a repeat with the same bytes goes on as a repeat of the first copy.
 func (c *Coordinator) admit(objs []kvoffload.Object) *batch {
 	sums := checksums(objs)
 	b := &batch{objs: objs, sums: sums, sig: signature(objs, sums), keys: make([]admitted, len(objs))}
@@ -74,14 +80,19 @@ func (c *Coordinator) admit(objs []kvoffload.Object) *batch {
 	for i, o := range objs {
 		k := &b.keys[i]
 		k.first = i
-		if k.code, k.reason = c.invalid(o); k.code != kvoffload.CodeNone {
+		if code, reason := c.invalid(o); code != kvoffload.CodeNone {
+			k.outcome, k.code, k.reason = kvoffload.Rejected, code, reason
 			continue
 		}
-		if j, ok := first[o.Key]; ok {
-			k.first = j
+		j, repeat := first[o.Key]
+		if !repeat {
+			first[o.Key] = i
 			continue
 		}
-		first[o.Key] = i
+		k.first = j
+		if !b.sameBytes(i, j) {
+			k.outcome, k.code, k.reason = kvoffload.Conflict, kvoffload.CodeDuplicateKey, dupConflict
+		}
 	}
 	return b
 }

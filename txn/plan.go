@@ -60,12 +60,10 @@ func (c *Coordinator) plan(id fsm.TxnID, b *batch) *plan {
 		k := &b.keys[i]
 		sum, size := b.sums[i], b.size(i)
 		switch {
-		case k.code != kvoffload.CodeNone:
-			r.Outcome, r.Code, r.Reason = kvoffload.Rejected, k.code, k.reason
-		case k.first != i && b.sameBytes(i, k.first):
-			p.dups = append(p.dups, dupRef{idx: i, first: k.first})
+		case k.answered():
+			r.Outcome, r.Code, r.Reason = k.outcome, k.code, k.reason
 		case k.first != i:
-			r.Outcome, r.Code, r.Reason = kvoffload.Conflict, kvoffload.CodeDuplicateKey, dupConflict
+			p.dups = append(p.dups, dupRef{idx: i, first: k.first})
 		case k.live:
 			r.Outcome, r.Code, r.Reason = compare(k.entry, sum, size)
 		case c.inflight.flights[o.Key] != nil:

@@ -39,12 +39,10 @@ func (c *Coordinator) retried(id fsm.TxnID, res *fsm.Result, b *batch) ([]kvoffl
 		sum, size := b.sums[i], b.size(i)
 		ko, recorded := byKey[o.Key]
 		switch {
-		case k.code != kvoffload.CodeNone:
-			r.Outcome, r.Code, r.Reason = kvoffload.Rejected, k.code, k.reason
-		case k.first != i && b.sameBytes(i, k.first):
-			dups = append(dups, dupRef{idx: i, first: k.first})
+		case k.answered():
+			r.Outcome, r.Code, r.Reason = k.outcome, k.code, k.reason
 		case k.first != i:
-			r.Outcome, r.Code, r.Reason = kvoffload.Conflict, kvoffload.CodeDuplicateKey, dupConflict
+			dups = append(dups, dupRef{idx: i, first: k.first})
 		case recorded && !mayMatch(ko, sum, size):
 			return nil, fmt.Errorf("%w: txn %s wrote key %q with other bytes", ErrTxnIDInUse, id, o.Key)
 		case recorded:
