@@ -163,6 +163,29 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 	c.finish(p, ws)
 }
 
+// fail finishes ws as Failed without settling them (settlement happens later).
+func (c *Coordinator) fail(p *plan, ws []*write, code kvoffload.Code, reason string) {
+	for _, w := range ws {
+		w.outcome, w.code, w.reason = kvoffload.Failed, code, reason
+	}
+	c.finish(p, ws)
+}
+
+// finish completes the flights of ws with their outcomes and records their results.
+func (c *Coordinator) finish(p *plan, ws []*write) {
+	c.inflight.mu.Lock()
+	defer c.inflight.mu.Unlock()
+	for _, w := range ws {
+		if c.inflight.flights[w.key] == w.fl {
+			delete(c.inflight.flights, w.key)
+		}
+		w.fl.outcome, w.fl.code, w.fl.reason = w.outcome, w.code, w.reason
+		close(w.fl.done)
+		r := &p.results[w.idx]
+		r.Outcome, r.Code, r.Reason = w.outcome, w.code, w.reason
+	}
+}
+
 // reserve allocates an extent for every write; the ones that fail are finished at once. The
 // whole batch is first reserved as one run (bucketstore.ReserveRun), so that writeData writes
 // it with one pwrite per run; when that fails (the quota, a run over a bucket) the writes are
@@ -274,11 +297,4 @@ func (c *Coordinator) proposeCommit(ctx context.Context, cmd []byte) (*fsm.Resul
 			c.lg.Debug("retrying an indeterminate commit", "err", err)
 		}
 	}
-}
-
-// propose proposes cmd once, bounded by CommitTimeout.
-func (c *Coordinator) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
-	defer cancel()
-	return c.meta.Propose(ctx, cmd)
 }

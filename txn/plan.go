@@ -94,18 +94,3 @@ func compare(e fsm.Entry, sum uint64, size uint32) (kvoffload.Outcome, kvoffload
 	}
 	return kvoffload.Conflict, kvoffload.CodeMismatch, "committed with different bytes"
 }
-
-// finish completes the flights of ws with their outcomes and records their results.
-func (c *Coordinator) finish(p *plan, ws []*write) {
-	c.inflight.mu.Lock()
-	defer c.inflight.mu.Unlock()
-	for _, w := range ws {
-		if c.inflight.flights[w.key] == w.fl {
-			delete(c.inflight.flights, w.key)
-		}
-		w.fl.outcome, w.fl.code, w.fl.reason = w.outcome, w.code, w.reason
-		close(w.fl.done)
-		r := &p.results[w.idx]
-		r.Outcome, r.Code, r.Reason = w.outcome, w.code, w.reason
-	}
-}
