@@ -61,9 +61,9 @@ const otherReason = "other"
 
 // failureKinds lists, per operation and outcome that is not a success, the reason classes of
 // kvoffload_key_failures_total, in matching order (the first match wins, else "other"). The
-// reasons are the coordinator's (txn/plan.go, offload.go, join.go, resolve.go, read.go) and
-// the owner reads' (owners.go); the set is fixed, so the label stays bounded whatever the
-// reasons' text (paths, errno, node IDs) holds.
+// reasons are the coordinator's (txn/admit.go, plan.go, retry.go, offload.go, join.go,
+// resolve.go, read.go) and the owner reads' (owners.go); the set is fixed, so the label stays
+// bounded whatever the reasons' text (paths, errno, node IDs) holds.
 var failureKinds = []struct {
 	op, outcome string
 	classes     []reasonClass

@@ -27,7 +27,7 @@ type Coordinator struct {
 
 	inflight flightTable // keys being written and calls in progress
 	intents  intentTable // unresolved intents; orders WAL truncation after intent appends
-	ev       evictor     // the LRU of this node's keys; one eviction at a time
+	ev       *evictor    // the quota: the LRU of this node's keys and the evictions
 	reclaim  *reclaimer  // pins, deferred frees, and the goroutine that frees applied removals
 
 	remote Remote // reads of keys other nodes own; nil on a single node
@@ -87,11 +87,12 @@ func New(cfg Config, log IntentLog, data Buckets, meta Meta) (*Coordinator, erro
 		sem:      make(chan struct{}, cfg.MaxInFlight),
 		inflight: flightTable{flights: map[string]*flight{}, running: map[fsm.TxnID]*running{}},
 		intents:  intentTable{unresolved: map[uint64]fsm.TxnID{}},
-		ev:       evictor{lru: newLRU()},
 		bgCtx:    ctx,
 		bgCancel: cancel,
 	}
 	c.reclaim = newReclaimer(data, c.lg, func() { c.stats.removed.Add(1) })
+	c.ev = &evictor{capacity: cfg.Capacity, commitTimeout: cfg.CommitTimeout, data: data, reclaim: c.reclaim,
+		lg: c.lg, evicted: &c.stats.evicted, propose: c.propose, resolved: c.onResolved, lru: newLRU()}
 	return c, nil
 }
 

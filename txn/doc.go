@@ -29,34 +29,50 @@
 //
 // # Concurrency
 //
-// A Coordinator is safe for concurrent use. Its state is split by job, each part with its
-// own lock:
+// A Coordinator is safe for concurrent use. Its state is split by job, each part a type with
+// its own lock; these six are every mutex in the package (docs/architecture.md lists the same):
 //
-//	flightTable.mu        the in-flight table (flights, running): with the FSM it decides,
-//	                      atomically, whether a key is committed, in flight, or free
-//	intentTable.truncMu   WAL truncation against intent appends in progress (shared by appenders)
-//	intentTable.mu        the unresolved intents, by WAL index
-//	evictor.mu            one eviction at a time, held across its REMOVE proposal
-//	lru.mu                the LRU of this node's keys and the leases on them
-//	reclaimer.mu          pins, doomed and deferred extents, the reclaimer's queue
+//	flightTable.mu        (coordinator.go) the in-flight table: the keys being written and the
+//	                      calls running by txn ID. With the FSM it decides, atomically, whether
+//	                      a key is committed, in flight, or free: BatchOffload holds it from the
+//	                      txn ID check through lookUp and plan; finish, batchExists and
+//	                      RemoveTxn take it briefly
+//	intentTable.truncMu   (intenttable.go, an RWMutex) WAL truncation against the intent
+//	                      appends in progress: appenders share it from Append until the intent
+//	                      is registered, maybeTruncate holds it alone
+//	intentTable.mu        (intenttable.go) the unresolved intents, by WAL index
+//	evictor.mu            (evict.go) one eviction at a time: held across the eviction's REMOVE
+//	                      proposal and its wait for the reclaimer (flush)
+//	lru.mu                (lru.go) the LRU of this node's keys and the leases on them
+//	reclaimer.mu          (reclaim.go, with its sync.Cond) pins, doomed and deferred extents,
+//	                      the reclaimer's queue and its progress
 //
-// Lock order (A -> B: B may be taken while A is held, never A while B is held):
+// Lock order. A -> B means B may be taken while A is held, never A while B is held; two
+// locks with no path between them are never held together:
 //
 //	flightTable.mu -> the FSM's read lock (Meta.Lookup, Generation, TxnResult)
-//	intentTable.truncMu -> the WAL (Append, TruncateFront) -> intentTable.mu
+//	intentTable.truncMu -> the WAL (Append, TruncateFront: its locks and its I/O) -> intentTable.mu
 //	evictor.mu -> lru.mu
-//	lru.mu, reclaimer.mu: leaves; nothing is taken, no I/O is done and nothing is awaited
-//	under them (reclaimer.flush waits on a sync.Cond, which releases reclaimer.mu)
+//	evictor.mu -> a Raft proposal (Meta.Propose) and reclaimer.mu (flush)
+//	intentTable.mu, lru.mu, reclaimer.mu: leaves. No other lock is taken, no bucket, WAL or
+//	Raft call is made and nothing is awaited under them (reclaimer.flush waits on the
+//	sync.Cond, which releases reclaimer.mu)
 //
-// evictor.mu is also held while the eviction's REMOVE is proposed and while it waits for the
-// reclaimer (flush): the FSM hooks and the reclaimer's goroutine, which that waits on, never
-// take it, nor flightTable.mu or the intent table's locks.
+// No goroutine holds two of flightTable.mu, intentTable.truncMu and evictor.mu at once; none
+// of them is held by a Raft goroutine. flightTable.mu guards only memory: no I/O, Raft call or
+// wait happens under it. evictor.mu is the one lock held across a Raft proposal and a wait:
+// what that waits on (Raft's apply goroutine, whose FSM hooks take lru.mu and reclaimer.mu;
+// the reclaimer's goroutine; the background resolver, which takes lru.mu to spare victims)
+// never takes it. An in-flight slot (Coordinator.sem, a channel) is waited for with none of
+// these locks held and kept across a whole write, which takes truncMu, evictor.mu and
+// flightTable.mu (finish) in turn, one at a time.
 //
-// The FSM hooks (OnApplied, OnRestored) run on Raft's apply goroutine and take only the two
-// leaves, briefly: the LRU is updated there, in step with the metadata, so a read or an
-// eviction right after a proposal returns sees it; the bytes of removed entries are queued
-// to the reclaimer, whose goroutine frees them. Readers pin the extents they read; an extent
-// whose key was removed is freed only when its removal has been applied and its pins drain.
-// Remove and eviction wait for the reclaimer to catch up (reclaimer.flush) before they
-// return, so the bytes they removed are free (unless pinned) when they do.
+// The FSM hooks (OnApplied, OnRestored; hooks.go) run on Raft's apply goroutine after the FSM
+// has released its lock, and take only the two leaves lru.mu and reclaimer.mu, briefly: the
+// LRU is updated there, in step with the metadata, so a read or an eviction right after a
+// proposal returns sees it; the bytes of removed entries are queued to the reclaimer, whose
+// goroutine frees them. Readers pin the extents they read; an extent whose key was removed is
+// freed only when its removal has been applied and its pins drain. Remove and eviction wait
+// for the reclaimer to catch up (reclaimer.flush) before they return, so the bytes they
+// removed are free (unless pinned) when they do.
 package txn

@@ -40,22 +40,11 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 	if err := c.CatchUp(ctx); err != nil {
 		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
 	}
-	sums := checksums(objs)
-	sig := signature(objs, sums)
+	b := c.admit(objs)
 	c.inflight.mu.Lock()
-	r, busy := c.inflight.running[id]
-	if !busy {
-		// Checked under c.inflight.mu: a finished call records its FSM result before it leaves running.
-		if res, ok := c.meta.TxnResult(id); ok {
-			c.inflight.mu.Unlock()
-			return c.retried(id, res, objs, sums)
-		}
-		r = &running{done: make(chan struct{}), sig: sig}
-		c.inflight.running[id] = r
-	}
-	c.inflight.mu.Unlock()
-	if busy {
-		if r.sig != sig {
+	if r, busy := c.inflight.running[id]; busy {
+		c.inflight.mu.Unlock()
+		if r.sig != b.sig {
 			return nil, fmt.Errorf("%w: txn %s", ErrTxnIDInUse, id)
 		}
 		select {
@@ -65,7 +54,19 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 			return nil, fmt.Errorf("txn: waiting for the running call of txn %s: %w", id, ctx.Err())
 		}
 	}
-	r.results, r.err = c.offload(ctx, id, objs, sums)
+	// Under c.inflight.mu: a finished call records its FSM result before it leaves running,
+	// and the keys' metadata is read together with the in-flight table that plan reads.
+	res, finished := c.meta.TxnResult(id)
+	c.lookUp(b)
+	if finished {
+		c.inflight.mu.Unlock()
+		return c.retried(id, res, b)
+	}
+	r := &running{done: make(chan struct{}), sig: b.sig}
+	c.inflight.running[id] = r
+	p := c.plan(id, b)
+	c.inflight.mu.Unlock()
+	r.results, r.err = c.offload(ctx, p)
 	c.inflight.mu.Lock()
 	delete(c.inflight.running, id)
 	c.inflight.mu.Unlock()
@@ -73,8 +74,9 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 	return r.results, r.err
 }
 
-func (c *Coordinator) offload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object, sums []uint64) ([]kvoffload.KeyResult, error) {
-	p := c.plan(id, objs, sums)
+// offload runs the transaction p plans: S1 to S6 for its writes, then the answers of the keys
+// it joined or repeated.
+func (c *Coordinator) offload(ctx context.Context, p *plan) ([]kvoffload.KeyResult, error) {
 	if len(p.writes) > 0 {
 		if err := c.acquire(ctx); err != nil {
 			for _, w := range p.writes {
@@ -161,6 +163,29 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 	c.finish(p, ws)
 }
 
+// fail finishes ws as Failed without settling them (settlement happens later).
+func (c *Coordinator) fail(p *plan, ws []*write, code kvoffload.Code, reason string) {
+	for _, w := range ws {
+		w.outcome, w.code, w.reason = kvoffload.Failed, code, reason
+	}
+	c.finish(p, ws)
+}
+
+// finish completes the flights of ws with their outcomes and records their results.
+func (c *Coordinator) finish(p *plan, ws []*write) {
+	c.inflight.mu.Lock()
+	defer c.inflight.mu.Unlock()
+	for _, w := range ws {
+		if c.inflight.flights[w.key] == w.fl {
+			delete(c.inflight.flights, w.key)
+		}
+		w.fl.outcome, w.fl.code, w.fl.reason = w.outcome, w.code, w.reason
+		close(w.fl.done)
+		r := &p.results[w.idx]
+		r.Outcome, r.Code, r.Reason = w.outcome, w.code, w.reason
+	}
+}
+
 // reserve allocates an extent for every write; the ones that fail are finished at once. The
 // whole batch is first reserved as one run (bucketstore.ReserveRun), so that writeData writes
 // it with one pwrite per run; when that fails (the quota, a run over a bucket) the writes are
@@ -178,7 +203,7 @@ func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 	}
 	var ok, bad []*write
 	for _, w := range p.writes {
-		ext, err := c.reserveEvicting(ctx, bucketstore.RecordSize(len(w.key), len(w.value)))
+		ext, err := c.ev.reserve(ctx, bucketstore.RecordSize(len(w.key), len(w.value)))
 		switch {
 		case err == nil:
 			w.ext = ext
@@ -272,11 +297,4 @@ func (c *Coordinator) proposeCommit(ctx context.Context, cmd []byte) (*fsm.Resul
 			c.lg.Debug("retrying an indeterminate commit", "err", err)
 		}
 	}
-}
-
-// propose proposes cmd once, bounded by CommitTimeout.
-func (c *Coordinator) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
-	defer cancel()
-	return c.meta.Propose(ctx, cmd)
 }

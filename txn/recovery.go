@@ -69,7 +69,7 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 		_ = failpoint.Hit(failpoint.WALTruncateAfter)
 	}
 	c.endRecovery(holders)
-	rep.Evicted = c.enforceQuota(ctx)
+	rep.Evicted = c.ev.enforceQuota(ctx)
 	c.stats.recovered.Add(uint64(rep.RolledFwd))
 	c.stats.recoveryAbort.Add(uint64(rep.Aborted))
 	c.stats.orphanBytes.Add(uint64(rep.OrphanBytes))

@@ -30,14 +30,6 @@ func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*writ
 	c.finish(p, ws)
 }
 
-// fail finishes ws as Failed without settling them (settlement happens later).
-func (c *Coordinator) fail(p *plan, ws []*write, code kvoffload.Code, reason string) {
-	for _, w := range ws {
-		w.outcome, w.code, w.reason = kvoffload.Failed, code, reason
-	}
-	c.finish(p, ws)
-}
-
 // settle applies a transaction's final FSM result to its writes: outcomes are set, the
 // extents the metadata does not reference are freed, and DONE is queued in the WAL.
 func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Result, abortCode kvoffload.Code, abortReason string) {
@@ -85,6 +77,13 @@ func (c *Coordinator) done(id fsm.TxnID, idx uint64) {
 	if err := c.intents.maybeTruncate(c.log, c.cfg.TruncateEvery); err != nil {
 		c.failStop(err)
 	}
+}
+
+// propose proposes cmd once, bounded by CommitTimeout.
+func (c *Coordinator) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
+	defer cancel()
+	return c.meta.Propose(ctx, cmd)
 }
 
 // resolveLater settles a transaction whose COMMIT or ABORT had an indeterminate outcome:
