@@ -255,6 +255,7 @@ func TestLocalCloseMidWrite(t *testing.T) {
 		wg.Wait()
 		_ = c.Close()
 	}
+	awaitQuiescence(t, n)
 	checkSums(t, n, stored)
 	checkConsistent(t, n)
 	t.Logf("outcomes: %v", counts)
