@@ -15,8 +15,11 @@ import (
 // the apply functions below, and must stay deterministic: no clock, no
 // randomness, no map-order dependence in anything that is hashed or encoded.
 type state struct {
-	live    map[string]Entry  // key -> live entry
-	gens    map[string]uint64 // key -> last generation used (live or removed)
+	live map[string]Entry // key -> live entry
+	// gens holds the last generation used by each key that is not live (removed, or burnt by
+	// a remove of an absent key). A live key's generation is its entry's Gen, kept once, not
+	// here too (gen): the table would otherwise hold every live key twice (issue 9, memory).
+	gens    map[string]uint64
 	txns    map[TxnID]*Result // txn -> recorded result; recorded Results are never mutated
 	members map[string]Member // node ID -> member record
 	cluster string            // the cluster's ID ("" until a SetCluster is applied)
@@ -40,8 +43,18 @@ func newState() *state {
 	}
 }
 
-// addLive makes e live and counts it. The key must not be live.
+// gen returns the last generation used by key, live or not (0: never).
+func (s *state) gen(key string) uint64 {
+	if e, ok := s.live[key]; ok {
+		return e.Gen
+	}
+	return s.gens[key]
+}
+
+// addLive makes e live and counts it; its generation is e.Gen from now on. The key must not
+// be live.
 func (s *state) addLive(e Entry) {
+	delete(s.gens, e.Key)
 	s.live[e.Key] = e
 	s.bytes += int64(e.Size)
 	o := s.owners[e.Owner]
@@ -248,7 +261,6 @@ func (s *state) applyCommit(index uint64, c Commit) *Result {
 			ko.Outcome = OutcomeInvalid
 		} else {
 			s.addLive(e)
-			s.gens[e.Key] = e.Gen
 			ko.Outcome, ko.Entry = OutcomeStored, e
 		}
 		res.Keys = append(res.Keys, ko)
@@ -283,7 +295,7 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 			s.gens[kg.Key]++
 		case kg.Gen == 0 || kg.Gen == cur.Gen:
 			s.delLive(cur)
-			s.gens[kg.Key] = max(s.gens[kg.Key], cur.Gen) + 1
+			s.gens[kg.Key] = cur.Gen + 1
 			ko.Outcome, ko.Entry = OutcomeRemoved, cur
 			_, ko.Shared = s.overlapping(cur.Owner, cur.Extent, "")
 		}
@@ -314,7 +326,7 @@ func (f *FSM) Lookup(key string) (Entry, bool) {
 func (f *FSM) Generation(key string) uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.st.gens[key]
+	return f.st.gen(key)
 }
 
 // TxnResult returns a copy of the recorded outcome of txn id.
@@ -389,7 +401,7 @@ func (f *FSM) Stats() Stats {
 	return Stats{
 		Keys:         len(f.st.live),
 		Bytes:        f.st.bytes,
-		Generations:  len(f.st.gens),
+		Generations:  len(f.st.live) + len(f.st.gens), // disjoint: gens holds keys not live
 		Txns:         len(f.st.txns),
 		Members:      len(f.st.members),
 		AppliedIndex: f.st.applied,

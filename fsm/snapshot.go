@@ -116,17 +116,25 @@ func (s *state) encode(w io.Writer) error {
 	e.byte1(snapshotVersion)
 	e.uvarint(s.applied)
 
-	keys := slices.Sorted(maps.Keys(s.live))
-	e.uvarint(uint64(len(keys)))
-	for _, k := range keys {
+	liveKeys := slices.Sorted(maps.Keys(s.live))
+	e.uvarint(uint64(len(liveKeys)))
+	for _, k := range liveKeys {
 		e.fullEntry(s.live[k])
 		flush(false)
 	}
-	keys = slices.Sorted(maps.Keys(s.gens))
-	e.uvarint(uint64(len(keys)))
-	for _, k := range keys {
+	// The generations of live keys (their entries' Gen) and of the others (gens), merged in
+	// key order: the section lists every key with a generation, as it always has.
+	other := slices.Sorted(maps.Keys(s.gens))
+	e.uvarint(uint64(len(liveKeys) + len(other)))
+	for i, j := 0, 0; i < len(liveKeys) || j < len(other); {
+		var k string
+		if j == len(other) || i < len(liveKeys) && liveKeys[i] < other[j] {
+			k, i = liveKeys[i], i+1
+		} else {
+			k, j = other[j], j+1
+		}
 		e.str(k)
-		e.uvarint(s.gens[k])
+		e.uvarint(s.gen(k))
 		flush(false)
 	}
 	ids := slices.SortedFunc(maps.Keys(s.txns), func(a, b TxnID) int { return bytes.Compare(a[:], b[:]) })
@@ -135,7 +143,7 @@ func (s *state) encode(w io.Writer) error {
 		e.result(s.txns[id], false)
 		flush(false)
 	}
-	keys = slices.Sorted(maps.Keys(s.members))
+	keys := slices.Sorted(maps.Keys(s.members))
 	e.uvarint(uint64(len(keys)))
 	for _, k := range keys {
 		e.member(s.members[k])
@@ -239,13 +247,23 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 		prev = e.Key
 	}
 	n, _ = d.count("generation count", 1)
+	liveGens := 0
 	for i := 0; i < n && d.err == nil; i++ {
 		k, g := d.str("gen key"), d.uvarint("gen")
 		if i > 0 && strings.Compare(k, prev) <= 0 {
 			d.fail(fmt.Errorf("generation key %q not after %q", k, prev))
 		}
 		prev = k
-		st.gens[k] = g
+		if e, live := st.live[k]; !live {
+			st.gens[k] = g
+		} else if g != e.Gen || g == 0 {
+			d.fail(fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))
+		} else {
+			liveGens++
+		}
+	}
+	if d.err == nil && liveGens != len(st.live) {
+		d.fail(fmt.Errorf("generation table holds %d of the %d live keys", liveGens, len(st.live)))
 	}
 	n, _ = d.count("txn count", 1)
 	var prevID TxnID
@@ -288,8 +306,8 @@ func (st *state) check() error {
 		if e.Key != k {
 			errs = append(errs, fmt.Errorf("live[%q] holds key %q", k, e.Key))
 		}
-		if g := st.gens[k]; g != e.Gen || g == 0 {
-			errs = append(errs, fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))
+		if g, dup := st.gens[k]; dup || e.Gen == 0 {
+			errs = append(errs, fmt.Errorf("live %q gen %d, and in the table of keys not live: %v (gen %d)", k, e.Gen, dup, g))
 		}
 		sum += int64(e.Size)
 		o := owners[e.Owner]
