@@ -20,7 +20,7 @@ type state struct {
 	// a remove of an absent key). A live key's generation is its entry's Gen, kept once, not
 	// here too (gen): the table would otherwise hold every live key twice (issue 9, memory).
 	gens    map[string]uint64
-	txns    map[TxnID]*Result // txn -> recorded result; recorded Results are never mutated
+	txns    map[TxnID]*record // txn -> recorded result (record.go); records are never mutated
 	members map[string]Member // node ID -> member record
 	cluster string            // the cluster's ID ("" until a SetCluster is applied)
 	applied uint64            // highest raft index applied
@@ -36,7 +36,7 @@ func newState() *state {
 	return &state{
 		live:    make(map[string]Entry),
 		gens:    make(map[string]uint64),
-		txns:    make(map[TxnID]*Result),
+		txns:    make(map[TxnID]*record),
 		members: make(map[string]Member),
 		owners:  make(map[string]OwnerStats),
 		extents: make(map[chunkKey]chunkList),
@@ -66,6 +66,7 @@ func (s *state) addLive(e Entry) {
 
 // delLive removes the live entry e and uncounts it.
 func (s *state) delLive(e Entry) {
+	s.materialize(e.TxnID) // its txn's record may refer to e (record.go)
 	s.indexDel(e)
 	delete(s.live, e.Key)
 	s.bytes -= int64(e.Size)
@@ -191,8 +192,8 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 	if !ok {
 		panic(fmt.Sprintf("fsm: apply at index %d: no handler for %T (Decode and apply disagree)", index, cmd))
 	}
-	if r, ok := s.txns[id]; ok && !(mutant.On(mutant.DoubleApply) && r.Type == CmdCommit) { // mutation test only
-		return r, false
+	if r, ok := s.txns[id]; ok && !(mutant.On(mutant.DoubleApply) && r.hdr.Type == CmdCommit) { // mutation test only
+		return s.expand(r), false
 	}
 	switch c := cmd.(type) {
 	case Commit:
@@ -205,7 +206,7 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 		res = s.applyMember(index, c)
 	case Prune:
 		for id, r := range s.txns {
-			if r.Index < c.Before {
+			if r.hdr.Index < c.Before {
 				delete(s.txns, id)
 			}
 		}
@@ -220,7 +221,7 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 			res.Aborted = true // another cluster's ID: refused, nothing changes
 		}
 	}
-	s.txns[id] = res
+	s.txns[id] = s.record(res)
 	return res, true
 }
 
@@ -337,7 +338,7 @@ func (f *FSM) TxnResult(id TxnID) (*Result, bool) {
 	if !ok {
 		return nil, false
 	}
-	return r.clone(), true
+	return f.st.expand(r), true
 }
 
 // AppliedIndex returns the highest raft index applied (or restored).

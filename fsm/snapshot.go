@@ -56,7 +56,7 @@ func (f *FSM) Snapshot() *Snapshot {
 	return &Snapshot{st: &state{
 		live:    maps.Clone(f.st.live),
 		gens:    maps.Clone(f.st.gens),
-		txns:    maps.Clone(f.st.txns), // recorded Results are immutable: sharing them is safe
+		txns:    maps.Clone(f.st.txns), // records are immutable: sharing them is safe
 		members: maps.Clone(f.st.members),
 		cluster: f.st.cluster,
 		applied: f.st.applied,
@@ -140,7 +140,8 @@ func (s *state) encode(w io.Writer) error {
 	ids := slices.SortedFunc(maps.Keys(s.txns), func(a, b TxnID) int { return bytes.Compare(a[:], b[:]) })
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		e.result(s.txns[id], false)
+		rec := s.txns[id]
+		e.resultOf(&rec.hdr, len(rec.keys), func(i int) KeyOutcome { return s.outcome(rec, i) }, false)
 		flush(false)
 	}
 	keys := slices.Sorted(maps.Keys(s.members))
@@ -268,12 +269,12 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 	n, _ = d.count("txn count", 1)
 	var prevID TxnID
 	for i := 0; i < n && d.err == nil; i++ {
-		r := d.result()
+		r := d.resultRecord(false)
 		if i > 0 && bytes.Compare(r.TxnID[:], prevID[:]) <= 0 {
 			d.fail(fmt.Errorf("txn %s not after %s", r.TxnID, prevID))
 		}
 		prevID = r.TxnID
-		st.txns[r.TxnID] = r
+		st.txns[r.TxnID] = st.record(r) // live is complete: its section came first
 	}
 	n, _ = d.count("member count", 1)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -287,14 +288,6 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 	if withPeer { // snapshotVersion: the cluster ID follows
 		st.cluster = d.str("cluster id")
 	}
-}
-
-func (d *decoder) result() *Result {
-	r := d.resultRecord(false)
-	if r.Keys == nil && (r.Type == CmdCommit || r.Type == CmdRemove) {
-		r.Keys = []KeyOutcome{} // apply records an empty, non-nil slice
-	}
-	return r
 }
 
 // check verifies the state's invariants (Restore, and tests after every step).
@@ -329,7 +322,11 @@ func (st *state) check() error {
 			errs = append(errs, fmt.Errorf("members[%q] holds node %q", k, m.NodeID))
 		}
 	}
-	for id, r := range st.txns {
+	for id, rec := range st.txns {
+		if err := st.checkRecord(rec); err != nil {
+			errs = append(errs, err)
+		}
+		r := st.expand(rec)
 		if r.TxnID != id {
 			errs = append(errs, fmt.Errorf("txns[%s] holds %s", id, r.TxnID))
 		}
