@@ -183,7 +183,7 @@ func (s *state) overlapping(owner string, x Extent, skip string) (Entry, bool) {
 	var ok bool
 	chunks(owner, x, func(k chunkKey) bool {
 		if key, hit := s.extents[k].overlap(x.Offset, x.Offset+x.Length, skip); hit {
-			found, ok = s.live[key], true
+			found, ok = s.live.get(key)
 			return false
 		}
 		return true
@@ -259,11 +259,12 @@ func (l chunkList) reachFrom(i int) {
 // checkIndex verifies the extent index against a rebuild from live (state.check).
 func (s *state) checkIndex() error {
 	want := map[chunkKey][]string{}
-	for _, e := range s.live {
+	s.live.each(func(e *Entry) bool {
 		if indexable(e.Extent) {
 			chunks(e.Owner, e.Extent, func(k chunkKey) bool { want[k] = append(want[k], e.Key); return true })
 		}
-	}
+		return true
+	})
 	if len(want) != len(s.extents) {
 		return fmt.Errorf("extent index has %d chunks, live entries touch %d", len(s.extents), len(want))
 	}
@@ -281,7 +282,7 @@ func (s *state) checkIndex() error {
 			if x.reach != reach {
 				return fmt.Errorf("extent index chunk %+v: key %q reaches %d, its prefix reaches %d", k, x.key, x.reach, reach)
 			}
-			e := s.live[x.key]
+			e, _ := s.live.get(x.key)
 			if x.off != e.Extent.Offset || x.end != e.Extent.Offset+e.Extent.Length {
 				return fmt.Errorf("extent index chunk %+v holds key %q at [%d, %d), live at %+v", k, x.key, x.off, x.end, e.Extent)
 			}

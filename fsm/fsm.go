@@ -15,7 +15,7 @@ import (
 // the apply functions below, and must stay deterministic: no clock, no
 // randomness, no map-order dependence in anything that is hashed or encoded.
 type state struct {
-	live map[string]Entry // key -> live entry
+	live liveSet // key -> live entry (liveset.go)
 	// gens holds the last generation used by each key that is not live (removed, or burnt by
 	// a remove of an absent key). A live key's generation is its entry's Gen, kept once, not
 	// here too (gen): the table would otherwise hold every live key twice (issue 9, memory).
@@ -34,7 +34,6 @@ type state struct {
 
 func newState() *state {
 	return &state{
-		live:    make(map[string]Entry),
 		gens:    make(map[string]uint64),
 		txns:    make(map[TxnID]*record),
 		members: make(map[string]Member),
@@ -45,7 +44,7 @@ func newState() *state {
 
 // gen returns the last generation used by key, live or not (0: never).
 func (s *state) gen(key string) uint64 {
-	if e, ok := s.live[key]; ok {
+	if e, ok := s.live.get(key); ok {
 		return e.Gen
 	}
 	return s.gens[key]
@@ -55,7 +54,7 @@ func (s *state) gen(key string) uint64 {
 // be live.
 func (s *state) addLive(e Entry) {
 	delete(s.gens, e.Key)
-	s.live[e.Key] = e
+	s.live.add(e)
 	s.bytes += int64(e.Size)
 	o := s.owners[e.Owner]
 	o.Keys++
@@ -68,7 +67,7 @@ func (s *state) addLive(e Entry) {
 func (s *state) delLive(e Entry) {
 	s.materialize(e.TxnID) // its txn's record may refer to e (record.go)
 	s.indexDel(e)
-	delete(s.live, e.Key)
+	s.live.del(e.Key)
 	s.bytes -= int64(e.Size)
 	o := s.owners[e.Owner]
 	o.Keys--
@@ -125,19 +124,21 @@ func (f *FSM) WatchRestore(fn func(RestoreDiff)) {
 func diffLive(old, cur *state) RestoreDiff {
 	d := RestoreDiff{From: old.applied, To: cur.applied}
 	same := func(a, b Entry) bool { return a.TxnID == b.TxnID && a.Gen == b.Gen && a.Extent == b.Extent }
-	for k, e := range old.live {
-		if n, ok := cur.live[k]; !ok || !same(e, n) {
-			d.Gone = append(d.Gone, e)
+	old.live.each(func(e *Entry) bool {
+		if n, ok := cur.live.get(e.Key); !ok || !same(*e, n) {
+			d.Gone = append(d.Gone, *e)
 			if _, shared := cur.overlapping(e.Owner, e.Extent, ""); shared {
-				d.Shared = append(d.Shared, e)
+				d.Shared = append(d.Shared, *e)
 			}
 		}
-	}
-	for k, e := range cur.live {
-		if o, ok := old.live[k]; !ok || !same(o, e) {
-			d.Added = append(d.Added, e)
+		return true
+	})
+	cur.live.each(func(e *Entry) bool {
+		if o, ok := old.live.get(e.Key); !ok || !same(o, *e) {
+			d.Added = append(d.Added, *e)
 		}
-	}
+		return true
+	})
 	return d
 }
 
@@ -249,7 +250,7 @@ func (s *state) applyCommit(index uint64, c Commit) *Result {
 	for _, e := range c.Entries {
 		e.Owner, e.TxnID = c.Node, c.TxnID
 		ko := KeyOutcome{Key: e.Key}
-		if cur, ok := s.live[e.Key]; ok {
+		if cur, ok := s.live.get(e.Key); ok {
 			ko.Entry = cur
 			if cur.Sum == e.Sum && cur.Size == e.Size {
 				ko.Outcome = OutcomeAlreadyStored
@@ -287,7 +288,7 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 	res := &Result{TxnID: r.TxnID, Type: CmdRemove, Index: index, Keys: make([]KeyOutcome, 0, len(r.Keys))}
 	for _, kg := range r.Keys {
 		ko := KeyOutcome{Key: kg.Key, Outcome: OutcomeAbsent}
-		cur, ok := s.live[kg.Key]
+		cur, ok := s.live.get(kg.Key)
 		switch {
 		case !ok:
 			// Burn a generation, so an in-flight commit that read the old
@@ -319,7 +320,7 @@ func (s *state) applyMember(index uint64, m SetMember) *Result {
 func (f *FSM) Lookup(key string) (Entry, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	e, ok := f.st.live[key]
+	e, ok := f.st.live.get(key)
 	return e, ok
 }
 
@@ -352,7 +353,7 @@ func (f *FSM) AppliedIndex() uint64 {
 // It works on a copy taken under the read lock, so fn may call other FSM methods.
 func (f *FSM) ForEach(fn func(Entry) bool) {
 	f.mu.RLock()
-	entries := slices.Collect(maps.Values(f.st.live))
+	entries := f.st.live.values()
 	f.mu.RUnlock()
 	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 	for _, e := range entries {
@@ -400,9 +401,9 @@ func (f *FSM) Stats() Stats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return Stats{
-		Keys:         len(f.st.live),
+		Keys:         f.st.live.len(),
 		Bytes:        f.st.bytes,
-		Generations:  len(f.st.live) + len(f.st.gens), // disjoint: gens holds keys not live
+		Generations:  f.st.live.len() + len(f.st.gens), // disjoint: gens holds keys not live
 		Txns:         len(f.st.txns),
 		Members:      len(f.st.members),
 		AppliedIndex: f.st.applied,

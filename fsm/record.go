@@ -48,7 +48,7 @@ func (s *state) record(r *Result) *record {
 	for i, ko := range r.Keys {
 		k := recKey{key: ko.Key, outcome: ko.Outcome, shared: ko.Shared, entry: entryZero}
 		if ko.Entry != (Entry{}) {
-			if cur, ok := s.live[ko.Key]; ok && ko.Entry.TxnID == r.TxnID && cur == ko.Entry {
+			if cur, ok := s.live.get(ko.Key); ok && ko.Entry.TxnID == r.TxnID && cur == ko.Entry {
 				k.entry = entryLive
 				rec.refs++
 			} else {
@@ -68,7 +68,7 @@ func (s *state) outcome(rec *record, i int) KeyOutcome {
 	switch k.entry {
 	case entryZero:
 	case entryLive:
-		ko.Entry = s.live[k.key]
+		ko.Entry, _ = s.live.get(k.key)
 	default:
 		ko.Entry = rec.entries[k.entry]
 	}
@@ -100,7 +100,8 @@ func (s *state) materialize(id TxnID) {
 	for i, k := range c.keys {
 		if k.entry == entryLive {
 			c.keys[i].entry = int32(len(c.entries))
-			c.entries = append(c.entries, s.live[k.key])
+			e, _ := s.live.get(k.key)
+			c.entries = append(c.entries, e)
 		}
 	}
 	s.txns[id] = c
@@ -114,7 +115,7 @@ func (s *state) checkRecord(rec *record) error {
 			continue
 		}
 		refs++
-		if e, ok := s.live[k.key]; !ok || e.TxnID != rec.hdr.TxnID {
+		if e, ok := s.live.get(k.key); !ok || e.TxnID != rec.hdr.TxnID {
 			return fmt.Errorf("txn %s: key %q refers to a live entry of this txn, live %v (txn %s)", rec.hdr.TxnID, k.key, ok, e.TxnID)
 		}
 	}

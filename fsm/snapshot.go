@@ -54,7 +54,7 @@ func (f *FSM) Snapshot() *Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return &Snapshot{st: &state{
-		live:    maps.Clone(f.st.live),
+		live:    f.st.live.clone(),
 		gens:    maps.Clone(f.st.gens),
 		txns:    maps.Clone(f.st.txns), // records are immutable: sharing them is safe
 		members: maps.Clone(f.st.members),
@@ -116,25 +116,26 @@ func (s *state) encode(w io.Writer) error {
 	e.byte1(snapshotVersion)
 	e.uvarint(s.applied)
 
-	liveKeys := slices.Sorted(maps.Keys(s.live))
-	e.uvarint(uint64(len(liveKeys)))
-	for _, k := range liveKeys {
-		e.fullEntry(s.live[k])
+	live := s.live.sorted()
+	e.uvarint(uint64(len(live)))
+	for i := range live {
+		e.fullEntry(live[i])
 		flush(false)
 	}
 	// The generations of live keys (their entries' Gen) and of the others (gens), merged in
 	// key order: the section lists every key with a generation, as it always has.
 	other := slices.Sorted(maps.Keys(s.gens))
-	e.uvarint(uint64(len(liveKeys) + len(other)))
-	for i, j := 0, 0; i < len(liveKeys) || j < len(other); {
-		var k string
-		if j == len(other) || i < len(liveKeys) && liveKeys[i] < other[j] {
-			k, i = liveKeys[i], i+1
+	e.uvarint(uint64(len(live) + len(other)))
+	for i, j := 0, 0; i < len(live) || j < len(other); {
+		if j == len(other) || i < len(live) && live[i].Key < other[j] {
+			e.str(live[i].Key)
+			e.uvarint(live[i].Gen)
+			i++
 		} else {
-			k, j = other[j], j+1
+			e.str(other[j])
+			e.uvarint(s.gens[other[j]])
+			j++
 		}
-		e.str(k)
-		e.uvarint(s.gen(k))
 		flush(false)
 	}
 	ids := slices.SortedFunc(maps.Keys(s.txns), func(a, b TxnID) int { return bytes.Compare(a[:], b[:]) })
@@ -242,7 +243,10 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 		if i > 0 && strings.Compare(e.Key, prev) <= 0 {
 			d.fail(fmt.Errorf("live key %q not after %q", e.Key, prev))
 		}
-		if _, dup := st.live[e.Key]; !dup { // a duplicate already failed the order check
+		if e.Gen == 0 && d.err == nil {
+			d.fail(fmt.Errorf("live key %q at generation 0", e.Key))
+		}
+		if _, dup := st.live.get(e.Key); !dup && d.err == nil { // a duplicate already failed the order check
 			st.addLive(e)
 		}
 		prev = e.Key
@@ -255,7 +259,7 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 			d.fail(fmt.Errorf("generation key %q not after %q", k, prev))
 		}
 		prev = k
-		if e, live := st.live[k]; !live {
+		if e, live := st.live.get(k); !live {
 			st.gens[k] = g
 		} else if g != e.Gen || g == 0 {
 			d.fail(fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))
@@ -263,8 +267,8 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 			liveGens++
 		}
 	}
-	if d.err == nil && liveGens != len(st.live) {
-		d.fail(fmt.Errorf("generation table holds %d of the %d live keys", liveGens, len(st.live)))
+	if d.err == nil && liveGens != st.live.len() {
+		d.fail(fmt.Errorf("generation table holds %d of the %d live keys", liveGens, st.live.len()))
 	}
 	n, _ = d.count("txn count", 1)
 	var prevID TxnID
@@ -295,19 +299,20 @@ func (st *state) check() error {
 	var errs []error
 	var sum int64
 	owners := make(map[string]OwnerStats)
-	for k, e := range st.live {
-		if e.Key != k {
-			errs = append(errs, fmt.Errorf("live[%q] holds key %q", k, e.Key))
-		}
-		if g, dup := st.gens[k]; dup || e.Gen == 0 {
-			errs = append(errs, fmt.Errorf("live %q gen %d, and in the table of keys not live: %v (gen %d)", k, e.Gen, dup, g))
+	if err := st.live.check(); err != nil {
+		errs = append(errs, err)
+	}
+	st.live.each(func(e *Entry) bool {
+		if g, dup := st.gens[e.Key]; dup {
+			errs = append(errs, fmt.Errorf("live %q gen %d, and in the table of keys not live (gen %d)", e.Key, e.Gen, g))
 		}
 		sum += int64(e.Size)
 		o := owners[e.Owner]
 		o.Keys++
 		o.Bytes += int64(e.Size)
 		owners[e.Owner] = o
-	}
+		return true
+	})
 	if sum != st.bytes {
 		errs = append(errs, fmt.Errorf("bytes %d, live entries sum to %d", st.bytes, sum))
 	}

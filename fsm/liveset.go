@@ -1,0 +1,202 @@
+package fsm
+
+import (
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+)
+
+// liveSet holds the live entries: one slab of Entry values and a hash index from key to
+// slot (issue 9, memory per key). A Go map[string]Entry held ~230 bytes per live key at 1M
+// keys (the 96-byte Entry, its key header again as the map key, and the map's slack); the
+// slab costs the Entry and the index ~8 to 16 bytes. Nothing of the state is ordered by the
+// index or its seed: encodings sort by key.
+type liveSet struct {
+	// entries is the slab. A free slot holds the zero Entry; every live entry has Gen >= 1
+	// (apply makes nothing live at generation 0: it is Stale; Restore refuses it), so Gen 0
+	// marks a free slot. The slab never shrinks: its length is the most keys live at once.
+	entries []Entry
+	free    []uint32 // free slots, reused first
+	idx     keyIndex
+}
+
+// slot returns the slot of key's live entry.
+func (l *liveSet) slot(key string) (uint32, bool) { return l.idx.find(key, l.entries) }
+
+// get returns key's live entry.
+func (l *liveSet) get(key string) (Entry, bool) {
+	if i, ok := l.slot(key); ok {
+		return l.entries[i], true
+	}
+	return Entry{}, false
+}
+
+// add makes e live; its key must not be live, and e.Gen must be at least 1.
+func (l *liveSet) add(e Entry) {
+	if e.Gen == 0 {
+		panic(fmt.Sprintf("fsm: key %q made live at generation 0 (apply answers Stale, Restore refuses it)", e.Key))
+	}
+	var i uint32
+	if n := len(l.free); n > 0 {
+		i, l.free = l.free[n-1], l.free[:n-1]
+		l.entries[i] = e
+	} else {
+		i = uint32(len(l.entries))
+		l.entries = append(l.entries, e)
+	}
+	l.idx.insert(e.Key, i)
+}
+
+// del removes key's live entry, if any.
+func (l *liveSet) del(key string) {
+	if i, ok := l.idx.remove(key, l.entries); ok {
+		l.entries[i] = Entry{}
+		l.free = append(l.free, i)
+	}
+}
+
+func (l *liveSet) len() int { return l.idx.n }
+
+// each calls fn with every live entry, in slot order (no meaning), until fn returns false.
+func (l *liveSet) each(fn func(*Entry) bool) {
+	for i := range l.entries {
+		if e := &l.entries[i]; e.Gen != 0 && !fn(e) {
+			return
+		}
+	}
+}
+
+// values returns a copy of every live entry, in slot order.
+func (l *liveSet) values() []Entry {
+	out := make([]Entry, 0, l.len())
+	l.each(func(e *Entry) bool { out = append(out, *e); return true })
+	return out
+}
+
+// sorted returns a copy of every live entry in key order.
+func (l *liveSet) sorted() []Entry {
+	out := l.values()
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// check verifies that the index finds every entry of the slab at its slot and nothing else,
+// and that the free slots are free (state.check).
+func (l *liveSet) check() error {
+	n := 0
+	for i, e := range l.entries {
+		if e.Gen == 0 {
+			if e != (Entry{}) {
+				return fmt.Errorf("live slot %d is free (generation 0) but holds key %q", i, e.Key)
+			}
+			continue
+		}
+		n++
+		if j, ok := l.slot(e.Key); !ok || j != uint32(i) {
+			return fmt.Errorf("live key %q at slot %d: the index finds slot %d (%v)", e.Key, i, j, ok)
+		}
+	}
+	if n != l.idx.n || n+len(l.free) != len(l.entries) {
+		return fmt.Errorf("%d live entries in %d slots, the index holds %d, %d slots free", n, len(l.entries), l.idx.n, len(l.free))
+	}
+	return nil
+}
+
+// clone returns an independent copy.
+func (l *liveSet) clone() liveSet {
+	return liveSet{entries: slices.Clone(l.entries), free: slices.Clone(l.free), idx: l.idx.clone()}
+}
+
+// keyIndex is an open-addressing hash table (linear probing, backward-shift deletion) of
+// uint64 cells, each a slot of the slab and 32 bits of its key's hash: tag<<32 | (slot+1), 0
+// for an empty cell. A cell's home is derived from its tag, so growing needs no key. The
+// table is kept at most 3/4 full.
+type keyIndex struct {
+	cells []uint64
+	n     int
+}
+
+// indexSeed seeds the key hash: random per process, so no input can be made to collide.
+var indexSeed = maphash.MakeSeed()
+
+func keyTag(key string) uint32 { return uint32(maphash.String(indexSeed, key) >> 32) }
+
+// home is the first cell a tag probes.
+func (x *keyIndex) home(tag uint32) int { return int(uint64(tag) * uint64(len(x.cells)) >> 32) }
+
+func (x *keyIndex) find(key string, entries []Entry) (uint32, bool) {
+	i, ok := x.cell(key, entries)
+	if !ok {
+		return 0, false
+	}
+	return uint32(x.cells[i]) - 1, true
+}
+
+// cell returns the cell holding key.
+func (x *keyIndex) cell(key string, entries []Entry) (int, bool) {
+	if x.n == 0 {
+		return 0, false
+	}
+	tag := keyTag(key)
+	for i := x.home(tag); ; i = (i + 1) & (len(x.cells) - 1) {
+		c := x.cells[i]
+		if c == 0 {
+			return 0, false
+		}
+		if uint32(c>>32) == tag && entries[uint32(c)-1].Key == key {
+			return i, true
+		}
+	}
+}
+
+// insert adds key at slot; the key must not be in the index.
+func (x *keyIndex) insert(key string, slot uint32) {
+	if (x.n+1)*4 > len(x.cells)*3 {
+		x.grow()
+	}
+	x.place(uint64(keyTag(key))<<32 | uint64(slot+1))
+	x.n++
+}
+
+func (x *keyIndex) place(c uint64) {
+	for i := x.home(uint32(c >> 32)); ; i = (i + 1) & (len(x.cells) - 1) {
+		if x.cells[i] == 0 {
+			x.cells[i] = c
+			return
+		}
+	}
+}
+
+func (x *keyIndex) grow() {
+	old := x.cells
+	x.cells = make([]uint64, max(16, 2*len(old)))
+	for _, c := range old {
+		if c != 0 {
+			x.place(c)
+		}
+	}
+}
+
+// remove takes key out of the index and returns its slot.
+func (x *keyIndex) remove(key string, entries []Entry) (uint32, bool) {
+	i, ok := x.cell(key, entries)
+	if !ok {
+		return 0, false
+	}
+	slot := uint32(x.cells[i]) - 1
+	mask := len(x.cells) - 1
+	// Backward shift: move each later cell of the run whose home is not in (i, j] into the
+	// hole, so every key stays reachable from its home without tombstones.
+	for j := (i + 1) & mask; x.cells[j] != 0; j = (j + 1) & mask {
+		h := x.home(uint32(x.cells[j] >> 32))
+		if i <= j && (h <= i || h > j) || i > j && h <= i && h > j {
+			x.cells[i], i = x.cells[j], j
+		}
+	}
+	x.cells[i] = 0
+	x.n--
+	return slot, true
+}
+
+func (x *keyIndex) clone() keyIndex { return keyIndex{cells: slices.Clone(x.cells), n: x.n} }
