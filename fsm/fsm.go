@@ -54,19 +54,20 @@ func (s *state) gen(key string) uint64 {
 // be live.
 func (s *state) addLive(e Entry) {
 	delete(s.gens, e.Key)
-	s.live.add(e)
+	slot := s.live.add(e)
 	s.bytes += int64(e.Size)
 	o := s.owners[e.Owner]
 	o.Keys++
 	o.Bytes += int64(e.Size)
 	s.owners[e.Owner] = o
-	s.indexAdd(e)
+	s.indexAdd(e, slot)
 }
 
 // delLive removes the live entry e and uncounts it.
 func (s *state) delLive(e Entry) {
 	s.materialize(e.TxnID) // its txn's record may refer to e (record.go)
-	s.indexDel(e)
+	slot, _ := s.live.slot(e.Key)
+	s.indexDel(e, slot)
 	s.live.del(e.Key)
 	s.bytes -= int64(e.Size)
 	o := s.owners[e.Owner]

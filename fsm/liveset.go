@@ -32,8 +32,9 @@ func (l *liveSet) get(key string) (Entry, bool) {
 	return Entry{}, false
 }
 
-// add makes e live; its key must not be live, and e.Gen must be at least 1.
-func (l *liveSet) add(e Entry) {
+// add makes e live and returns its slot, which stays e's until del; its key must not be
+// live, and e.Gen must be at least 1.
+func (l *liveSet) add(e Entry) uint32 {
 	if e.Gen == 0 {
 		panic(fmt.Sprintf("fsm: key %q made live at generation 0 (apply answers Stale, Restore refuses it)", e.Key))
 	}
@@ -46,6 +47,7 @@ func (l *liveSet) add(e Entry) {
 		l.entries = append(l.entries, e)
 	}
 	l.idx.insert(e.Key, i)
+	return i
 }
 
 // del removes key's live entry, if any.
