@@ -7,35 +7,42 @@ import "fmt"
 // full Entry per outcome the table held ~120 bytes for every recently committed key (issue 9,
 // memory per key). Almost every recorded outcome is a Stored one whose Entry is exactly the
 // key's live entry, committed by that very transaction: a record keeps such an outcome as a
-// reference to the live entry (its key and outcome, 24 bytes) and expands it on read. The
+// reference to the live entry's slot (8 bytes with the outcome) and expands it on read. The
 // expanded Result is the one apply made, field for field, so TxnResult, de-duplication,
 // snapshots and Hash are what they were.
 //
-// The reference holds while the live entry is unchanged. A live entry changes only through
-// delLive (a key is made live only when it is not), and a live entry committed by txn T can
+// The reference holds while the live entry is unchanged, and so is its slot (liveset.go: a
+// slot is reused only after del). A live entry changes only through delLive (a key is made
+// live only when it is not), and a live entry committed by txn T can
 // be referenced only by T's record (the reference requires Entry.TxnID == T): delLive turns
 // that record's references into entries first (materialize). Records are never mutated,
-// only replaced, so a Snapshot that shares them (with its own copy of live) stays exact.
+// only replaced, so a Snapshot that shares them (with its own copy of the live slab, slot for
+// slot) stays exact.
 
 // record is a recorded Result: hdr holds TxnID, Type, Index and Aborted (its Keys is nil).
 type record struct {
 	hdr     Result
 	keys    []recKey
-	entries []Entry // the entries of outcomes that are neither references nor zero
-	refs    int     // outcomes with entry == entryLive
+	entries []Entry  // the entries of outcomes that are not references (refEntry)
+	names   []string // the keys of outcomes with the zero Entry (refName)
+	others  []KeyOutcome
+	refs    int // outcomes that are references to live entries (refLive)
 }
 
-// recKey is one KeyOutcome of a record.
+// recKey is one KeyOutcome of a record: 8 bytes.
 type recKey struct {
-	key     string
+	ref     uint32 // a live slot (refLive), an index into entries (refEntry) or into names (refName)
 	outcome Outcome
 	shared  bool
-	entry   int32 // entryLive, entryZero or an index into record.entries
+	kind    uint8
 }
 
+// The kinds of recKey.
 const (
-	entryLive int32 = -1 // the key's live entry, committed by the record's txn
-	entryZero int32 = -2 // the zero Entry (Stale, Absent, Invalid)
+	refLive  uint8 = iota // the live entry at slot ref (liveset.go), committed by the record's txn
+	refEntry              // entries[ref]
+	refName               // the zero Entry (Stale, Absent, Invalid) of key names[ref]
+	refOther              // others[ref]: an outcome whose Key is not its Entry's (only a forged snapshot)
 )
 
 // record returns the compact form of r against the live entries of s.
@@ -46,15 +53,21 @@ func (s *state) record(r *Result) *record {
 		rec.keys = make([]recKey, len(r.Keys))
 	}
 	for i, ko := range r.Keys {
-		k := recKey{key: ko.Key, outcome: ko.Outcome, shared: ko.Shared, entry: entryZero}
-		if ko.Entry != (Entry{}) {
-			if cur, ok := s.live.get(ko.Key); ok && ko.Entry.TxnID == r.TxnID && cur == ko.Entry {
-				k.entry = entryLive
-				rec.refs++
-			} else {
-				k.entry = int32(len(rec.entries))
-				rec.entries = append(rec.entries, ko.Entry)
-			}
+		k := recKey{outcome: ko.Outcome, shared: ko.Shared}
+		slot, live := s.live.slot(ko.Key)
+		switch {
+		case ko.Entry == (Entry{}):
+			k.kind, k.ref = refName, uint32(len(rec.names))
+			rec.names = append(rec.names, ko.Key)
+		case live && ko.Entry.TxnID == r.TxnID && ko.Entry.Key == ko.Key && s.live.entries[slot] == ko.Entry:
+			k.kind, k.ref = refLive, slot
+			rec.refs++
+		case ko.Entry.Key != ko.Key:
+			k.kind, k.ref = refOther, uint32(len(rec.others))
+			rec.others = append(rec.others, ko)
+		default:
+			k.kind, k.ref = refEntry, uint32(len(rec.entries))
+			rec.entries = append(rec.entries, ko.Entry)
 		}
 		rec.keys[i] = k
 	}
@@ -64,13 +77,18 @@ func (s *state) record(r *Result) *record {
 // outcome returns the i-th KeyOutcome of rec, as it was recorded.
 func (s *state) outcome(rec *record, i int) KeyOutcome {
 	k := rec.keys[i]
-	ko := KeyOutcome{Key: k.key, Outcome: k.outcome, Shared: k.shared}
-	switch k.entry {
-	case entryZero:
-	case entryLive:
-		ko.Entry, _ = s.live.get(k.key)
+	ko := KeyOutcome{Outcome: k.outcome, Shared: k.shared}
+	switch k.kind {
+	case refName:
+		ko.Key = rec.names[k.ref]
+	case refLive:
+		ko.Entry = s.live.entries[k.ref]
+		ko.Key = ko.Entry.Key
+	case refOther:
+		ko.Key, ko.Entry = rec.others[k.ref].Key, rec.others[k.ref].Entry
 	default:
-		ko.Entry = rec.entries[k.entry]
+		ko.Entry = rec.entries[k.ref]
+		ko.Key = ko.Entry.Key
 	}
 	return ko
 }
@@ -95,28 +113,28 @@ func (s *state) materialize(id TxnID) {
 	if !ok || rec.refs == 0 {
 		return
 	}
-	c := &record{hdr: rec.hdr, keys: append([]recKey(nil), rec.keys...),
+	c := &record{hdr: rec.hdr, keys: append([]recKey(nil), rec.keys...), names: rec.names, others: rec.others,
 		entries: append(make([]Entry, 0, len(rec.entries)+rec.refs), rec.entries...)}
 	for i, k := range c.keys {
-		if k.entry == entryLive {
-			c.keys[i].entry = int32(len(c.entries))
-			e, _ := s.live.get(k.key)
-			c.entries = append(c.entries, e)
+		if k.kind == refLive {
+			c.keys[i].kind, c.keys[i].ref = refEntry, uint32(len(c.entries))
+			c.entries = append(c.entries, s.live.entries[k.ref])
 		}
 	}
 	s.txns[id] = c
 }
 
-// checkRecord verifies rec's references: each names a key live with an entry of rec's txn.
+// checkRecord verifies rec's references: each names a live slot holding an entry of rec's
+// txn.
 func (s *state) checkRecord(rec *record) error {
 	refs := 0
 	for _, k := range rec.keys {
-		if k.entry != entryLive {
+		if k.kind != refLive {
 			continue
 		}
 		refs++
-		if e, ok := s.live.get(k.key); !ok || e.TxnID != rec.hdr.TxnID {
-			return fmt.Errorf("txn %s: key %q refers to a live entry of this txn, live %v (txn %s)", rec.hdr.TxnID, k.key, ok, e.TxnID)
+		if int(k.ref) >= len(s.live.entries) || s.live.entries[k.ref].Gen == 0 || s.live.entries[k.ref].TxnID != rec.hdr.TxnID {
+			return fmt.Errorf("txn %s: an outcome refers to live slot %d, which holds no entry of this txn", rec.hdr.TxnID, k.ref)
 		}
 	}
 	if refs != rec.refs {
