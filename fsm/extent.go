@@ -195,8 +195,8 @@ func (s *state) overlapping(owner string, x Extent, skip string) (Entry, bool) {
 	var found Entry
 	var ok bool
 	chunks(owner, x, func(k chunkKey) bool {
-		if slot, hit := s.extents[k].overlap(k.rel(x.Offset), k.rel(x.End()), skip, s.live.entries); hit {
-			found, ok = s.live.entries[slot], true
+		if slot, hit := s.extents[k].overlap(k.rel(x.Offset), k.rel(x.End()), skip, &s.live); hit {
+			found, ok = *s.live.at(slot), true
 			return false
 		}
 		return true
@@ -226,11 +226,11 @@ type indexed struct {
 type chunkList []indexed
 
 // overlap returns the slot of an extent of l, of a key other than skip, that overlaps
-// [off, end); entries is the live slab.
-func (l chunkList) overlap(off, end int32, skip string, entries []Entry) (uint32, bool) {
+// [off, end).
+func (l chunkList) overlap(off, end int32, skip string, live *liveSet) (uint32, bool) {
 	i, _ := slices.BinarySearchFunc(l, end, func(e indexed, t int32) int { return cmp.Compare(e.off, t) })
 	for j := i - 1; j >= 0 && l[j].reach > off; j-- { // extents starting before end, nearest first
-		if e := l[j]; e.end > off && entries[e.slot].Key != skip {
+		if e := l[j]; e.end > off && live.at(e.slot).Key != skip {
 			return e.slot, true
 		}
 	}
@@ -291,10 +291,10 @@ func (s *state) checkIndex() error {
 		var got []string
 		var reach int32
 		for i, x := range l {
-			if int(x.slot) >= len(s.live.entries) || s.live.entries[x.slot].Gen == 0 {
+			if !s.live.holds(x.slot) {
 				return fmt.Errorf("extent index chunk %+v holds slot %d, not live", k, x.slot)
 			}
-			e := s.live.entries[x.slot]
+			e := s.live.at(x.slot)
 			if reach = max(reach, x.end); i == 0 {
 				reach = x.end
 			}

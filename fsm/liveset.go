@@ -7,27 +7,42 @@ import (
 	"strings"
 )
 
-// liveSet holds the live entries: one slab of Entry values and a hash index from key to
-// slot (issue 9, memory per key). A Go map[string]Entry held ~230 bytes per live key at 1M
-// keys (the 96-byte Entry, its key header again as the map key, and the map's slack); the
-// slab costs the Entry and the index ~8 to 16 bytes. Nothing of the state is ordered by the
-// index or its seed: encodings sort by key.
+// liveSet holds the live entries: a slab of Entry values in fixed pages and a hash index
+// from key to slot (issue 9, memory per key). A Go map[string]Entry held ~230 bytes per live
+// key at 1M keys (the 96-byte Entry, its key header again as the map key, and the map's
+// slack); the slab costs the Entry and the index ~8 to 16 bytes. Pages, not one growing
+// slice: growing never copies the entries (that copying took a second of a 1M-key start-up)
+// and leaves no slack but the last page's. Nothing of the state is ordered by the index or
+// its seed: encodings sort by key.
 type liveSet struct {
-	// entries is the slab. A free slot holds the zero Entry; every live entry has Gen >= 1
-	// (apply makes nothing live at generation 0: it is Stale; Restore refuses it), so Gen 0
-	// marks a free slot. The slab never shrinks: its length is the most keys live at once.
-	entries []Entry
-	free    []uint32 // free slots, reused first
-	idx     keyIndex
+	// pages hold slots 0 to n-1 (pageSize each; the last one may be partly used). A free slot
+	// holds the zero Entry; every live entry has Gen >= 1 (apply makes nothing live at
+	// generation 0: it is Stale; Restore refuses it), so Gen 0 marks a free slot. The slab
+	// never shrinks: n is the most keys live at once.
+	pages [][]Entry
+	n     uint32
+	free  []uint32 // free slots, reused first
+	idx   keyIndex
 }
 
+const (
+	pageBits = 10
+	pageSize = 1 << pageBits // slots per page: 96 KiB of entries
+)
+
+// at returns the entry at slot i (i < l.n); the pointer is valid until the next add.
+func (l *liveSet) at(i uint32) *Entry { return &l.pages[i>>pageBits][i&(pageSize-1)] }
+
+// holds reports whether slot i holds a live entry.
+func (l *liveSet) holds(i uint32) bool { return i < l.n && l.at(i).Gen != 0 }
+
 // slot returns the slot of key's live entry.
-func (l *liveSet) slot(key string) (uint32, bool) { return l.idx.find(key, l.entries) }
+func (l *liveSet) slot(key string) (uint32, bool) { return l.idx.find(key, l) }
 
 // get returns key's live entry.
 func (l *liveSet) get(key string) (Entry, bool) {
 	if i, ok := l.slot(key); ok {
-		return l.entries[i], true
+		return *l.at(i), true
 	}
 	return Entry{}, false
 }
@@ -41,19 +56,22 @@ func (l *liveSet) add(e Entry) uint32 {
 	var i uint32
 	if n := len(l.free); n > 0 {
 		i, l.free = l.free[n-1], l.free[:n-1]
-		l.entries[i] = e
 	} else {
-		i = uint32(len(l.entries))
-		l.entries = append(l.entries, e)
+		if l.n%pageSize == 0 {
+			l.pages = append(l.pages, make([]Entry, pageSize))
+		}
+		i = l.n
+		l.n++
 	}
+	*l.at(i) = e
 	l.idx.insert(e.Key, i)
 	return i
 }
 
 // del removes key's live entry, if any.
 func (l *liveSet) del(key string) {
-	if i, ok := l.idx.remove(key, l.entries); ok {
-		l.entries[i] = Entry{}
+	if i, ok := l.idx.remove(key, l); ok {
+		*l.at(i) = Entry{}
 		l.free = append(l.free, i)
 	}
 }
@@ -62,8 +80,8 @@ func (l *liveSet) len() int { return l.idx.n }
 
 // each calls fn with every live entry, in slot order (no meaning), until fn returns false.
 func (l *liveSet) each(fn func(*Entry) bool) {
-	for i := range l.entries {
-		if e := &l.entries[i]; e.Gen != 0 && !fn(e) {
+	for i := range l.n {
+		if e := l.at(i); e.Gen != 0 && !fn(e) {
 			return
 		}
 	}
@@ -87,27 +105,32 @@ func (l *liveSet) sorted() []Entry {
 // and that the free slots are free (state.check).
 func (l *liveSet) check() error {
 	n := 0
-	for i, e := range l.entries {
+	for i := range l.n {
+		e := l.at(i)
 		if e.Gen == 0 {
-			if e != (Entry{}) {
+			if *e != (Entry{}) {
 				return fmt.Errorf("live slot %d is free (generation 0) but holds key %q", i, e.Key)
 			}
 			continue
 		}
 		n++
-		if j, ok := l.slot(e.Key); !ok || j != uint32(i) {
+		if j, ok := l.slot(e.Key); !ok || j != i {
 			return fmt.Errorf("live key %q at slot %d: the index finds slot %d (%v)", e.Key, i, j, ok)
 		}
 	}
-	if n != l.idx.n || n+len(l.free) != len(l.entries) {
-		return fmt.Errorf("%d live entries in %d slots, the index holds %d, %d slots free", n, len(l.entries), l.idx.n, len(l.free))
+	if n != l.idx.n || n+len(l.free) != int(l.n) {
+		return fmt.Errorf("%d live entries in %d slots, the index holds %d, %d slots free", n, l.n, l.idx.n, len(l.free))
 	}
 	return nil
 }
 
 // clone returns an independent copy.
 func (l *liveSet) clone() liveSet {
-	return liveSet{entries: slices.Clone(l.entries), free: slices.Clone(l.free), idx: l.idx.clone()}
+	c := liveSet{pages: make([][]Entry, len(l.pages)), n: l.n, free: slices.Clone(l.free), idx: l.idx.clone()}
+	for i, p := range l.pages {
+		c.pages[i] = slices.Clone(p)
+	}
+	return c
 }
 
 // keyIndex is an open-addressing hash table (linear probing, backward-shift deletion) of
@@ -127,8 +150,8 @@ func keyTag(key string) uint32 { return uint32(maphash.String(indexSeed, key) >>
 // home is the first cell a tag probes.
 func (x *keyIndex) home(tag uint32) int { return int(uint64(tag) * uint64(len(x.cells)) >> 32) }
 
-func (x *keyIndex) find(key string, entries []Entry) (uint32, bool) {
-	i, ok := x.cell(key, entries)
+func (x *keyIndex) find(key string, l *liveSet) (uint32, bool) {
+	i, ok := x.cell(key, l)
 	if !ok {
 		return 0, false
 	}
@@ -136,7 +159,7 @@ func (x *keyIndex) find(key string, entries []Entry) (uint32, bool) {
 }
 
 // cell returns the cell holding key.
-func (x *keyIndex) cell(key string, entries []Entry) (int, bool) {
+func (x *keyIndex) cell(key string, l *liveSet) (int, bool) {
 	if x.n == 0 {
 		return 0, false
 	}
@@ -146,7 +169,7 @@ func (x *keyIndex) cell(key string, entries []Entry) (int, bool) {
 		if c == 0 {
 			return 0, false
 		}
-		if uint32(c>>32) == tag && entries[uint32(c)-1].Key == key {
+		if uint32(c>>32) == tag && l.at(uint32(c)-1).Key == key {
 			return i, true
 		}
 	}
@@ -181,8 +204,8 @@ func (x *keyIndex) grow() {
 }
 
 // remove takes key out of the index and returns its slot.
-func (x *keyIndex) remove(key string, entries []Entry) (uint32, bool) {
-	i, ok := x.cell(key, entries)
+func (x *keyIndex) remove(key string, l *liveSet) (uint32, bool) {
+	i, ok := x.cell(key, l)
 	if !ok {
 		return 0, false
 	}
