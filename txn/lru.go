@@ -11,16 +11,18 @@ import (
 //
 // It holds one key per committed key of this node, so its layout is sized for that (issue 9,
 // memory per key): the order is a doubly linked list threaded through one slice of
-// fixed-size nodes by uint32 index, not a container/list of pointers, and byKey maps a key
+// fixed-size nodes (in pages) by uint32 index, not a container/list of pointers, and byKey maps a key
 // to its node's index. A node shares the key string it was given (the FSM's), so no key is
 // copied; the lease is unix nanoseconds. About 48 bytes per node plus the map's slot,
 // against ~170 for the list element, the entry and the map of pointers it replaces.
 type lru struct {
 	mu sync.Mutex
-	// nodes[0] is the ring's sentinel: its next is the least recently used node, its prev the
-	// most recently used. A freed node is chained from free through next, for reuse; nodes
-	// never shrinks (its length is the most keys this node has tracked at once).
-	nodes []lruNode
+	// pages hold nodes 0 to n-1, lruPage each (growing copies no node and leaves no slack
+	// but the last page's). Node 0 is the ring's sentinel: its next is the least recently
+	// used node, its prev the most recently used. A freed node is chained from free through
+	// next, for reuse; n never shrinks (it is the most keys this node has tracked at once).
+	pages [][]lruNode
+	n     uint32
 	free  uint32 // first free node, 0 if none
 	byKey map[string]uint32
 	// pending holds leases taken on keys not tracked yet: BatchExists can see a key in the
@@ -50,9 +52,15 @@ type lruNode struct {
 	evicting   bool
 }
 
+// lruPage is the number of nodes of a page (48 KiB).
+const lruPage = 1024
+
 func newLRU() *lru {
-	return &lru{nodes: make([]lruNode, 1), byKey: map[string]uint32{}, pending: map[string]time.Time{}}
+	return &lru{pages: [][]lruNode{make([]lruNode, lruPage)}, n: 1, byKey: map[string]uint32{}, pending: map[string]time.Time{}}
 }
+
+// node returns node i (i < l.n).
+func (l *lru) node(i uint32) *lruNode { return &l.pages[i/lruPage][i%lruPage] }
 
 // unixNano is t in unix nanoseconds, 0 for the zero time (no lease).
 func unixNano(t time.Time) int64 {
@@ -70,25 +78,28 @@ func clampBytes(n int64) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) 
 
 // unlink takes node i out of the order.
 func (l *lru) unlink(i uint32) {
-	n := &l.nodes[i]
-	l.nodes[n.prev].next, l.nodes[n.next].prev = n.next, n.prev
+	n := l.node(i)
+	l.node(n.prev).next, l.node(n.next).prev = n.next, n.prev
 }
 
 // pushBack links node i as the most recently used.
 func (l *lru) pushBack(i uint32) {
-	last := l.nodes[0].prev
-	l.nodes[i].prev, l.nodes[i].next = last, 0
-	l.nodes[last].next, l.nodes[0].prev = i, i
+	last := l.node(0).prev
+	l.node(i).prev, l.node(i).next = last, 0
+	l.node(last).next, l.node(0).prev = i, i
 }
 
 // alloc returns the index of an unused node, reusing a freed one first.
 func (l *lru) alloc() uint32 {
 	if i := l.free; i != 0 {
-		l.free = l.nodes[i].next
+		l.free = l.node(i).next
 		return i
 	}
-	l.nodes = append(l.nodes, lruNode{})
-	return uint32(len(l.nodes) - 1)
+	if l.n%lruPage == 0 {
+		l.pages = append(l.pages, make([]lruNode, lruPage))
+	}
+	l.n++
+	return l.n - 1
 }
 
 // add records key as most recently used, keeping any lease taken on it.
@@ -99,13 +110,13 @@ func (l *lru) add(key string, gen uint64, bytes int64) {
 	delete(l.pending, key)
 	i, ok := l.byKey[key]
 	if ok {
-		lease = max(lease, l.nodes[i].leaseUntil)
+		lease = max(lease, l.node(i).leaseUntil)
 		l.unlink(i)
 	} else {
 		i = l.alloc()
 		l.byKey[key] = i
 	}
-	l.nodes[i] = lruNode{key: key, gen: gen, leaseUntil: lease, bytes: clampBytes(bytes)}
+	*l.node(i) = lruNode{key: key, gen: gen, leaseUntil: lease, bytes: clampBytes(bytes)}
 	l.pushBack(i)
 }
 
@@ -126,7 +137,7 @@ func (l *lru) lease(key string, t time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if i, ok := l.byKey[key]; ok {
-		n := &l.nodes[i]
+		n := l.node(i)
 		if n.evicting {
 			return false
 		}
@@ -151,10 +162,10 @@ func (l *lru) lease(key string, t time.Time) bool {
 func (l *lru) drop(key string, gen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i, ok := l.byKey[key]; ok && (gen == 0 || l.nodes[i].gen == gen) {
+	if i, ok := l.byKey[key]; ok && (gen == 0 || l.node(i).gen == gen) {
 		l.unlink(i)
 		delete(l.byKey, key)
-		l.nodes[i] = lruNode{next: l.free} // drops the key string too
+		*l.node(i) = lruNode{next: l.free} // drops the key string too
 		l.free = i
 	}
 }
@@ -167,8 +178,8 @@ func (l *lru) oldest(bytes int64) []lruEntry {
 	defer l.mu.Unlock()
 	var out []lruEntry
 	now := time.Now().UnixNano()
-	for i := l.nodes[0].next; i != 0 && bytes > 0; i = l.nodes[i].next {
-		n := &l.nodes[i]
+	for i := l.node(0).next; i != 0 && bytes > 0; i = l.node(i).next {
+		n := l.node(i)
 		if n.leaseUntil > now {
 			continue
 		}
@@ -187,8 +198,8 @@ func (l *lru) spare(victims []lruEntry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, v := range victims {
-		if i, ok := l.byKey[v.key]; ok && l.nodes[i].gen == v.gen {
-			l.nodes[i].evicting = false
+		if i, ok := l.byKey[v.key]; ok && l.node(i).gen == v.gen {
+			l.node(i).evicting = false
 		}
 	}
 }

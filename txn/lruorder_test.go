@@ -31,9 +31,12 @@ func TestLRUOrderModel(t *testing.T) {
 	find := func(k string) int { return slices.IndexFunc(model, func(it item) bool { return it.key == k }) }
 	l := newLRU()
 	future := time.Now().Add(time.Hour)
-	for step := range 5000 {
-		k := fmt.Sprintf("k%d", rng.IntN(64))
-		switch op := rng.IntN(6); op {
+	for step := range 6000 {
+		k, op := fmt.Sprintf("k%d", rng.IntN(64)), rng.IntN(6)
+		if step < 2500 && step%2 == 0 {
+			k, op = fmt.Sprintf("wide%d", step), 0 // adds past one page of nodes
+		}
+		switch op {
 		case 0, 1: // add
 			gen, bytes := uint64(rng.IntN(4)+1), int64(rng.IntN(8)+1)<<12
 			it := item{key: k, gen: gen, bytes: bytes}
@@ -100,8 +103,8 @@ func TestLRUOrderModel(t *testing.T) {
 		}
 	}
 	var order []string
-	for i := l.nodes[0].next; i != 0; i = l.nodes[i].next {
-		order = append(order, l.nodes[i].key)
+	for i := l.node(0).next; i != 0; i = l.node(i).next {
+		order = append(order, l.node(i).key)
 	}
 	var want []string
 	for _, it := range model {
