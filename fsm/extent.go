@@ -196,7 +196,7 @@ func (s *state) overlapping(owner string, x Extent, skip string) (Entry, bool) {
 	var ok bool
 	chunks(owner, x, func(k chunkKey) bool {
 		if slot, hit := s.extents[k].overlap(k.rel(x.Offset), k.rel(x.End()), skip, &s.live); hit {
-			found, ok = *s.live.at(slot), true
+			found, ok = s.live.at(slot), true
 			return false
 		}
 		return true
@@ -230,7 +230,7 @@ type chunkList []indexed
 func (l chunkList) overlap(off, end int32, skip string, live *liveSet) (uint32, bool) {
 	i, _ := slices.BinarySearchFunc(l, end, func(e indexed, t int32) int { return cmp.Compare(e.off, t) })
 	for j := i - 1; j >= 0 && l[j].reach > off; j-- { // extents starting before end, nearest first
-		if e := l[j]; e.end > off && live.at(e.slot).Key != skip {
+		if e := l[j]; e.end > off && live.keyAt(e.slot) != skip {
 			return e.slot, true
 		}
 	}
@@ -274,7 +274,7 @@ func (l chunkList) reachFrom(i int) {
 // checkIndex verifies the extent index against a rebuild from live (state.check).
 func (s *state) checkIndex() error {
 	want := map[chunkKey][]string{}
-	s.live.each(func(e *Entry) bool {
+	s.live.each(func(e Entry) bool {
 		if indexable(e.Extent) {
 			chunks(e.Owner, e.Extent, func(k chunkKey) bool { want[k] = append(want[k], e.Key); return true })
 		}

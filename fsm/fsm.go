@@ -125,18 +125,18 @@ func (f *FSM) WatchRestore(fn func(RestoreDiff)) {
 func diffLive(old, cur *state) RestoreDiff {
 	d := RestoreDiff{From: old.applied, To: cur.applied}
 	same := func(a, b Entry) bool { return a.TxnID == b.TxnID && a.Gen == b.Gen && a.Extent == b.Extent }
-	old.live.each(func(e *Entry) bool {
-		if n, ok := cur.live.get(e.Key); !ok || !same(*e, n) {
-			d.Gone = append(d.Gone, *e)
+	old.live.each(func(e Entry) bool {
+		if n, ok := cur.live.get(e.Key); !ok || !same(e, n) {
+			d.Gone = append(d.Gone, e)
 			if _, shared := cur.overlapping(e.Owner, e.Extent, ""); shared {
-				d.Shared = append(d.Shared, *e)
+				d.Shared = append(d.Shared, e)
 			}
 		}
 		return true
 	})
-	cur.live.each(func(e *Entry) bool {
-		if o, ok := old.live.get(e.Key); !ok || !same(o, *e) {
-			d.Added = append(d.Added, *e)
+	cur.live.each(func(e Entry) bool {
+		if o, ok := old.live.get(e.Key); !ok || !same(o, e) {
+			d.Added = append(d.Added, e)
 		}
 		return true
 	})

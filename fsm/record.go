@@ -59,7 +59,7 @@ func (s *state) record(r *Result) *record {
 		case ko.Entry == (Entry{}):
 			k.kind, k.ref = refName, uint32(len(rec.names))
 			rec.names = append(rec.names, ko.Key)
-		case live && ko.Entry.TxnID == r.TxnID && ko.Entry.Key == ko.Key && *s.live.at(slot) == ko.Entry:
+		case live && ko.Entry.TxnID == r.TxnID && ko.Entry.Key == ko.Key && s.live.at(slot) == ko.Entry:
 			k.kind, k.ref = refLive, slot
 			rec.refs++
 		case ko.Entry.Key != ko.Key:
@@ -82,7 +82,7 @@ func (s *state) outcome(rec *record, i int) KeyOutcome {
 	case refName:
 		ko.Key = rec.names[k.ref]
 	case refLive:
-		ko.Entry = *s.live.at(k.ref)
+		ko.Entry = s.live.at(k.ref)
 		ko.Key = ko.Entry.Key
 	case refOther:
 		ko.Key, ko.Entry = rec.others[k.ref].Key, rec.others[k.ref].Entry
@@ -118,7 +118,7 @@ func (s *state) materialize(id TxnID) {
 	for i, k := range c.keys {
 		if k.kind == refLive {
 			c.keys[i].kind, c.keys[i].ref = refEntry, uint32(len(c.entries))
-			c.entries = append(c.entries, *s.live.at(k.ref))
+			c.entries = append(c.entries, s.live.at(k.ref))
 		}
 	}
 	s.txns[id] = c
@@ -133,7 +133,7 @@ func (s *state) checkRecord(rec *record) error {
 			continue
 		}
 		refs++
-		if !s.live.holds(k.ref) || s.live.at(k.ref).TxnID != rec.hdr.TxnID {
+		if !s.live.holds(k.ref) || s.live.slotAt(k.ref).txn != rec.hdr.TxnID {
 			return fmt.Errorf("txn %s: an outcome refers to live slot %d, which holds no entry of this txn", rec.hdr.TxnID, k.ref)
 		}
 	}

@@ -302,7 +302,7 @@ func (st *state) check() error {
 	if err := st.live.check(); err != nil {
 		errs = append(errs, err)
 	}
-	st.live.each(func(e *Entry) bool {
+	st.live.each(func(e Entry) bool {
 		if g, dup := st.gens[e.Key]; dup {
 			errs = append(errs, fmt.Errorf("live %q gen %d, and in the table of keys not live (gen %d)", e.Key, e.Gen, g))
 		}
