@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -23,7 +22,7 @@ type liveSet struct {
 	pages [][]slotEntry
 	n     uint32
 	free  []uint32 // free slots, reused first
-	idx   keyIndex
+	idx   KeyIndex
 	// owners numbers the owner strings of the entries ever made live in this set (node IDs:
 	// the cluster's members, so a handful); never shrunk.
 	owners  []string
@@ -64,7 +63,7 @@ func (l *liveSet) keyAt(i uint32) string { return l.slotAt(i).key }
 func (l *liveSet) holds(i uint32) bool { return i < l.n && l.slotAt(i).gen != 0 }
 
 // slot returns the slot of key's live entry.
-func (l *liveSet) slot(key string) (uint32, bool) { return l.idx.find(key, l) }
+func (l *liveSet) slot(key string) (uint32, bool) { return l.idx.Find(key, l.keyAt) }
 
 // get returns key's live entry.
 func (l *liveSet) get(key string) (Entry, bool) {
@@ -101,19 +100,19 @@ func (l *liveSet) add(e Entry) uint32 {
 	}
 	*l.slotAt(i) = slotEntry{key: e.Key, offset: e.Extent.Offset, length: e.Extent.Length, sum: e.Sum, gen: e.Gen,
 		txn: e.TxnID, bucket: e.Extent.Bucket, size: e.Size, owner: o}
-	l.idx.insert(e.Key, i)
+	l.idx.Insert(e.Key, i)
 	return i
 }
 
 // del removes key's live entry, if any.
 func (l *liveSet) del(key string) {
-	if i, ok := l.idx.remove(key, l); ok {
+	if i, ok := l.idx.Remove(key, l.keyAt); ok {
 		*l.slotAt(i) = slotEntry{}
 		l.free = append(l.free, i)
 	}
 }
 
-func (l *liveSet) len() int { return l.idx.n }
+func (l *liveSet) len() int { return l.idx.Len() }
 
 // each calls fn with every live entry, in slot order (no meaning), until fn returns false.
 func (l *liveSet) each(fn func(Entry) bool) {
@@ -158,111 +157,18 @@ func (l *liveSet) check() error {
 			return fmt.Errorf("live key %q at slot %d: the index finds slot %d (%v)", x.key, i, j, ok)
 		}
 	}
-	if n != l.idx.n || n+len(l.free) != int(l.n) {
-		return fmt.Errorf("%d live entries in %d slots, the index holds %d, %d slots free", n, l.n, l.idx.n, len(l.free))
+	if n != l.idx.Len() || n+len(l.free) != int(l.n) {
+		return fmt.Errorf("%d live entries in %d slots, the index holds %d, %d slots free", n, l.n, l.idx.Len(), len(l.free))
 	}
 	return nil
 }
 
 // clone returns an independent copy.
 func (l *liveSet) clone() liveSet {
-	c := liveSet{pages: make([][]slotEntry, len(l.pages)), n: l.n, free: slices.Clone(l.free), idx: l.idx.clone(),
+	c := liveSet{pages: make([][]slotEntry, len(l.pages)), n: l.n, free: slices.Clone(l.free), idx: l.idx.Clone(),
 		owners: slices.Clone(l.owners), ownerNo: maps.Clone(l.ownerNo)}
 	for i, p := range l.pages {
 		c.pages[i] = slices.Clone(p)
 	}
 	return c
 }
-
-// keyIndex is an open-addressing hash table (linear probing, backward-shift deletion) of
-// uint64 cells, each a slot of the slab and 32 bits of its key's hash: tag<<32 | (slot+1), 0
-// for an empty cell. A cell's home is derived from its tag, so growing needs no key. The
-// table is kept at most 3/4 full.
-type keyIndex struct {
-	cells []uint64
-	n     int
-}
-
-// indexSeed seeds the key hash: random per process, so no input can be made to collide.
-var indexSeed = maphash.MakeSeed()
-
-func keyTag(key string) uint32 { return uint32(maphash.String(indexSeed, key) >> 32) }
-
-// home is the first cell a tag probes.
-func (x *keyIndex) home(tag uint32) int { return int(uint64(tag) * uint64(len(x.cells)) >> 32) }
-
-func (x *keyIndex) find(key string, l *liveSet) (uint32, bool) {
-	i, ok := x.cell(key, l)
-	if !ok {
-		return 0, false
-	}
-	return uint32(x.cells[i]) - 1, true
-}
-
-// cell returns the cell holding key.
-func (x *keyIndex) cell(key string, l *liveSet) (int, bool) {
-	if x.n == 0 {
-		return 0, false
-	}
-	tag := keyTag(key)
-	for i := x.home(tag); ; i = (i + 1) & (len(x.cells) - 1) {
-		c := x.cells[i]
-		if c == 0 {
-			return 0, false
-		}
-		if uint32(c>>32) == tag && l.keyAt(uint32(c)-1) == key {
-			return i, true
-		}
-	}
-}
-
-// insert adds key at slot; the key must not be in the index.
-func (x *keyIndex) insert(key string, slot uint32) {
-	if (x.n+1)*4 > len(x.cells)*3 {
-		x.grow()
-	}
-	x.place(uint64(keyTag(key))<<32 | uint64(slot+1))
-	x.n++
-}
-
-func (x *keyIndex) place(c uint64) {
-	for i := x.home(uint32(c >> 32)); ; i = (i + 1) & (len(x.cells) - 1) {
-		if x.cells[i] == 0 {
-			x.cells[i] = c
-			return
-		}
-	}
-}
-
-func (x *keyIndex) grow() {
-	old := x.cells
-	x.cells = make([]uint64, max(16, 2*len(old)))
-	for _, c := range old {
-		if c != 0 {
-			x.place(c)
-		}
-	}
-}
-
-// remove takes key out of the index and returns its slot.
-func (x *keyIndex) remove(key string, l *liveSet) (uint32, bool) {
-	i, ok := x.cell(key, l)
-	if !ok {
-		return 0, false
-	}
-	slot := uint32(x.cells[i]) - 1
-	mask := len(x.cells) - 1
-	// Backward shift: move each later cell of the run whose home is not in (i, j] into the
-	// hole, so every key stays reachable from its home without tombstones.
-	for j := (i + 1) & mask; x.cells[j] != 0; j = (j + 1) & mask {
-		h := x.home(uint32(x.cells[j] >> 32))
-		if i <= j && (h <= i || h > j) || i > j && h <= i && h > j {
-			x.cells[i], i = x.cells[j], j
-		}
-	}
-	x.cells[i] = 0
-	x.n--
-	return slot, true
-}
-
-func (x *keyIndex) clone() keyIndex { return keyIndex{cells: slices.Clone(x.cells), n: x.n} }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/kvoffload/kvoffload/fsm"
 )
 
 // lru orders the keys whose bytes this node owns by last use (offload or read), oldest
@@ -11,10 +13,11 @@ import (
 //
 // It holds one key per committed key of this node, so its layout is sized for that (issue 9,
 // memory per key): the order is a doubly linked list threaded through one slice of
-// fixed-size nodes (in pages) by uint32 index, not a container/list of pointers, and byKey maps a key
-// to its node's index. A node shares the key string it was given (the FSM's), so no key is
-// copied; the lease is unix nanoseconds. About 48 bytes per node plus the map's slot,
-// against ~170 for the list element, the entry and the map of pointers it replaces.
+// fixed-size nodes (in pages) by uint32 index, not a container/list of pointers, and byKey
+// (an fsm.KeyIndex over the nodes) finds a key's node. A node shares the key string it was
+// given (the FSM's), so no key is copied; the lease is unix nanoseconds. About 48 bytes per
+// node and 8 to 16 of index, against ~170 for the list element, the entry and the map of
+// pointers it replaces.
 type lru struct {
 	mu sync.Mutex
 	// pages hold nodes 0 to n-1, lruPage each (growing copies no node and leaves no slack
@@ -23,8 +26,8 @@ type lru struct {
 	// next, for reuse; n never shrinks (it is the most keys this node has tracked at once).
 	pages [][]lruNode
 	n     uint32
-	free  uint32 // first free node, 0 if none
-	byKey map[string]uint32
+	free  uint32       // first free node, 0 if none
+	byKey fsm.KeyIndex // key -> node
 	// pending holds leases taken on keys not tracked yet: BatchExists can see a key in the
 	// metadata just before the FSM's apply hook adds it here; add picks the lease up.
 	pending map[string]time.Time
@@ -56,11 +59,16 @@ type lruNode struct {
 const lruPage = 1024
 
 func newLRU() *lru {
-	return &lru{pages: [][]lruNode{make([]lruNode, lruPage)}, n: 1, byKey: map[string]uint32{}, pending: map[string]time.Time{}}
+	return &lru{pages: [][]lruNode{make([]lruNode, lruPage)}, n: 1, pending: map[string]time.Time{}}
 }
 
 // node returns node i (i < l.n).
 func (l *lru) node(i uint32) *lruNode { return &l.pages[i/lruPage][i%lruPage] }
+
+func (l *lru) keyAt(i uint32) string { return l.node(i).key }
+
+// find returns the node of key.
+func (l *lru) find(key string) (uint32, bool) { return l.byKey.Find(key, l.keyAt) }
 
 // unixNano is t in unix nanoseconds, 0 for the zero time (no lease).
 func unixNano(t time.Time) int64 {
@@ -108,15 +116,17 @@ func (l *lru) add(key string, gen uint64, bytes int64) {
 	defer l.mu.Unlock()
 	lease := unixNano(l.pending[key])
 	delete(l.pending, key)
-	i, ok := l.byKey[key]
+	i, ok := l.find(key)
 	if ok {
 		lease = max(lease, l.node(i).leaseUntil)
 		l.unlink(i)
 	} else {
 		i = l.alloc()
-		l.byKey[key] = i
 	}
 	*l.node(i) = lruNode{key: key, gen: gen, leaseUntil: lease, bytes: clampBytes(bytes)}
+	if !ok {
+		l.byKey.Insert(key, i)
+	}
 	l.pushBack(i)
 }
 
@@ -124,7 +134,7 @@ func (l *lru) add(key string, gen uint64, bytes int64) {
 func (l *lru) touch(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i, ok := l.byKey[key]; ok {
+	if i, ok := l.find(key); ok {
 		l.unlink(i)
 		l.pushBack(i)
 	}
@@ -136,7 +146,7 @@ func (l *lru) touch(key string) {
 func (l *lru) lease(key string, t time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i, ok := l.byKey[key]; ok {
+	if i, ok := l.find(key); ok {
 		n := l.node(i)
 		if n.evicting {
 			return false
@@ -162,9 +172,9 @@ func (l *lru) lease(key string, t time.Time) bool {
 func (l *lru) drop(key string, gen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i, ok := l.byKey[key]; ok && (gen == 0 || l.node(i).gen == gen) {
+	if i, ok := l.find(key); ok && (gen == 0 || l.node(i).gen == gen) {
 		l.unlink(i)
-		delete(l.byKey, key)
+		l.byKey.Remove(key, l.keyAt)
 		*l.node(i) = lruNode{next: l.free} // drops the key string too
 		l.free = i
 	}
@@ -198,7 +208,7 @@ func (l *lru) spare(victims []lruEntry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, v := range victims {
-		if i, ok := l.byKey[v.key]; ok && l.node(i).gen == v.gen {
+		if i, ok := l.find(v.key); ok && l.node(i).gen == v.gen {
 			l.node(i).evicting = false
 		}
 	}

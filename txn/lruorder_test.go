@@ -98,8 +98,8 @@ func TestLRUOrderModel(t *testing.T) {
 				}
 			}
 		}
-		if len(l.byKey) != len(model) {
-			t.Fatalf("step %d: %d keys tracked, model %d", step, len(l.byKey), len(model))
+		if l.byKey.Len() != len(model) {
+			t.Fatalf("step %d: %d keys tracked, model %d", step, l.byKey.Len(), len(model))
 		}
 	}
 	var order []string
