@@ -179,11 +179,16 @@ func (f *FSM) ApplyCommand(index uint64, data []byte) *Result {
 	res, fresh := f.st.apply(index, cmd)
 	watch, applied := f.watch, f.st.applied
 	f.mu.Unlock()
+	// res is this call's own (the state keeps a record, record.go): the caller gets it, the
+	// hook a copy.
+	if len(res.Keys) == 0 {
+		res.Keys = nil
+	}
 	if fresh && watch != nil {
 		watch(res.clone())
 	}
 	f.hooked.Store(applied) // ApplyCommand and Restore run on one goroutine (raft's FSM)
-	return res.clone()
+	return res
 }
 
 // apply dispatches one decoded command. fresh reports whether a new Result

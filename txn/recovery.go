@@ -1,9 +1,10 @@
 package txn
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
@@ -174,15 +175,23 @@ func (c *Coordinator) verifyIntent(id fsm.TxnID, p pendingIntent) string {
 // satisfy (ownEntries) are corrupt metadata: they are removed through Raft, and their extents
 // are neither adopted nor freed. It returns the key that held each adopted extent.
 func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (map[bucketstore.Extent]string, error) {
-	live := map[uint32][]bucketstore.Extent{}
-	keysOf := map[uint32][]fsm.KeyGen{}
-	holders := map[bucketstore.Extent]string{}
 	good, bad := c.ownEntries()
-	for _, e := range good {
-		c.ev.lru.add(e.Key, e.Gen, e.Extent.Length)
-		holders[e.Extent] = e.Key
-		live[e.Extent.Bucket] = append(live[e.Extent.Bucket], e.Extent)
-		keysOf[e.Extent.Bucket] = append(keysOf[e.Extent.Bucket], fsm.KeyGen{Key: e.Key, Gen: e.Gen})
+	// good is in (bucket, offset) order: each bucket's extents are one run of exts, and its
+	// entries one run of good (byBucket), so no per-bucket slice grows key by key.
+	exts := make([]bucketstore.Extent, len(good))
+	holders := make(map[bucketstore.Extent]string, len(good))
+	live := map[uint32][]bucketstore.Extent{}
+	byBucket := map[uint32][]fsm.Entry{}
+	for lo := 0; lo < len(good); {
+		b, hi := good[lo].Extent.Bucket, lo
+		for ; hi < len(good) && good[hi].Extent.Bucket == b; hi++ {
+			e := good[hi]
+			c.ev.lru.add(e.Key, e.Gen, e.Extent.Length)
+			holders[e.Extent] = e.Key
+			exts[hi] = e.Extent
+		}
+		live[b], byBucket[b] = exts[lo:hi:hi], good[lo:hi:hi]
+		lo = hi
 	}
 	c.dropCorrupt(ctx, bad, rep)
 	onDisk := map[uint32]bool{}
@@ -197,7 +206,11 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (map[buc
 	}
 	for b, exts := range live {
 		if !onDisk[b] {
-			if err := c.dropLost(ctx, b, keysOf[b], rep); err != nil {
+			keys := make([]fsm.KeyGen, len(byBucket[b]))
+			for i, e := range byBucket[b] {
+				keys[i] = fsm.KeyGen{Key: e.Key, Gen: e.Gen}
+			}
+			if err := c.dropLost(ctx, b, keys, rep); err != nil {
 				return nil, err
 			}
 			continue
@@ -238,10 +251,12 @@ func (c *Coordinator) ownEntries() (good, bad []fsm.Entry) {
 		}
 		return true
 	})
-	sort.Slice(mine, func(i, j int) bool {
-		a, b := mine[i].Extent, mine[j].Extent
-		return a.Bucket < b.Bucket || (a.Bucket == b.Bucket && a.Offset < b.Offset)
+	slices.SortFunc(mine, func(a, b fsm.Entry) int {
+		return cmp.Or(cmp.Compare(a.Extent.Bucket, b.Extent.Bucket), cmp.Compare(a.Extent.Offset, b.Extent.Offset))
 	})
+	// good is filtered in place (it never passes lo, and a group is read before it is
+	// written over): no second copy of every entry.
+	good = mine[:0]
 	for lo := 0; lo < len(mine); {
 		hi, end := lo+1, mine[lo].Extent.Offset+mine[lo].Extent.Length
 		for ; hi < len(mine) && mine[hi].Extent.Bucket == mine[lo].Extent.Bucket && mine[hi].Extent.Offset < end; hi++ {
