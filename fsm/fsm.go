@@ -361,9 +361,8 @@ func (f *FSM) ForEach(fn func(Entry) bool) {
 	f.mu.RLock()
 	entries := f.st.live.values()
 	f.mu.RUnlock()
-	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
-	for _, e := range entries {
-		if !fn(e) {
+	for _, at := range keyOrder(entries) {
+		if !fn(entries[at]) {
 			return
 		}
 	}
