@@ -166,7 +166,13 @@ type decoder struct {
 	// left reports the bytes remaining, or -1 when unknown (streams).
 	left func() int
 	err  error
+	// scratch holds a string's bytes while they are read (up to scratchMax), so each string
+	// costs its own allocation only, not a second, garbage one: a 1M-key start-up decodes a
+	// million keys.
+	scratch []byte
 }
+
+const scratchMax = 4096
 
 func (d *decoder) fail(err error) {
 	if d.err == nil {
@@ -271,8 +277,19 @@ func (d *decoder) str(what string) string {
 		d.fail(fmt.Errorf("%w: %s length %d exceeds %d remaining", ErrShortCommand, what, n, limit))
 		return ""
 	}
-	p := make([]byte, n)
+	var p []byte
+	if n <= scratchMax {
+		if uint64(cap(d.scratch)) < n {
+			d.scratch = make([]byte, 0, min(max(2*n, 64), scratchMax))
+		}
+		p = d.scratch[:n]
+	} else {
+		p = make([]byte, n)
+	}
 	d.full(what, p)
+	if d.err != nil {
+		return ""
+	}
 	return string(p)
 }
 

@@ -41,9 +41,10 @@
 //     proposals; both are no-ops here. The first command of a TxnID wins: a
 //     Commit after an Abort of the same TxnID returns the Abort's Result, and
 //     vice versa.
-//   - Generations only grow: gens[key] never decreases, and a live entry's Gen
-//     equals gens[key]. A removed key therefore never comes back from an older
-//     write.
+//   - Generations only grow: a key's generation (Generation) never decreases,
+//     and a live entry's Gen is its generation (held once, in the entry; the
+//     gens table holds the keys that are not live). A removed key therefore
+//     never comes back from an older write.
 //   - Derived counters (Stats.Bytes and the per-owner Owners counters) equal
 //     a recount of the live entries; they are maintained on apply and rebuilt
 //     on Restore, never encoded.

@@ -151,20 +151,33 @@ func chunks(owner string, x Extent, fn func(chunkKey) bool) {
 	}
 }
 
-func (s *state) indexAdd(e Entry) {
-	if !indexable(e.Extent) {
-		return
-	}
-	x := indexed{key: e.Key, off: e.Extent.Offset, end: e.Extent.End()}
-	chunks(e.Owner, e.Extent, func(k chunkKey) bool { s.extents[k] = s.extents[k].insert(x); return true })
-}
+// base is the first byte of the chunk k names: offsets in its list are relative to it.
+func (k chunkKey) base() int64 { return k.chunk * indexChunk }
 
-func (s *state) indexDel(e Entry) {
+// rel is offset off relative to chunk k. Every extent in the index and every query is
+// indexable, so an offset relative to a chunk it touches lies in (-MaxRecordLength,
+// indexChunk + MaxRecordLength): well inside an int32.
+func (k chunkKey) rel(off int64) int32 { return int32(off - k.base()) }
+
+// indexAdd indexes e, live at slot.
+func (s *state) indexAdd(e Entry, slot uint32) {
 	if !indexable(e.Extent) {
 		return
 	}
 	chunks(e.Owner, e.Extent, func(k chunkKey) bool {
-		if l := s.extents[k].remove(e.Key, e.Extent.Offset); len(l) == 0 {
+		x := indexed{off: k.rel(e.Extent.Offset), end: k.rel(e.Extent.End()), slot: slot}
+		s.extents[k] = s.extents[k].insert(x)
+		return true
+	})
+}
+
+// indexDel takes e, live at slot, out of the index.
+func (s *state) indexDel(e Entry, slot uint32) {
+	if !indexable(e.Extent) {
+		return
+	}
+	chunks(e.Owner, e.Extent, func(k chunkKey) bool {
+		if l := s.extents[k].remove(slot, k.rel(e.Extent.Offset)); len(l) == 0 {
 			delete(s.extents, k)
 		} else {
 			s.extents[k] = l
@@ -182,8 +195,8 @@ func (s *state) overlapping(owner string, x Extent, skip string) (Entry, bool) {
 	var found Entry
 	var ok bool
 	chunks(owner, x, func(k chunkKey) bool {
-		if key, hit := s.extents[k].overlap(x.Offset, x.Offset+x.Length, skip); hit {
-			found, ok = s.live[key], true
+		if slot, hit := s.extents[k].overlap(k.rel(x.Offset), k.rel(x.End()), skip, &s.live); hit {
+			found, ok = s.live.at(slot), true
 			return false
 		}
 		return true
@@ -191,14 +204,15 @@ func (s *state) overlapping(owner string, x Extent, skip string) (Entry, bool) {
 	return found, ok
 }
 
-// indexed is one live extent in a chunk of the extent index.
+// indexed is one live extent in a chunk of the extent index: 16 bytes (issue 9, memory per
+// key), offsets relative to the chunk (chunkKey.rel) and the live entry by its slot.
 type indexed struct {
-	key string
-	off int64
-	end int64
+	off int32
+	end int32
 	// reach is the largest end of this extent and of every extent before it in the list: a
 	// query scanning back from a position stops where reach no longer passes its offset.
-	reach int64
+	reach int32
+	slot  uint32 // the entry's slot in the live set (liveset.go)
 }
 
 // chunkList is the live extents touching one chunk, sorted by offset, each with the reach of
@@ -211,32 +225,33 @@ type indexed struct {
 // before apply refused overlaps, or a forged one), so an overlap is never missed.
 type chunkList []indexed
 
-// overlap returns the key of an extent of l other than skip that overlaps [off, end).
-func (l chunkList) overlap(off, end int64, skip string) (string, bool) {
-	i, _ := slices.BinarySearchFunc(l, end, func(e indexed, t int64) int { return cmp.Compare(e.off, t) })
+// overlap returns the slot of an extent of l, of a key other than skip, that overlaps
+// [off, end).
+func (l chunkList) overlap(off, end int32, skip string, live *liveSet) (uint32, bool) {
+	i, _ := slices.BinarySearchFunc(l, end, func(e indexed, t int32) int { return cmp.Compare(e.off, t) })
 	for j := i - 1; j >= 0 && l[j].reach > off; j-- { // extents starting before end, nearest first
-		if e := l[j]; e.end > off && e.key != skip {
-			return e.key, true
+		if e := l[j]; e.end > off && live.keyAt(e.slot) != skip {
+			return e.slot, true
 		}
 	}
-	return "", false
+	return 0, false
 }
 
 func (l chunkList) insert(e indexed) chunkList {
-	i, _ := slices.BinarySearchFunc(l, e.off, func(x indexed, t int64) int { return cmp.Compare(x.off, t) })
+	i, _ := slices.BinarySearchFunc(l, e.off, func(x indexed, t int32) int { return cmp.Compare(x.off, t) })
 	l = slices.Insert(l, i, e)
 	l.reachFrom(i)
 	return l
 }
 
-func (l chunkList) remove(key string, off int64) chunkList {
-	i, _ := slices.BinarySearchFunc(l, off, func(x indexed, t int64) int { return cmp.Compare(x.off, t) })
+func (l chunkList) remove(slot uint32, off int32) chunkList {
+	i, _ := slices.BinarySearchFunc(l, off, func(x indexed, t int32) int { return cmp.Compare(x.off, t) })
 	j := i
-	for j < len(l) && l[j].off == off && l[j].key != key {
+	for j < len(l) && l[j].off == off && l[j].slot != slot {
 		j++
 	}
-	if j == len(l) || l[j].key != key { // not where it sorts: never, but keep the index exact
-		if j = slices.IndexFunc(l, func(x indexed) bool { return x.key == key }); j < 0 {
+	if j == len(l) || l[j].slot != slot { // not where it sorts: never, but keep the index exact
+		if j = slices.IndexFunc(l, func(x indexed) bool { return x.slot == slot }); j < 0 {
 			return l
 		}
 	}
@@ -259,11 +274,12 @@ func (l chunkList) reachFrom(i int) {
 // checkIndex verifies the extent index against a rebuild from live (state.check).
 func (s *state) checkIndex() error {
 	want := map[chunkKey][]string{}
-	for _, e := range s.live {
+	s.live.each(func(e Entry) bool {
 		if indexable(e.Extent) {
 			chunks(e.Owner, e.Extent, func(k chunkKey) bool { want[k] = append(want[k], e.Key); return true })
 		}
-	}
+		return true
+	})
 	if len(want) != len(s.extents) {
 		return fmt.Errorf("extent index has %d chunks, live entries touch %d", len(s.extents), len(want))
 	}
@@ -273,19 +289,22 @@ func (s *state) checkIndex() error {
 			return fmt.Errorf("extent index chunk %+v is not sorted by offset", k)
 		}
 		var got []string
-		var reach int64
+		var reach int32
 		for i, x := range l {
+			if !s.live.holds(x.slot) {
+				return fmt.Errorf("extent index chunk %+v holds slot %d, not live", k, x.slot)
+			}
+			e := s.live.at(x.slot)
 			if reach = max(reach, x.end); i == 0 {
 				reach = x.end
 			}
 			if x.reach != reach {
-				return fmt.Errorf("extent index chunk %+v: key %q reaches %d, its prefix reaches %d", k, x.key, x.reach, reach)
+				return fmt.Errorf("extent index chunk %+v: key %q reaches %d, its prefix reaches %d", k, e.Key, x.reach, reach)
 			}
-			e := s.live[x.key]
-			if x.off != e.Extent.Offset || x.end != e.Extent.Offset+e.Extent.Length {
-				return fmt.Errorf("extent index chunk %+v holds key %q at [%d, %d), live at %+v", k, x.key, x.off, x.end, e.Extent)
+			if x.off != k.rel(e.Extent.Offset) || x.end != k.rel(e.Extent.End()) {
+				return fmt.Errorf("extent index chunk %+v holds key %q at [%d, %d) from the chunk's start, live at %+v", k, e.Key, x.off, x.end, e.Extent)
 			}
-			got = append(got, x.key)
+			got = append(got, e.Key)
 		}
 		if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(keys))) {
 			return fmt.Errorf("extent index chunk %+v holds %q, live entries %q", k, got, keys)

@@ -148,7 +148,6 @@ func TestRemoveOfSharedBytes(t *testing.T) {
 	real.Owner, forged.Owner = "n1", "n1"
 	f.st.addLive(real)
 	f.st.addLive(forged)
-	f.st.gens["real"], f.st.gens["forged"] = 1, 1
 	mustCheck(t, f)
 	var snap strings.Builder
 	if _, err := f.Snapshot().WriteTo(&snap); err != nil {

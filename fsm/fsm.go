@@ -15,9 +15,12 @@ import (
 // the apply functions below, and must stay deterministic: no clock, no
 // randomness, no map-order dependence in anything that is hashed or encoded.
 type state struct {
-	live    map[string]Entry  // key -> live entry
-	gens    map[string]uint64 // key -> last generation used (live or removed)
-	txns    map[TxnID]*Result // txn -> recorded result; recorded Results are never mutated
+	live liveSet // key -> live entry (liveset.go)
+	// gens holds the last generation used by each key that is not live (removed, or burnt by
+	// a remove of an absent key). A live key's generation is its entry's Gen, kept once, not
+	// here too (gen): the table would otherwise hold every live key twice (issue 9, memory).
+	gens    map[string]uint64
+	txns    map[TxnID]*record // txn -> recorded result (record.go); records are never mutated
 	members map[string]Member // node ID -> member record
 	cluster string            // the cluster's ID ("" until a SetCluster is applied)
 	applied uint64            // highest raft index applied
@@ -31,30 +34,41 @@ type state struct {
 
 func newState() *state {
 	return &state{
-		live:    make(map[string]Entry),
 		gens:    make(map[string]uint64),
-		txns:    make(map[TxnID]*Result),
+		txns:    make(map[TxnID]*record),
 		members: make(map[string]Member),
 		owners:  make(map[string]OwnerStats),
 		extents: make(map[chunkKey]chunkList),
 	}
 }
 
-// addLive makes e live and counts it. The key must not be live.
+// gen returns the last generation used by key, live or not (0: never).
+func (s *state) gen(key string) uint64 {
+	if e, ok := s.live.get(key); ok {
+		return e.Gen
+	}
+	return s.gens[key]
+}
+
+// addLive makes e live and counts it; its generation is e.Gen from now on. The key must not
+// be live.
 func (s *state) addLive(e Entry) {
-	s.live[e.Key] = e
+	delete(s.gens, e.Key)
+	slot := s.live.add(e)
 	s.bytes += int64(e.Size)
 	o := s.owners[e.Owner]
 	o.Keys++
 	o.Bytes += int64(e.Size)
 	s.owners[e.Owner] = o
-	s.indexAdd(e)
+	s.indexAdd(e, slot)
 }
 
 // delLive removes the live entry e and uncounts it.
 func (s *state) delLive(e Entry) {
-	s.indexDel(e)
-	delete(s.live, e.Key)
+	s.materialize(e.TxnID) // its txn's record may refer to e (record.go)
+	slot, _ := s.live.slot(e.Key)
+	s.indexDel(e, slot)
+	s.live.del(e.Key)
 	s.bytes -= int64(e.Size)
 	o := s.owners[e.Owner]
 	o.Keys--
@@ -111,19 +125,21 @@ func (f *FSM) WatchRestore(fn func(RestoreDiff)) {
 func diffLive(old, cur *state) RestoreDiff {
 	d := RestoreDiff{From: old.applied, To: cur.applied}
 	same := func(a, b Entry) bool { return a.TxnID == b.TxnID && a.Gen == b.Gen && a.Extent == b.Extent }
-	for k, e := range old.live {
-		if n, ok := cur.live[k]; !ok || !same(e, n) {
+	old.live.each(func(e Entry) bool {
+		if n, ok := cur.live.get(e.Key); !ok || !same(e, n) {
 			d.Gone = append(d.Gone, e)
 			if _, shared := cur.overlapping(e.Owner, e.Extent, ""); shared {
 				d.Shared = append(d.Shared, e)
 			}
 		}
-	}
-	for k, e := range cur.live {
-		if o, ok := old.live[k]; !ok || !same(o, e) {
+		return true
+	})
+	cur.live.each(func(e Entry) bool {
+		if o, ok := old.live.get(e.Key); !ok || !same(o, e) {
 			d.Added = append(d.Added, e)
 		}
-	}
+		return true
+	})
 	return d
 }
 
@@ -163,11 +179,16 @@ func (f *FSM) ApplyCommand(index uint64, data []byte) *Result {
 	res, fresh := f.st.apply(index, cmd)
 	watch, applied := f.watch, f.st.applied
 	f.mu.Unlock()
+	// res is this call's own (the state keeps a record, record.go): the caller gets it, the
+	// hook a copy.
+	if len(res.Keys) == 0 {
+		res.Keys = nil
+	}
 	if fresh && watch != nil {
 		watch(res.clone())
 	}
 	f.hooked.Store(applied) // ApplyCommand and Restore run on one goroutine (raft's FSM)
-	return res.clone()
+	return res
 }
 
 // apply dispatches one decoded command. fresh reports whether a new Result
@@ -178,8 +199,8 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 	if !ok {
 		panic(fmt.Sprintf("fsm: apply at index %d: no handler for %T (Decode and apply disagree)", index, cmd))
 	}
-	if r, ok := s.txns[id]; ok && !(mutant.On(mutant.DoubleApply) && r.Type == CmdCommit) { // mutation test only
-		return r, false
+	if r, ok := s.txns[id]; ok && !(mutant.On(mutant.DoubleApply) && r.hdr.Type == CmdCommit) { // mutation test only
+		return s.expand(r), false
 	}
 	switch c := cmd.(type) {
 	case Commit:
@@ -192,7 +213,7 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 		res = s.applyMember(index, c)
 	case Prune:
 		for id, r := range s.txns {
-			if r.Index < c.Before {
+			if r.hdr.Index < c.Before {
 				delete(s.txns, id)
 			}
 		}
@@ -207,7 +228,7 @@ func (s *state) apply(index uint64, cmd any) (res *Result, fresh bool) {
 			res.Aborted = true // another cluster's ID: refused, nothing changes
 		}
 	}
-	s.txns[id] = res
+	s.txns[id] = s.record(res)
 	return res, true
 }
 
@@ -235,7 +256,7 @@ func (s *state) applyCommit(index uint64, c Commit) *Result {
 	for _, e := range c.Entries {
 		e.Owner, e.TxnID = c.Node, c.TxnID
 		ko := KeyOutcome{Key: e.Key}
-		if cur, ok := s.live[e.Key]; ok {
+		if cur, ok := s.live.get(e.Key); ok {
 			ko.Entry = cur
 			if cur.Sum == e.Sum && cur.Size == e.Size {
 				ko.Outcome = OutcomeAlreadyStored
@@ -248,7 +269,6 @@ func (s *state) applyCommit(index uint64, c Commit) *Result {
 			ko.Outcome = OutcomeInvalid
 		} else {
 			s.addLive(e)
-			s.gens[e.Key] = e.Gen
 			ko.Outcome, ko.Entry = OutcomeStored, e
 		}
 		res.Keys = append(res.Keys, ko)
@@ -274,7 +294,7 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 	res := &Result{TxnID: r.TxnID, Type: CmdRemove, Index: index, Keys: make([]KeyOutcome, 0, len(r.Keys))}
 	for _, kg := range r.Keys {
 		ko := KeyOutcome{Key: kg.Key, Outcome: OutcomeAbsent}
-		cur, ok := s.live[kg.Key]
+		cur, ok := s.live.get(kg.Key)
 		switch {
 		case !ok:
 			// Burn a generation, so an in-flight commit that read the old
@@ -283,7 +303,7 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 			s.gens[kg.Key]++
 		case kg.Gen == 0 || kg.Gen == cur.Gen:
 			s.delLive(cur)
-			s.gens[kg.Key] = max(s.gens[kg.Key], cur.Gen) + 1
+			s.gens[kg.Key] = cur.Gen + 1
 			ko.Outcome, ko.Entry = OutcomeRemoved, cur
 			_, ko.Shared = s.overlapping(cur.Owner, cur.Extent, "")
 		}
@@ -306,7 +326,7 @@ func (s *state) applyMember(index uint64, m SetMember) *Result {
 func (f *FSM) Lookup(key string) (Entry, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	e, ok := f.st.live[key]
+	e, ok := f.st.live.get(key)
 	return e, ok
 }
 
@@ -314,7 +334,7 @@ func (f *FSM) Lookup(key string) (Entry, bool) {
 func (f *FSM) Generation(key string) uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.st.gens[key]
+	return f.st.gen(key)
 }
 
 // TxnResult returns a copy of the recorded outcome of txn id.
@@ -325,7 +345,7 @@ func (f *FSM) TxnResult(id TxnID) (*Result, bool) {
 	if !ok {
 		return nil, false
 	}
-	return r.clone(), true
+	return f.st.expand(r), true
 }
 
 // AppliedIndex returns the highest raft index applied (or restored).
@@ -339,11 +359,10 @@ func (f *FSM) AppliedIndex() uint64 {
 // It works on a copy taken under the read lock, so fn may call other FSM methods.
 func (f *FSM) ForEach(fn func(Entry) bool) {
 	f.mu.RLock()
-	entries := slices.Collect(maps.Values(f.st.live))
+	entries := f.st.live.values()
 	f.mu.RUnlock()
-	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
-	for _, e := range entries {
-		if !fn(e) {
+	for _, at := range keyOrder(entries) {
+		if !fn(entries[at]) {
 			return
 		}
 	}
@@ -387,9 +406,9 @@ func (f *FSM) Stats() Stats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return Stats{
-		Keys:         len(f.st.live),
+		Keys:         f.st.live.len(),
 		Bytes:        f.st.bytes,
-		Generations:  len(f.st.gens),
+		Generations:  f.st.live.len() + len(f.st.gens), // disjoint: gens holds keys not live
 		Txns:         len(f.st.txns),
 		Members:      len(f.st.members),
 		AppliedIndex: f.st.applied,

@@ -7,8 +7,8 @@ import "testing"
 // order of extent ends a scan could otherwise rely on (adversarial review).
 func TestOverlapAmongOverlappingLiveExtents(t *testing.T) {
 	s := newState()
-	a := Entry{Key: "a", Owner: "n1", Extent: Extent{Bucket: 1, Offset: 0, Length: 3 * ExtentAlignment}}
-	b := Entry{Key: "b", Owner: "n1", Extent: Extent{Bucket: 1, Offset: ExtentAlignment, Length: ExtentAlignment}}
+	a := Entry{Key: "a", Owner: "n1", Gen: 1, Extent: Extent{Bucket: 1, Offset: 0, Length: 3 * ExtentAlignment}}
+	b := Entry{Key: "b", Owner: "n1", Gen: 1, Extent: Extent{Bucket: 1, Offset: ExtentAlignment, Length: ExtentAlignment}}
 	s.addLive(a)
 	s.addLive(b)
 	if err := s.checkIndex(); err != nil {

@@ -51,12 +51,19 @@ func EncodeResult(r *Result) []byte {
 // result writes a result record: the body of the format above (withShared), or a snapshot's
 // result record, which has no shared byte.
 func (e *encoder) result(r *Result, withShared bool) {
-	e.txn(r.TxnID)
-	e.byte1(byte(r.Type))
-	e.uvarint(r.Index)
-	e.bool1(r.Aborted)
-	e.uvarint(uint64(len(r.Keys)))
-	for _, ko := range r.Keys {
+	e.resultOf(r, len(r.Keys), func(i int) KeyOutcome { return r.Keys[i] }, withShared)
+}
+
+// resultOf writes the result record of hdr (TxnID, Type, Index, Aborted) with n key outcomes
+// given by ko: a snapshot writes its compact records (record.go) so, without expanding them.
+func (e *encoder) resultOf(hdr *Result, n int, ko func(int) KeyOutcome, withShared bool) {
+	e.txn(hdr.TxnID)
+	e.byte1(byte(hdr.Type))
+	e.uvarint(hdr.Index)
+	e.bool1(hdr.Aborted)
+	e.uvarint(uint64(n))
+	for i := range n {
+		ko := ko(i)
 		e.str(ko.Key)
 		e.byte1(byte(ko.Outcome))
 		if withShared {

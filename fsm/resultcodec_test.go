@@ -78,7 +78,6 @@ func appliedResults(t testing.TB) []*Result {
 	f := New()
 	for _, k := range []string{"twin", "twin2"} { // overlapping: only a snapshot can hold these
 		f.st.addLive(Entry{Key: k, Owner: "n1", Gen: 1, Size: 10, Extent: Extent{Bucket: 1, Length: 10}})
-		f.st.gens[k] = 1
 	}
 	cmds := [][]byte{
 		commit(1, ent("a", 1, 1), ent("b", 2, 3), entShared("c", 1, 0)),

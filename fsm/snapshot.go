@@ -48,15 +48,16 @@ const (
 // memory with the FSM, so WriteTo may run concurrently with ApplyCommand.
 type Snapshot struct{ st *state }
 
-// Snapshot captures the state under the read lock. The copy is O(keys + txns
-// + members) map copies; encoding happens later in WriteTo.
+// Snapshot captures the state under the read lock. The copy is O(keys + txns + members): the
+// live slab's pages and index are copied (~96 bytes per live key), the generations and
+// members maps cloned, the txn records shared (immutable); encoding happens later in WriteTo.
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return &Snapshot{st: &state{
-		live:    maps.Clone(f.st.live),
+		live:    f.st.live.clone(),
 		gens:    maps.Clone(f.st.gens),
-		txns:    maps.Clone(f.st.txns), // recorded Results are immutable: sharing them is safe
+		txns:    maps.Clone(f.st.txns), // records are immutable: sharing them is safe
 		members: maps.Clone(f.st.members),
 		cluster: f.st.cluster,
 		applied: f.st.applied,
@@ -116,26 +117,36 @@ func (s *state) encode(w io.Writer) error {
 	e.byte1(snapshotVersion)
 	e.uvarint(s.applied)
 
-	keys := slices.Sorted(maps.Keys(s.live))
-	e.uvarint(uint64(len(keys)))
-	for _, k := range keys {
-		e.fullEntry(s.live[k])
+	live := s.live.sorted()
+	e.uvarint(uint64(len(live)))
+	for i := range live {
+		e.fullEntry(live[i])
 		flush(false)
 	}
-	keys = slices.Sorted(maps.Keys(s.gens))
-	e.uvarint(uint64(len(keys)))
-	for _, k := range keys {
-		e.str(k)
-		e.uvarint(s.gens[k])
+	// The generations of live keys (their entries' Gen) and of the others (gens), merged in
+	// key order: the section lists every key with a generation, as it always has.
+	other := slices.Sorted(maps.Keys(s.gens))
+	e.uvarint(uint64(len(live) + len(other)))
+	for i, j := 0, 0; i < len(live) || j < len(other); {
+		if j == len(other) || i < len(live) && live[i].Key < other[j] {
+			e.str(live[i].Key)
+			e.uvarint(live[i].Gen)
+			i++
+		} else {
+			e.str(other[j])
+			e.uvarint(s.gens[other[j]])
+			j++
+		}
 		flush(false)
 	}
 	ids := slices.SortedFunc(maps.Keys(s.txns), func(a, b TxnID) int { return bytes.Compare(a[:], b[:]) })
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		e.result(s.txns[id], false)
+		rec := s.txns[id]
+		e.resultOf(&rec.hdr, len(rec.keys), func(i int) KeyOutcome { return s.outcome(rec, i) }, false)
 		flush(false)
 	}
-	keys = slices.Sorted(maps.Keys(s.members))
+	keys := slices.Sorted(maps.Keys(s.members))
 	e.uvarint(uint64(len(keys)))
 	for _, k := range keys {
 		e.member(s.members[k])
@@ -233,29 +244,42 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 		if i > 0 && strings.Compare(e.Key, prev) <= 0 {
 			d.fail(fmt.Errorf("live key %q not after %q", e.Key, prev))
 		}
-		if _, dup := st.live[e.Key]; !dup { // a duplicate already failed the order check
+		if e.Gen == 0 && d.err == nil {
+			d.fail(fmt.Errorf("live key %q at generation 0", e.Key))
+		}
+		if _, dup := st.live.get(e.Key); !dup && d.err == nil { // a duplicate already failed the order check
 			st.addLive(e)
 		}
 		prev = e.Key
 	}
 	n, _ = d.count("generation count", 1)
+	liveGens := 0
 	for i := 0; i < n && d.err == nil; i++ {
 		k, g := d.str("gen key"), d.uvarint("gen")
 		if i > 0 && strings.Compare(k, prev) <= 0 {
 			d.fail(fmt.Errorf("generation key %q not after %q", k, prev))
 		}
 		prev = k
-		st.gens[k] = g
+		if e, live := st.live.get(k); !live {
+			st.gens[k] = g
+		} else if g != e.Gen || g == 0 {
+			d.fail(fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))
+		} else {
+			liveGens++
+		}
+	}
+	if d.err == nil && liveGens != st.live.len() {
+		d.fail(fmt.Errorf("generation table holds %d of the %d live keys", liveGens, st.live.len()))
 	}
 	n, _ = d.count("txn count", 1)
 	var prevID TxnID
 	for i := 0; i < n && d.err == nil; i++ {
-		r := d.result()
+		r := d.resultRecord(false)
 		if i > 0 && bytes.Compare(r.TxnID[:], prevID[:]) <= 0 {
 			d.fail(fmt.Errorf("txn %s not after %s", r.TxnID, prevID))
 		}
 		prevID = r.TxnID
-		st.txns[r.TxnID] = r
+		st.txns[r.TxnID] = st.record(r) // live is complete: its section came first
 	}
 	n, _ = d.count("member count", 1)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -271,32 +295,25 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 	}
 }
 
-func (d *decoder) result() *Result {
-	r := d.resultRecord(false)
-	if r.Keys == nil && (r.Type == CmdCommit || r.Type == CmdRemove) {
-		r.Keys = []KeyOutcome{} // apply records an empty, non-nil slice
-	}
-	return r
-}
-
 // check verifies the state's invariants (Restore, and tests after every step).
 func (st *state) check() error {
 	var errs []error
 	var sum int64
 	owners := make(map[string]OwnerStats)
-	for k, e := range st.live {
-		if e.Key != k {
-			errs = append(errs, fmt.Errorf("live[%q] holds key %q", k, e.Key))
-		}
-		if g := st.gens[k]; g != e.Gen || g == 0 {
-			errs = append(errs, fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))
+	if err := st.live.check(); err != nil {
+		errs = append(errs, err)
+	}
+	st.live.each(func(e Entry) bool {
+		if g, dup := st.gens[e.Key]; dup {
+			errs = append(errs, fmt.Errorf("live %q gen %d, and in the table of keys not live (gen %d)", e.Key, e.Gen, g))
 		}
 		sum += int64(e.Size)
 		o := owners[e.Owner]
 		o.Keys++
 		o.Bytes += int64(e.Size)
 		owners[e.Owner] = o
-	}
+		return true
+	})
 	if sum != st.bytes {
 		errs = append(errs, fmt.Errorf("bytes %d, live entries sum to %d", st.bytes, sum))
 	}
@@ -311,7 +328,11 @@ func (st *state) check() error {
 			errs = append(errs, fmt.Errorf("members[%q] holds node %q", k, m.NodeID))
 		}
 	}
-	for id, r := range st.txns {
+	for id, rec := range st.txns {
+		if err := st.checkRecord(rec); err != nil {
+			errs = append(errs, err)
+		}
+		r := st.expand(rec)
 		if r.TxnID != id {
 			errs = append(errs, fmt.Errorf("txns[%s] holds %s", id, r.TxnID))
 		}

@@ -186,7 +186,8 @@ type Result struct {
 	Keys    []KeyOutcome
 }
 
-// clone returns a deep copy, so callers can never modify a recorded Result.
+// clone returns a copy with its own Keys (nil when empty), so the caller and the Watch hook
+// never share one.
 func (r *Result) clone() *Result {
 	c := *r
 	if r.Keys != nil {

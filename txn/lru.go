@@ -1,17 +1,33 @@
 package txn
 
 import (
-	"container/list"
+	"math"
 	"sync"
 	"time"
+
+	"github.com/kvoffload/kvoffload/fsm"
 )
 
 // lru orders the keys whose bytes this node owns by last use (offload or read), oldest
 // first: the eviction order when the bucket store's capacity is reached.
+//
+// It holds one key per committed key of this node, so its layout is sized for that (issue 9,
+// memory per key): the order is a doubly linked list threaded through one slice of
+// fixed-size nodes (in pages) by uint32 index, not a container/list of pointers, and byKey
+// (an fsm.KeyIndex over the nodes) finds a key's node. A node shares the key string it was
+// given (the FSM's), so no key is copied; the lease is unix nanoseconds. About 48 bytes per
+// node and 8 to 16 of index, against ~170 for the list element, the entry and the map of
+// pointers it replaces.
 type lru struct {
-	mu    sync.Mutex
-	order *list.List // of *lruEntry, least recently used at the front
-	byKey map[string]*list.Element
+	mu sync.Mutex
+	// pages hold nodes 0 to n-1, lruPage each (growing copies no node and leaves no slack
+	// but the last page's). Node 0 is the ring's sentinel: its next is the least recently
+	// used node, its prev the most recently used. A freed node is chained from free through
+	// next, for reuse; n never shrinks (it is the most keys this node has tracked at once).
+	pages [][]lruNode
+	n     uint32
+	free  uint32       // first free node, 0 if none
+	byKey fsm.KeyIndex // key -> node
 	// pending holds leases taken on keys not tracked yet: BatchExists can see a key in the
 	// metadata just before the FSM's apply hook adds it here; add picks the lease up.
 	pending map[string]time.Time
@@ -20,6 +36,7 @@ type lru struct {
 // maxPendingLeases bounds pending: beyond it, expired pending leases are dropped.
 const maxPendingLeases = 4096
 
+// lruEntry is one tracked key as oldest hands it out: what an eviction removes and frees.
 type lruEntry struct {
 	key         string
 	gen         uint64
@@ -28,31 +45,98 @@ type lruEntry struct {
 	evicting    bool      // chosen by oldest; its REMOVE may be under way: no lease now
 }
 
+// lruNode is the stored form of an lruEntry, linked into the order by index.
+type lruNode struct {
+	key        string
+	gen        uint64
+	leaseUntil int64  // unix ns; 0: no lease
+	bytes      uint32 // extent length, at most fsm.MaxRecordLength (1 GiB + 4 KiB) < 2^32
+	prev, next uint32
+	evicting   bool
+}
+
+// lruPage is the number of nodes of a page (48 KiB).
+const lruPage = 1024
+
 func newLRU() *lru {
-	return &lru{order: list.New(), byKey: map[string]*list.Element{}, pending: map[string]time.Time{}}
+	return &lru{pages: [][]lruNode{make([]lruNode, lruPage)}, n: 1, pending: map[string]time.Time{}}
+}
+
+// node returns node i (i < l.n).
+func (l *lru) node(i uint32) *lruNode { return &l.pages[i/lruPage][i%lruPage] }
+
+func (l *lru) keyAt(i uint32) string { return l.node(i).key }
+
+// find returns the node of key.
+func (l *lru) find(key string) (uint32, bool) { return l.byKey.Find(key, l.keyAt) }
+
+// unixNano is t in unix nanoseconds, 0 for the zero time (no lease).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// clampBytes stores an extent length in a node. Every length this node tracks passed the
+// FSM's bounds (apply refuses Length over fsm.MaxRecordLength; recovery and Restore add only
+// entries fsm.CheckEntry accepts), so the clamp never bites; it keeps a bad length from
+// wrapping.
+func clampBytes(n int64) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) }
+
+// unlink takes node i out of the order.
+func (l *lru) unlink(i uint32) {
+	n := l.node(i)
+	l.node(n.prev).next, l.node(n.next).prev = n.next, n.prev
+}
+
+// pushBack links node i as the most recently used.
+func (l *lru) pushBack(i uint32) {
+	last := l.node(0).prev
+	l.node(i).prev, l.node(i).next = last, 0
+	l.node(last).next, l.node(0).prev = i, i
+}
+
+// alloc returns the index of an unused node, reusing a freed one first.
+func (l *lru) alloc() uint32 {
+	if i := l.free; i != 0 {
+		l.free = l.node(i).next
+		return i
+	}
+	if l.n%lruPage == 0 {
+		l.pages = append(l.pages, make([]lruNode, lruPage))
+	}
+	l.n++
+	return l.n - 1
 }
 
 // add records key as most recently used, keeping any lease taken on it.
 func (l *lru) add(key string, gen uint64, bytes int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := &lruEntry{key: key, gen: gen, bytes: bytes, leasedUntil: l.pending[key]}
+	lease := unixNano(l.pending[key])
 	delete(l.pending, key)
-	if el, ok := l.byKey[key]; ok {
-		if old := el.Value.(*lruEntry); old.leasedUntil.After(e.leasedUntil) {
-			e.leasedUntil = old.leasedUntil
-		}
-		l.order.Remove(el)
+	i, ok := l.find(key)
+	if ok {
+		lease = max(lease, l.node(i).leaseUntil)
+		l.unlink(i)
+	} else {
+		i = l.alloc()
 	}
-	l.byKey[key] = l.order.PushBack(e)
+	*l.node(i) = lruNode{key: key, gen: gen, leaseUntil: lease, bytes: clampBytes(bytes)}
+	if !ok {
+		l.byKey.Insert(key, i)
+	}
+	l.pushBack(i)
 }
 
 // touch marks key as just used, if it is tracked.
 func (l *lru) touch(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if el, ok := l.byKey[key]; ok {
-		l.order.MoveToBack(el)
+	if i, ok := l.find(key); ok {
+		l.unlink(i)
+		l.pushBack(i)
 	}
 }
 
@@ -62,14 +146,12 @@ func (l *lru) touch(key string) {
 func (l *lru) lease(key string, t time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if el, ok := l.byKey[key]; ok {
-		e := el.Value.(*lruEntry)
-		if e.evicting {
+	if i, ok := l.find(key); ok {
+		n := l.node(i)
+		if n.evicting {
 			return false
 		}
-		if t.After(e.leasedUntil) {
-			e.leasedUntil = t
-		}
+		n.leaseUntil = max(n.leaseUntil, unixNano(t))
 		return true
 	}
 	if t.After(l.pending[key]) {
@@ -90,9 +172,11 @@ func (l *lru) lease(key string, t time.Time) bool {
 func (l *lru) drop(key string, gen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if el, ok := l.byKey[key]; ok && (gen == 0 || el.Value.(*lruEntry).gen == gen) {
-		l.order.Remove(el)
-		delete(l.byKey, key)
+	if i, ok := l.find(key); ok && (gen == 0 || l.node(i).gen == gen) {
+		l.unlink(i)
+		l.byKey.Remove(key, l.keyAt)
+		*l.node(i) = lruNode{next: l.free} // drops the key string too
+		l.free = i
 	}
 }
 
@@ -103,15 +187,18 @@ func (l *lru) oldest(bytes int64) []lruEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []lruEntry
-	now := time.Now()
-	for el := l.order.Front(); el != nil && bytes > 0; el = el.Next() {
-		e := el.Value.(*lruEntry)
-		if e.leasedUntil.After(now) {
+	now := time.Now().UnixNano()
+	for i := l.node(0).next; i != 0 && bytes > 0; i = l.node(i).next {
+		n := l.node(i)
+		if n.leaseUntil > now {
 			continue
 		}
-		e.evicting = true
-		out = append(out, *e)
-		bytes -= e.bytes
+		n.evicting = true
+		out = append(out, lruEntry{key: n.key, gen: n.gen, bytes: int64(n.bytes), evicting: true})
+		if n.leaseUntil != 0 {
+			out[len(out)-1].leasedUntil = time.Unix(0, n.leaseUntil)
+		}
+		bytes -= int64(n.bytes)
 	}
 	return out
 }
@@ -121,8 +208,8 @@ func (l *lru) spare(victims []lruEntry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, v := range victims {
-		if el, ok := l.byKey[v.key]; ok && el.Value.(*lruEntry).gen == v.gen {
-			el.Value.(*lruEntry).evicting = false
+		if i, ok := l.find(v.key); ok && l.node(i).gen == v.gen {
+			l.node(i).evicting = false
 		}
 	}
 }

@@ -1,0 +1,108 @@
+package fsm
+
+import (
+	"hash/maphash"
+	"slices"
+)
+
+// KeyIndex maps keys to the slots of a slab that holds them (the caller's: keyOf returns the
+// key at a slot): an open-addressing hash table (linear probing, backward-shift deletion) of
+// uint64 cells, each a slot and 32 bits of its key's hash, tag<<32 | (slot+1), 0 for an empty
+// cell. A key costs 8 to 16 bytes here (the table is kept between 3/8 and 3/4 full), where a
+// Go map[string]uint32 costs ~48 at 1M keys (issue 9, memory per key); the key itself is the
+// slab's. A cell's home is derived from its tag, so growing needs no key. It is the live
+// entries' index here (liveset.go) and txn's LRU's. Not safe for concurrent use; the zero
+// value is an empty index. Slots are below 2^32 - 1.
+type KeyIndex struct {
+	cells []uint64
+	n     int
+}
+
+// indexSeed seeds the key hash: random per process, so no input can be made to collide.
+var indexSeed = maphash.MakeSeed()
+
+func keyTag(key string) uint32 { return uint32(maphash.String(indexSeed, key) >> 32) }
+
+// home is the first cell a tag probes.
+func (x *KeyIndex) home(tag uint32) int { return int(uint64(tag) * uint64(len(x.cells)) >> 32) }
+
+// Find returns the slot of key.
+func (x *KeyIndex) Find(key string, keyOf func(slot uint32) string) (uint32, bool) {
+	i, ok := x.cell(key, keyOf)
+	if !ok {
+		return 0, false
+	}
+	return uint32(x.cells[i]) - 1, true
+}
+
+// cell returns the cell holding key.
+func (x *KeyIndex) cell(key string, keyOf func(uint32) string) (int, bool) {
+	if x.n == 0 {
+		return 0, false
+	}
+	tag := keyTag(key)
+	for i := x.home(tag); ; i = (i + 1) & (len(x.cells) - 1) {
+		c := x.cells[i]
+		if c == 0 {
+			return 0, false
+		}
+		if uint32(c>>32) == tag && keyOf(uint32(c)-1) == key {
+			return i, true
+		}
+	}
+}
+
+// Insert adds key at slot; the key must not be in the index.
+func (x *KeyIndex) Insert(key string, slot uint32) {
+	if (x.n+1)*4 > len(x.cells)*3 {
+		x.grow()
+	}
+	x.place(uint64(keyTag(key))<<32 | uint64(slot+1))
+	x.n++
+}
+
+func (x *KeyIndex) place(c uint64) {
+	for i := x.home(uint32(c >> 32)); ; i = (i + 1) & (len(x.cells) - 1) {
+		if x.cells[i] == 0 {
+			x.cells[i] = c
+			return
+		}
+	}
+}
+
+func (x *KeyIndex) grow() {
+	old := x.cells
+	x.cells = make([]uint64, max(16, 2*len(old)))
+	for _, c := range old {
+		if c != 0 {
+			x.place(c)
+		}
+	}
+}
+
+// Remove takes key out of the index and returns its slot.
+func (x *KeyIndex) Remove(key string, keyOf func(slot uint32) string) (uint32, bool) {
+	i, ok := x.cell(key, keyOf)
+	if !ok {
+		return 0, false
+	}
+	slot := uint32(x.cells[i]) - 1
+	mask := len(x.cells) - 1
+	// Backward shift: move each later cell of the run whose home is not in (i, j] into the
+	// hole, so every key stays reachable from its home without tombstones.
+	for j := (i + 1) & mask; x.cells[j] != 0; j = (j + 1) & mask {
+		h := x.home(uint32(x.cells[j] >> 32))
+		if i <= j && (h <= i || h > j) || i > j && h <= i && h > j {
+			x.cells[i], i = x.cells[j], j
+		}
+	}
+	x.cells[i] = 0
+	x.n--
+	return slot, true
+}
+
+// Len returns the number of keys in the index.
+func (x *KeyIndex) Len() int { return x.n }
+
+// Clone returns an independent copy.
+func (x *KeyIndex) Clone() KeyIndex { return KeyIndex{cells: slices.Clone(x.cells), n: x.n} }
