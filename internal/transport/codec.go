@@ -21,11 +21,14 @@ var _ encoding.CodecV2 = codec{}
 func (codec) Name() string { return "proto" }
 
 // Marshal encodes v, a protobuf message, into one buffer of Pool (a small message into a
-// plain slice, as grpc-go's codec does).
+// plain slice, as grpc-go's codec does; a large value is sent from its own slice, chunks.go).
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("transport: cannot marshal %T: not a proto.Message", v)
+	}
+	if head, value, field, ok := splitValue(m); ok {
+		return marshalSplit(head, value, field)
 	}
 	size := proto.Size(m)
 	opt := proto.MarshalOptions{UseCachedSize: true} // safe: Size just ran on m
@@ -44,12 +47,15 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// Unmarshal decodes data into v, a protobuf message; the bytes fields of v are copies, so
-// data's buffers may be reused once it returns.
+// Unmarshal decodes data into v, a protobuf message (a large value straight from the frames,
+// chunks.go); the bytes fields of v are copies, so data's buffers may be reused once it returns.
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("transport: cannot unmarshal into %T: not a proto.Message", v)
+	}
+	if ok, err := unmarshalSplit(data, m); ok {
+		return err
 	}
 	buf := data.MaterializeToBuffer(pool)
 	defer buf.Free()
