@@ -7,8 +7,8 @@
 //     16 MiB), so a 4 MiB batch on a fresh connection waits for several window updates, each a
 //     round trip that a loaded host schedules late. Fixed windows of StreamWindow and
 //     ConnWindow let a whole batch be in flight at once. Setting them turns the estimator off.
-//   - Read and write buffers of IOBuffer bytes instead of 32 KiB: a 256 KiB value is four
-//     syscalls each way instead of sixteen (the frames are still 16 KiB).
+//   - Read and write buffers of IOBuffer bytes instead of 32 KiB: a 256 KiB value takes one
+//     or two read and write syscalls instead of eight or more (the frames stay 16 KiB).
 //   - A buffer pool that does not zero (Pool): grpc-go's default pool clears the whole
 //     capacity of every buffer it hands out (internal/mem buffer_pool.go), 1 MiB for each
 //     message between 32 KiB and 1 MiB; every byte of a buffer it hands out is written
