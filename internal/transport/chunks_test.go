@@ -105,3 +105,31 @@ func TestChunksUnusual(t *testing.T) {
 		}
 	}
 }
+
+// FuzzUnmarshalChunks: any bytes, cut into frames anyhow, decode into an OffloadChunk or a
+// GetChunk as proto.Unmarshal decodes them (the same message, or an error where it errs),
+// and never panic: the node decodes whatever a client sends.
+func FuzzUnmarshalChunks(f *testing.F) {
+	big, _ := proto.Marshal(&pb.OffloadChunk{TxnId: make([]byte, 16), Key: "k", Size: 40 << 10, Data: make([]byte, 40<<10)})
+	get, _ := proto.Marshal(&pb.GetChunk{Index: 3, Status: pb.GetStatus_GET_STATUS_FOUND, Size: 40 << 10, Data: make([]byte, 40<<10)})
+	f.Add(big, uint64(1))
+	f.Add(get, uint64(2))
+	f.Add(big[:len(big)-5], uint64(3))
+	f.Fuzz(func(t *testing.T, b []byte, cut uint64) {
+		if len(b) < zeroCopyBytes { // the split path starts there; pad small inputs into it
+			b = append(b, make([]byte, zeroCopyBytes-len(b))...)
+		}
+		rng := rand.New(rand.NewPCG(cut, 0))
+		for _, m := range []proto.Message{&pb.OffloadChunk{}, &pb.GetChunk{}} {
+			want := m.ProtoReflect().Type().New().Interface()
+			wantErr := proto.Unmarshal(b, want)
+			err := codec{}.Unmarshal(frames(rng, b), m)
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("%T: error %v, proto.Unmarshal's %v", m, err, wantErr)
+			}
+			if err == nil && !proto.Equal(m, want) {
+				t.Fatalf("%T: decoded differently from proto.Unmarshal", m)
+			}
+		}
+	})
+}
