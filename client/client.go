@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/transport"
 )
 
 // Client is a connection to a kvoffload cluster through any of its members. It is safe for
@@ -148,13 +149,13 @@ func dialOptions(opt Options) []grpc.DialOption {
 	if opt.TLS != nil {
 		creds = credentials.NewTLS(opt.TLS)
 	}
-	dos := []grpc.DialOption{
+	dos := append(transport.DialOptions(),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(limit), grpc.MaxCallRecvMsgSize(limit)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: keepaliveTime, Timeout: opt.StallTimeout, PermitWithoutStream: true,
 		}),
-	}
+	)
 	if opt.Token != "" {
 		dos = append(dos, grpc.WithPerRPCCredentials(bearer{token: opt.Token, secure: !opt.InsecureToken}))
 	}

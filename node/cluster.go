@@ -19,6 +19,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/transport"
 )
 
 // Keepalive on both listeners: a connection whose peer stops answering (SIGSTOP, a hung VM,
@@ -32,11 +33,11 @@ const (
 )
 
 func serverOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append(transport.ServerOptions(),
 		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
-	}
+	)
 }
 
 // peerDialOptions are the options of every call to another member (forward.Peers): mutual
@@ -48,12 +49,12 @@ func (n *Node) peerDialOptions() []grpc.DialOption {
 		creds = credentials.NewTLS(n.tls.peerClient())
 	}
 	unary, stream := clusterIDInterceptors(n.ClusterID)
-	return []grpc.DialOption{
+	return append(transport.DialOptions(),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
-	}
+	)
 }
 
 // serve starts the client API (KVOffload, gRPC health, server reflection) on cfg.APIAddr

@@ -93,27 +93,6 @@ func checkReadable(t *testing.T, n *Node, seed uint64, size int, keys ...string)
 	}
 }
 
-// awaitQuiescence waits (up to 10 s) until the bucket store's live bytes equal the bytes the
-// metadata references: offloads whose client went away finish on the node on their own
-// schedule (their records are written, then committed or freed), so a test that closed
-// clients mid-call must let them end before checkConsistent judges the store.
-func awaitQuiescence(t *testing.T, n *Node) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var live int64
-		n.FSM().ForEach(func(e fsm.Entry) bool { live += e.Extent.Length; return true })
-		st, err := n.Buckets().Stats()
-		if err != nil {
-			t.Fatalf("stats: %v", err)
-		}
-		if st.LiveBytes == live || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // checkConsistent asserts the store's invariants at quiescence: every metadata entry reads back
 // verified (I1), every record on disk is referenced by metadata (I4, after start-up
 // collection), and live-byte accounting equals the sum of the referenced extents (I12).

@@ -120,11 +120,21 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			continue
 		}
 		o := &objs[len(objs)-1]
-		if need := len(o.Value) + len(ch.Data); need > cap(o.Value) {
+		// A value whole in one chunk (any value up to the chunk size) keeps the chunk's own
+		// bytes, freshly unmarshalled, instead of a copy.
+		whole := o.Value == nil && remaining == 0
+		if need := len(o.Value) + len(ch.Data); whole || need > cap(o.Value) {
 			size := need + int(remaining) // the announced size
 			grown := min(size, max(need, 2*cap(o.Value), firstValueBytes))
+			if whole {
+				grown = need
+			}
 			if err := buf.acquire(stream.Context(), int64(grown-cap(o.Value))); err != nil {
 				return id, nil, nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) at key %q: %w", s.n.metrics.buffers.limit, o.Key, err))
+			}
+			if whole {
+				o.Value = ch.Data
+				continue
 			}
 			v := make([]byte, len(o.Value), grown)
 			copy(v, o.Value)

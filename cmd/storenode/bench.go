@@ -34,8 +34,10 @@ func benchCmd() *cobra.Command {
 (O_DIRECT, fio-like: sequential 1 MiB writes, random 256 KiB reads, random 4 KiB writes and
 reads); an embedded kvoffload node's offload at 256 KiB and 2 MiB, BatchGet with the page cache
 dropped (32 readers and one), 4 KiB objects both ways, 64-byte metadata commits, start-up after
-a SIGKILL and memory per committed key; and one file per block with fsync (and pebble with
---pebble) on the same workload. Limit and store runs alternate within each round; the table
+a SIGKILL and memory per committed key; the 256 KiB offload and BatchGet again through a
+client of a node served in the bench's process, over its local socket (shared memory) and
+over gRPC on loopback TCP, each as a ratio to the embedded node's in the same round; and one
+file per block with fsync (and pebble with --pebble) on the same workload. Limit and store runs alternate within each round; the table
 shows medians over --rounds and every ratio to its limit. docs/benchmarks.md says what each
 figure measures. The full run takes a few minutes and about 10 GB of disk writes; --quick
 takes under a minute.`,

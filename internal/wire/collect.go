@@ -98,6 +98,11 @@ func (a *assembler) add(ch *pb.GetChunk) error {
 	}
 	r.Size = int(a.want)
 	switch {
+	case a.bufs == nil && a.want > 0 && a.want == uint64(len(ch.GetData())):
+		// The whole value in its first chunk: the chunk's own bytes, freshly unmarshalled,
+		// are the value (no copy).
+		a.buf = ch.GetData()
+		return nil
 	case a.bufs == nil:
 		a.buf = make([]byte, 0, min(a.want, maxPrealloc))
 	case uint64(len(a.bufs[i])) < a.want:

@@ -229,7 +229,10 @@ func (b *runner) round(ctx context.Context, round int) error {
 	if err := b.closeStore(kv, dir("kv256k")); err != nil {
 		return err
 	}
-	if err := b.local(ctx, dir("local256k"), l256, off.MBPerSec, embeddedGet); err != nil {
+	if err := b.served(ctx, "local", "local path", openLocalStore, dir("local256k"), l256, off.MBPerSec, embeddedGet); err != nil {
+		return err
+	}
+	if err := b.served(ctx, "stream", "stream path (loopback TCP)", openStreamStore, dir("stream256k"), l256, off.MBPerSec, embeddedGet); err != nil {
 		return err
 	}
 
@@ -329,31 +332,34 @@ func (b *runner) round(ctx context.Context, round int) error {
 	return nil
 }
 
-// local runs the 256 KiB offload and the 32-reader BatchGet through the local path (a
-// client on the node's local socket, same process) and records each figure as a ratio to
-// the embedded node's in the same round (issue 10).
-func (b *runner) local(ctx context.Context, dir string, l Load, embeddedOffload, embeddedGet float64) error {
-	ls, err := openLocalStore(ctx, dir)
+// served runs the 256 KiB offload and the 32-reader BatchGet through a client of a node
+// served in this process (the local path, or the stream path over loopback TCP: open) and
+// records each figure, under the names prefix+"_offload_mb_per_s", prefix+"_offload_over_embedded",
+// prefix+"_get_mb_per_s" and prefix+"_get_over_embedded", with each ratio to the embedded
+// node's in the same round (issue 10).
+func (b *runner) served(ctx context.Context, prefix, what string, open func(context.Context, string) (*servedStore, error),
+	dir string, l Load, embeddedOffload, embeddedGet float64) error {
+	ss, err := open(ctx, dir)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	defer ls.Close()
-	off, err := Offload(ctx, ls, l)
+	defer ss.Close()
+	off, err := Offload(ctx, ss, l)
 	if err != nil {
 		return err
 	}
-	b.s.add("local_offload_mb_per_s", off.MBPerSec)
-	b.s.addRatio("local_offload_over_embedded", off.MBPerSec, embeddedOffload)
+	b.s.add(prefix+"_offload_mb_per_s", off.MBPerSec)
+	b.s.addRatio(prefix+"_offload_over_embedded", off.MBPerSec, embeddedOffload)
 	b.drop()
-	g, err := readAll(ctx, ls, read{Keys: l.keys(), Readers: 32, Batch: 16, Seed: l.Seed})
+	g, err := readAll(ctx, ss, read{Keys: l.keys(), Readers: 32, Batch: 16, Seed: l.Seed})
 	if err != nil {
 		return err
 	}
-	b.s.add("local_get_mb_per_s", g.MBPerSec)
-	b.s.addRatio("local_get_over_embedded", g.MBPerSec, embeddedGet)
-	b.logf("local path: offload 256 KiB %.0f MB/s (%.2fx embedded), BatchGet %.0f MB/s (%.2fx embedded)",
-		off.MBPerSec, off.MBPerSec/embeddedOffload, g.MBPerSec, g.MBPerSec/max(embeddedGet, 1e-9))
+	b.s.add(prefix+"_get_mb_per_s", g.MBPerSec)
+	b.s.addRatio(prefix+"_get_over_embedded", g.MBPerSec, embeddedGet)
+	b.logf("%s: offload 256 KiB %.0f MB/s (%.2fx embedded), BatchGet %.0f MB/s (%.2fx embedded)",
+		what, off.MBPerSec, off.MBPerSec/embeddedOffload, g.MBPerSec, g.MBPerSec/max(embeddedGet, 1e-9))
 	return nil
 }
 

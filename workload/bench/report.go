@@ -44,22 +44,27 @@ type Report struct {
 	LimitWriteP99MS    float64  `json:"limit_write_p99_ms"` // per 1 MiB write
 	// The local path (a client on the node's local socket, in this process), and each figure
 	// over the embedded node's in the same round.
-	LocalOffloadMBPerS       float64  `json:"local_offload_mb_per_s"`
-	LocalOffloadOverEmbedded float64  `json:"local_offload_over_embedded"`
-	LocalGetMBPerS           float64  `json:"local_get_mb_per_s"`
-	LocalGetOverEmbedded     float64  `json:"local_get_over_embedded"`
-	RSSPerKey                float64  `json:"rss_bytes_per_key"` // VmRSS growth per key over the same open (cross-check)
-	StartupKeys              int      `json:"startup_keys"`
-	StartupSeconds           float64  `json:"startup_s"`
-	StartupCrashed           bool     `json:"startup_after_sigkill"`
-	Rounds                   int      `json:"rounds"`
-	Seconds                  float64  `json:"seconds"` // wall time of the whole bench
-	Seed                     uint64   `json:"seed"`
-	Direct                   bool     `json:"direct"` // every limit ran with O_DIRECT
-	CacheDropped             bool     `json:"page_cache_dropped"`
-	PebbleNote               string   `json:"pebble_note,omitempty"`
-	Notes                    []string `json:"notes,omitempty"`
-	FilesystemType           string   `json:"filesystem"`
+	LocalOffloadMBPerS       float64 `json:"local_offload_mb_per_s"`
+	LocalOffloadOverEmbedded float64 `json:"local_offload_over_embedded"`
+	LocalGetMBPerS           float64 `json:"local_get_mb_per_s"`
+	LocalGetOverEmbedded     float64 `json:"local_get_over_embedded"`
+	// The stream path: the same through gRPC over loopback TCP to a node in this process.
+	StreamOffloadMBPerS       float64  `json:"stream_offload_mb_per_s"`
+	StreamOffloadOverEmbedded float64  `json:"stream_offload_over_embedded"`
+	StreamGetMBPerS           float64  `json:"stream_get_mb_per_s"`
+	StreamGetOverEmbedded     float64  `json:"stream_get_over_embedded"`
+	RSSPerKey                 float64  `json:"rss_bytes_per_key"` // VmRSS growth per key over the same open (cross-check)
+	StartupKeys               int      `json:"startup_keys"`
+	StartupSeconds            float64  `json:"startup_s"`
+	StartupCrashed            bool     `json:"startup_after_sigkill"`
+	Rounds                    int      `json:"rounds"`
+	Seconds                   float64  `json:"seconds"` // wall time of the whole bench
+	Seed                      uint64   `json:"seed"`
+	Direct                    bool     `json:"direct"` // every limit ran with O_DIRECT
+	CacheDropped              bool     `json:"page_cache_dropped"`
+	PebbleNote                string   `json:"pebble_note,omitempty"`
+	Notes                     []string `json:"notes,omitempty"`
+	FilesystemType            string   `json:"filesystem"`
 }
 
 // samples holds each figure's per-round values, by the Report's JSON name.
@@ -105,6 +110,8 @@ func (s samples) fill(r *Report) {
 	r.LimitWriteP99MS = m("limit_write_p99_ms")
 	r.LocalOffloadMBPerS, r.LocalOffloadOverEmbedded = m("local_offload_mb_per_s"), m("local_offload_over_embedded")
 	r.LocalGetMBPerS, r.LocalGetOverEmbedded = m("local_get_mb_per_s"), m("local_get_over_embedded")
+	r.StreamOffloadMBPerS, r.StreamOffloadOverEmbedded = m("stream_offload_mb_per_s"), m("stream_offload_over_embedded")
+	r.StreamGetMBPerS, r.StreamGetOverEmbedded = m("stream_get_mb_per_s"), m("stream_get_over_embedded")
 	if len(s["pebble_mb_per_s"]) > 0 {
 		p, q := m("pebble_mb_per_s"), m("pebble_ratio")
 		r.PebbleMBPerS, r.PebbleRatio = &p, &q
@@ -137,9 +144,11 @@ func (r Report) WriteTable(w io.Writer) {
 	row("offload, 32 writers x 16 x 256 KiB", lw, mb(r.OffloadMBPerS), rt(r.OffloadRatio))
 	row("  p99 batch latency", fmt.Sprintf("%.1f ms per 1 MiB write", r.LimitWriteP99MS), fmt.Sprintf("%.1f ms", r.OffloadP99MS), "")
 	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalOffloadMBPerS), rt(r.LocalOffloadOverEmbedded))
+	row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(r.StreamOffloadMBPerS), rt(r.StreamOffloadOverEmbedded))
 	row("offload, 32 writers x 16 x 2 MiB", lw, mb(r.Offload2MMBPerS), rt(r.Offload2MRatio))
 	row("BatchGet, cache dropped, 32 readers x 16 x 256 KiB", lr, mb(r.GetMBPerS), rt(r.GetRatio))
 	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalGetMBPerS), rt(r.LocalGetOverEmbedded))
+	row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(r.StreamGetMBPerS), rt(r.StreamGetOverEmbedded))
 	row("BatchGet, cache dropped, 1 reader x 64 x 256 KiB", lr, mb(r.GetOneReaderMBPerS), rt(r.GetOneReaderRatio))
 	row("offload 4 KiB objects, 32 writers x 256", fmt.Sprintf("%.0f IOPS rand write", r.LimitWriteIOPS), ks(r.SmallOffloadKeysPerS), rt(r.SmallOffloadRatio))
 	row("BatchGet 4 KiB objects, 32 readers x 256", fmt.Sprintf("%.0f IOPS rand read", r.LimitReadIOPS), ks(r.SmallGetKeysPerS), rt(r.SmallGetRatio))

@@ -90,46 +90,65 @@ func (s *kvStore) get(ctx context.Context, keys []string) (int64, error) {
 
 func (s *kvStore) Close() error { return s.n.Close() }
 
-// localStore is a node with a local socket and a client on it (the shared-memory path,
-// docs/design.md "The local path"), both in this process.
-type localStore struct {
-	n   *node.Node
-	c   *client.Client
-	dir string // holds the socket (a short path: sun_path holds 107 bytes)
+// servedStore is a node served in this process and a client dialing it: at unix:// on its
+// local socket (the shared-memory path, docs/design.md "The local path"), or at its API
+// address on loopback TCP (the gRPC stream path).
+type servedStore struct {
+	n    *node.Node
+	c    *client.Client
+	sock string // the local socket's directory (a short path: sun_path holds 107 bytes); "" on TCP
 }
 
 // openLocalStore opens a node in dir with a local socket and dials it at unix://.
-func openLocalStore(ctx context.Context, dir string) (*localStore, error) {
+func openLocalStore(ctx context.Context, dir string) (*servedStore, error) {
 	sock, err := os.MkdirTemp("", "kvb")
 	if err != nil {
 		return nil, err
 	}
 	cfg := node.DefaultConfig(dir)
 	cfg.Local.Socket = filepath.Join(sock, "s")
-	n, err := node.Open(ctx, cfg)
+	s, err := serve(ctx, cfg, func(*node.Node) string { return "unix://" + cfg.Local.Socket })
 	if err != nil {
 		_ = os.RemoveAll(sock)
 		return nil, err
 	}
-	c, err := client.Dial(ctx, "unix://"+cfg.Local.Socket)
-	if err != nil {
-		_ = n.Close()
-		_ = os.RemoveAll(sock)
-		return nil, err
-	}
-	return &localStore{n: n, c: c, dir: sock}, nil
+	s.sock = sock
+	return s, nil
 }
 
-func (s *localStore) Put(ctx context.Context, objs []Pair) (int, error) {
+// openStreamStore opens a node in dir with its API on a loopback port and dials it there.
+func openStreamStore(ctx context.Context, dir string) (*servedStore, error) {
+	cfg := node.DefaultConfig(dir)
+	cfg.APIAddr = "127.0.0.1:0"
+	return serve(ctx, cfg, (*node.Node).APIAddr)
+}
+
+// serve opens a node with cfg and dials the address addr gives.
+func serve(ctx context.Context, cfg node.Config, addr func(*node.Node) string) (*servedStore, error) {
+	n, err := node.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.Dial(ctx, addr(n))
+	if err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	return &servedStore{n: n, c: c}, nil
+}
+
+func (s *servedStore) Put(ctx context.Context, objs []Pair) (int, error) {
 	return (&kvStore{s: s.c}).Put(ctx, objs)
 }
 
-func (s *localStore) get(ctx context.Context, keys []string) (int64, error) {
+func (s *servedStore) get(ctx context.Context, keys []string) (int64, error) {
 	return (&kvStore{s: s.c}).get(ctx, keys)
 }
 
-func (s *localStore) Close() error {
+func (s *servedStore) Close() error {
 	err := errors.Join(s.c.Close(), s.n.Close())
-	_ = os.RemoveAll(s.dir)
+	if s.sock != "" {
+		_ = os.RemoveAll(s.sock)
+	}
 	return err
 }
