@@ -29,7 +29,9 @@ type bucket struct {
 	dirGen   uint64   // Store.dirGen that covers its creation
 
 	live      map[int64]int64 // offset -> length of each live extent
-	liveBytes int64
+	pads      map[int64]int64 // offset of a write unit's last extent -> its padding to WriteAlignment
+	liveBytes int64           // sum of live extents
+	padBytes  int64           // sum of pads
 
 	removed atomic.Bool
 	failed  atomic.Bool   // a sync failed: never reserve in, sync, or trust it again
@@ -71,7 +73,7 @@ func (s *Store) loadBuckets() error {
 		if err != nil {
 			return fmt.Errorf("bucketstore: open %s: %w", path, err)
 		}
-		s.buckets[id] = &bucket{id: id, path: path, f: f, live: map[int64]int64{}}
+		s.buckets[id] = &bucket{id: id, path: path, f: f, live: map[int64]int64{}, pads: map[int64]int64{}}
 		s.nextID = max(s.nextID, id+1)
 	}
 	return nil
@@ -91,7 +93,7 @@ func (s *Store) rollLocked() error {
 		return fmt.Errorf("bucketstore: create %s: %w", path, err)
 	}
 	s.dirGen++
-	b := &bucket{id: id, path: path, f: f, fresh: true, dirGen: s.dirGen, live: map[int64]int64{}}
+	b := &bucket{id: id, path: path, f: f, fresh: true, dirGen: s.dirGen, live: map[int64]int64{}, pads: map[int64]int64{}}
 	old := s.open
 	s.buckets[id], s.open = b, b
 	s.log.Debug("rolled bucket", "bucket", id)
@@ -122,9 +124,86 @@ func (s *Store) addLiveLocked(b *bucket, ext Extent) error {
 	return nil
 }
 
+// reserveLocked lays the extents of sizes out from b's tail (a multiple of WriteAlignment),
+// counts them live and moves the tail past them. Each write unit's padding to WriteAlignment
+// is kept with its last extent (b.pads), counted against Capacity with the live bytes, and
+// released when that extent is freed.
+func (s *Store) reserveLocked(b *bucket, sizes []int64) ([]Extent, error) {
+	offs, pads, total := layout(sizes)
+	exts := make([]Extent, len(sizes))
+	for i, size := range sizes {
+		exts[i] = Extent{Bucket: b.id, Offset: b.tail + offs[i], Length: size}
+		if err := s.addLiveLocked(b, exts[i]); err != nil {
+			return nil, err // an accounting bug: the tail only grows
+		}
+		if pads[i] > 0 {
+			b.pads[exts[i].Offset] = pads[i]
+			b.padBytes += pads[i]
+			s.pad += pads[i]
+		}
+	}
+	b.tail += total
+	s.preallocateLocked(b)
+	return exts, nil
+}
+
+// layout places extents of sizes back to back in write units: a unit starts at a multiple of
+// WriteAlignment and is padded to one, and a new unit starts before an extent that would take
+// the current one past MaxRunBytes (so WriteRecords, which splits runs at the same places,
+// writes each with one pwrite of at most MaxRunBytes, or one record longer than that). It
+// returns each extent's offset from the start, the padding after it (non-zero only for the
+// last extent of a unit) and the total, a multiple of WriteAlignment.
+func layout(sizes []int64) (offs, pads []int64, total int64) {
+	offs, pads = make([]int64, len(sizes)), make([]int64, len(sizes))
+	var unit int64 // bytes in the current unit
+	for i, size := range sizes {
+		if unit > 0 && splitsBefore(unit, size) {
+			pads[i-1] = alignUp(total, WriteAlignment) - total
+			total += pads[i-1]
+			unit = 0
+		}
+		offs[i] = total
+		total += size
+		unit += size
+	}
+	if n := len(sizes); n > 0 {
+		pads[n-1] = alignUp(total, WriteAlignment) - total
+		total += pads[n-1]
+	}
+	return offs, pads, total
+}
+
+// splitsBefore reports whether a write unit holding unit bytes ends before an extent of size
+// bytes: the unit, padded, would exceed MaxRunBytes.
+func splitsBefore(unit, size int64) bool {
+	return alignUp(unit+size, WriteAlignment) > MaxRunBytes
+}
+
+// reservedSize is the bytes a reservation of sizes takes, padding included.
+func reservedSize(sizes ...int64) int64 {
+	_, _, total := layout(sizes)
+	return total
+}
+
 func checkExtent(ext Extent) error {
 	if ext.Offset < 0 || ext.Offset%Alignment != 0 || ext.Length <= 0 || ext.Length%Alignment != 0 {
 		return fmt.Errorf("bucketstore: extent %+v is not aligned to %d", ext, Alignment)
+	}
+	return nil
+}
+
+// writeUnitLocked checks that ext may be written with one pwrite of [ext.Offset,
+// alignUp(ext.End(), WriteAlignment)): it starts at a multiple of WriteAlignment and no other
+// live extent starts in the padding after it, which the pwrite zeroes (an extent in the
+// middle of a run written alone would zero its neighbour's first bytes).
+func writeUnitLocked(b *bucket, ext Extent) error {
+	if ext.Offset%WriteAlignment != 0 {
+		return fmt.Errorf("bucketstore: write %+v: does not start at a multiple of %d", ext, WriteAlignment)
+	}
+	for off := ext.End(); off < alignUp(ext.End(), WriteAlignment); off += Alignment {
+		if _, ok := b.live[off]; ok {
+			return fmt.Errorf("bucketstore: write %+v: live extent at %d shares its last %d-byte block", ext, off, WriteAlignment)
+		}
 	}
 	return nil
 }
