@@ -130,9 +130,11 @@ func (s *Store) addLiveLocked(b *bucket, ext Extent) error {
 // released when that extent is freed.
 func (s *Store) reserveLocked(b *bucket, sizes []int64) ([]Extent, error) {
 	offs, pads, total := layout(sizes)
+	start := b.tail
+	b.tail += total // first: an error below leaves a gap, never an overlap
 	exts := make([]Extent, len(sizes))
 	for i, size := range sizes {
-		exts[i] = Extent{Bucket: b.id, Offset: b.tail + offs[i], Length: size}
+		exts[i] = Extent{Bucket: b.id, Offset: start + offs[i], Length: size}
 		if err := s.addLiveLocked(b, exts[i]); err != nil {
 			return nil, err // an accounting bug: the tail only grows
 		}
@@ -142,7 +144,6 @@ func (s *Store) reserveLocked(b *bucket, sizes []int64) ([]Extent, error) {
 			s.pad += pads[i]
 		}
 	}
-	b.tail += total
 	s.preallocateLocked(b)
 	return exts, nil
 }

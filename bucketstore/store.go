@@ -131,10 +131,11 @@ func (s *Store) preallocateLocked(b *bucket) {
 	b.prealloc = end
 }
 
-// WriteRecord encodes the record into an aligned buffer and writes it at ext, which must
-// come from Reserve in this Store (or be the only extent, or the last, of a ReserveRun
-// reservation that starts at its offset: the pwrite covers ext padded to WriteAlignment).
-// Writers of different extents may run concurrently. The record is durable only after Sync
+// WriteRecord encodes the record into an aligned buffer and writes it at ext, padded to
+// WriteAlignment, with one pwrite. ext must come from Reserve in this Store, or be a
+// ReserveRun extent that is a write unit of its own (it starts at a multiple of
+// WriteAlignment and no live extent shares its last block); otherwise it fails, as the pwrite
+// would overwrite a neighbour. Writers of different extents may run concurrently. The record is durable only after Sync
 // of its bucket returns nil.
 func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
 	b, err := s.writableBucket(ext)
