@@ -22,7 +22,7 @@ type Store struct {
 	log  *slog.Logger
 	lock io.Closer
 
-	mu        sync.Mutex
+	mu        sync.RWMutex // Read takes it shared: up to ReadsInFlight readers per BatchGet
 	buckets   map[uint32]*bucket
 	open      *bucket // bucket receiving reserves; nil until the first Reserve
 	nextID    uint32
@@ -202,9 +202,9 @@ func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
 		return nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes (%d in format version 1)",
 			ext, len(want.Key), want.PayloadLen, n, old)
 	}
-	s.mu.Lock()
+	s.mu.RLock()
 	b, err := s.bucketLocked(ext.Bucket)
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if errors.Is(err, ErrClosed) {
 		return nil, err
 	}
