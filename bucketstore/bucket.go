@@ -30,6 +30,8 @@ type bucket struct {
 
 	live      map[int64]int64 // offset -> length of each live extent
 	pads      map[int64]int64 // offset of a write unit's last extent -> its padding to WriteAlignment
+	shared    map[int64]int32 // filesystem block (offset / WriteAlignment) -> live footprints partly in it
+	complete  bool            // live holds every extent referenced in the file: fresh, or collected
 	liveBytes int64           // sum of live extents
 	padBytes  int64           // sum of pads
 
@@ -73,7 +75,7 @@ func (s *Store) loadBuckets() error {
 		if err != nil {
 			return fmt.Errorf("bucketstore: open %s: %w", path, err)
 		}
-		s.buckets[id] = &bucket{id: id, path: path, f: f, live: map[int64]int64{}, pads: map[int64]int64{}}
+		s.buckets[id] = &bucket{id: id, path: path, f: f, live: map[int64]int64{}, pads: map[int64]int64{}, shared: map[int64]int32{}}
 		s.nextID = max(s.nextID, id+1)
 	}
 	return nil
@@ -93,7 +95,7 @@ func (s *Store) rollLocked() error {
 		return fmt.Errorf("bucketstore: create %s: %w", path, err)
 	}
 	s.dirGen++
-	b := &bucket{id: id, path: path, f: f, fresh: true, dirGen: s.dirGen, live: map[int64]int64{}, pads: map[int64]int64{}}
+	b := &bucket{id: id, path: path, f: f, fresh: true, complete: true, dirGen: s.dirGen, live: map[int64]int64{}, pads: map[int64]int64{}, shared: map[int64]int32{}}
 	old := s.open
 	s.buckets[id], s.open = b, b
 	s.log.Debug("rolled bucket", "bucket", id)
@@ -113,15 +115,63 @@ func (s *Store) removeLocked(b *bucket) error {
 	return errors.Join(b.f.Close(), s.fs.Remove(b.path))
 }
 
-// addLiveLocked counts ext as live in b.
-func (s *Store) addLiveLocked(b *bucket, ext Extent) error {
+// addLiveLocked counts ext as live in b, with pad bytes of padding after it.
+func (s *Store) addLiveLocked(b *bucket, ext Extent, pad int64) error {
 	if _, dup := b.live[ext.Offset]; dup {
 		return fmt.Errorf("bucketstore: extent %v already live", ext)
 	}
 	b.live[ext.Offset] = ext.Length
 	b.liveBytes += ext.Length
 	s.live += ext.Length
+	if pad > 0 {
+		b.pads[ext.Offset] = pad
+		b.padBytes += pad
+		s.pad += pad
+	}
+	for _, blk := range partialBlocks(ext.Offset, ext.End()+pad) {
+		b.shared[blk]++
+	}
 	return nil
+}
+
+// dropLiveLocked stops counting the live extent at off (length bytes) in b and returns the
+// range to punch: the extent and its pad, widened to the whole filesystem block at either
+// end that no other live footprint touches any more, when b.complete (in a bucket whose live
+// extents are still being adopted one by one, a neighbour not adopted yet is not counted).
+func (s *Store) dropLiveLocked(b *bucket, off, length int64) (punchOff, punchEnd int64) {
+	pad := b.pads[off]
+	delete(b.live, off)
+	delete(b.pads, off)
+	b.liveBytes -= length
+	s.live -= length
+	b.padBytes -= pad
+	s.pad -= pad
+	punchOff, punchEnd = off, off+length+pad
+	for _, blk := range partialBlocks(punchOff, punchEnd) {
+		if b.shared[blk]--; b.shared[blk] > 0 {
+			continue
+		}
+		delete(b.shared, blk)
+		if !b.complete {
+			continue
+		}
+		punchOff = min(punchOff, blk*WriteAlignment)
+		punchEnd = max(punchEnd, (blk+1)*WriteAlignment)
+	}
+	return punchOff, punchEnd
+}
+
+// partialBlocks returns the filesystem blocks (offset / WriteAlignment) that [off, end)
+// touches without covering them: at most the first and the last.
+func partialBlocks(off, end int64) []int64 {
+	var out []int64
+	if off%WriteAlignment != 0 {
+		out = append(out, off/WriteAlignment)
+	}
+	if last := (end - 1) / WriteAlignment; end%WriteAlignment != 0 && (len(out) == 0 || out[0] != last) {
+		out = append(out, last)
+	}
+	return out
 }
 
 // reserveLocked lays the extents of sizes out from b's tail (a multiple of WriteAlignment),
@@ -135,13 +185,8 @@ func (s *Store) reserveLocked(b *bucket, sizes []int64) ([]Extent, error) {
 	exts := make([]Extent, len(sizes))
 	for i, size := range sizes {
 		exts[i] = Extent{Bucket: b.id, Offset: start + offs[i], Length: size}
-		if err := s.addLiveLocked(b, exts[i]); err != nil {
+		if err := s.addLiveLocked(b, exts[i], pads[i]); err != nil {
 			return nil, err // an accounting bug: the tail only grows
-		}
-		if pads[i] > 0 {
-			b.pads[exts[i].Offset] = pads[i]
-			b.padBytes += pads[i]
-			s.pad += pads[i]
 		}
 	}
 	s.preallocateLocked(b)

@@ -27,8 +27,11 @@
 //     the padding after the write units they end (exact: each bucket keeps its live extents
 //     and pads, so a double Free or Adopt is an error, never a silent miscount). Capacity
 //     bounds LiveBytes + PadBytes at Reserve.
-//   - Free punches exactly the freed extent and its pad: a filesystem block shared with live
-//     records is zeroed in that range, not freed (fallocate(2), FALLOC_FL_PUNCH_HOLE).
+//   - Free punches the freed extent and its pad, widened to each block at either end that no
+//     live extent or pad touches any more (a per-block count of the live footprints that
+//     cover part of it); a block still shared is zeroed in that range, not freed, and its
+//     other records keep their bytes (fallocate(2), FALLOC_FL_PUNCH_HOLE). So in a fresh or
+//     collected bucket exactly the blocks holding live bytes or their pads stay allocated.
 //   - After Collect of a sealed bucket, exactly the filesystem blocks holding live bytes stay
 //     allocated.
 //   - A bucket whose fdatasync failed is never synced again nor reserved in (fsyncgate: a

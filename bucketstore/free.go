@@ -11,9 +11,10 @@ import (
 )
 
 // Free releases a live extent: it stops counting it (and the padding of its write unit, when
-// it is the unit's last extent) and punches a hole over both. The punch covers exactly those
-// bytes: a filesystem block partly covered is zeroed there, not freed, and the records
-// sharing it keep their bytes (fallocate(2), FALLOC_FL_PUNCH_HOLE). When a bucket other than
+// it is the unit's last extent) and punches a hole over both, widened to each filesystem
+// block at either end that no other live extent touches any more (b.shared). A block still
+// shared is zeroed in the freed range, not deallocated, and the records sharing it keep their
+// bytes (fallocate(2), FALLOC_FL_PUNCH_HOLE). When a bucket other than
 // the open one has nothing live left, its file is removed and the directory fsync'd. The
 // accounting changes even if the punch fails (Collect reclaims the bytes later).
 func (s *Store) Free(ext Extent) error {
@@ -30,13 +31,7 @@ func (s *Store) Free(ext Extent) error {
 		s.mu.Unlock()
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, ErrNotLive)
 	}
-	pad := b.pads[ext.Offset]
-	delete(b.live, ext.Offset)
-	delete(b.pads, ext.Offset)
-	b.liveBytes -= ext.Length
-	s.live -= ext.Length
-	b.padBytes -= pad
-	s.pad -= pad
+	punchOff, punchEnd := s.dropLiveLocked(b, ext.Offset, ext.Length)
 	if err := failpoint.Hit(failpoint.BucketFree); err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, err) // the bytes stay until Collect
@@ -47,7 +42,7 @@ func (s *Store) Free(ext Extent) error {
 		return errors.Join(err, s.syncDir())
 	}
 	s.mu.Unlock()
-	if err := b.f.PunchHole(ext.Offset, ext.Length+pad); err != nil && !b.removed.Load() {
+	if err := b.f.PunchHole(punchOff, punchEnd-punchOff); err != nil && !b.removed.Load() {
 		return fmt.Errorf("bucketstore: free %+v: punch: %w", ext, err)
 	}
 	return nil
@@ -68,7 +63,7 @@ func (s *Store) Adopt(ext Extent) error {
 	if b.fresh {
 		return fmt.Errorf("bucketstore: adopt %+v: bucket was created by this store", ext)
 	}
-	return s.addLiveLocked(b, ext)
+	return s.addLiveLocked(b, ext, 0)
 }
 
 // Collect is orphan garbage collection for a bucket that is not the open one. live is the
@@ -131,12 +126,11 @@ func (s *Store) collectableLocked(id uint32, none bool) (*bucket, error) {
 func (s *Store) replaceLiveLocked(b *bucket, sorted []Extent) {
 	s.live -= b.liveBytes
 	s.pad -= b.padBytes
-	b.live, b.pads, b.liveBytes, b.padBytes = make(map[int64]int64, len(sorted)), map[int64]int64{}, 0, 0
+	b.live, b.pads, b.shared, b.liveBytes, b.padBytes = make(map[int64]int64, len(sorted)), map[int64]int64{}, map[int64]int32{}, 0, 0
+	b.complete = true
 	for _, e := range sorted {
-		b.live[e.Offset] = e.Length
-		b.liveBytes += e.Length
+		_ = s.addLiveLocked(b, e, 0) // sorted holds no two extents at one offset
 	}
-	s.live += b.liveBytes
 }
 
 // sortedLive validates the live extents of bucket id and returns them sorted by offset.

@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"errors"
 	"flag"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -139,6 +140,15 @@ func checkAccounting(tb testing.TB, s *Store, live map[Extent]bool) {
 				tb.Errorf("bucket %d: pad of %d bytes at %d (live there: %v)", b.id, pad, off, ok)
 			}
 			padSum += pad
+		}
+		shared := map[int64]int32{}
+		for off, n := range b.live {
+			for _, blk := range partialBlocks(off, off+n+b.pads[off]) {
+				shared[blk]++
+			}
+		}
+		if !maps.Equal(shared, b.shared) {
+			tb.Errorf("bucket %d: shared blocks %v, live footprints give %v", b.id, b.shared, shared)
 		}
 		if sum != b.liveBytes || padSum != b.padBytes {
 			tb.Errorf("bucket %d: liveBytes %d padBytes %d, extents sum %d, pads %d", b.id, b.liveBytes, b.padBytes, sum, padSum)
