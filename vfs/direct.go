@@ -3,9 +3,10 @@ package vfs
 import "unsafe"
 
 // DirectIOAlignment is the granularity of direct I/O on OSFS{DirectIO: true}, in bytes: a
-// ReadAt or WriteAt bypasses the page cache only if its offset, length and buffer address are
-// multiples of it (the logical block size of the devices the store runs on; see open(2),
-// "O_DIRECT").
+// WriteAt bypasses the page cache only if its offset, length and buffer address are multiples
+// of it (a filesystem block: ext4 serializes smaller O_DIRECT writes; see open(2),
+// "O_DIRECT"). A ReadAt needs only the file's read alignment (DirectReadAlignment), at most
+// this.
 const DirectIOAlignment = 4096
 
 // AlignedBuffer returns a zeroed buffer of n bytes whose first byte is
@@ -26,9 +27,23 @@ func DirectIO(f File) bool {
 	return ok && of.direct
 }
 
-func ioAligned(p []byte, off int64) bool {
-	if off%DirectIOAlignment != 0 || len(p)%DirectIOAlignment != 0 {
+// DirectReadAlignment is the granularity at which a ReadAt of f bypasses the page cache, in
+// bytes: the offset and length alignment the kernel reports for O_DIRECT on f (statx(2),
+// STATX_DIOALIGN: 512 on the development VMs, the device's logical block size), or
+// DirectIOAlignment when it reports none or more; 0 when f is not a direct-I/O OSFS file.
+func DirectReadAlignment(f File) int64 {
+	of, ok := f.(*osFile)
+	if !ok || !of.direct {
+		return 0
+	}
+	return of.readAlign
+}
+
+// ioAligned reports whether an I/O of p at off is aligned to align in offset and length, and
+// to memAlign in memory.
+func ioAligned(p []byte, off, align, memAlign int64) bool {
+	if off%align != 0 || int64(len(p))%align != 0 {
 		return false
 	}
-	return len(p) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(p)))%DirectIOAlignment == 0
+	return len(p) == 0 || int64(uintptr(unsafe.Pointer(unsafe.SliceData(p))))%memAlign == 0
 }

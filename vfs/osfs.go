@@ -14,9 +14,11 @@ import (
 
 // OSFS is the real (Linux) filesystem. With DirectIO, files are opened with O_DIRECT; when
 // the filesystem refuses O_DIRECT (e.g. EINVAL on an old tmpfs) it falls back to buffered I/O
-// and logs that once per process. On an O_DIRECT file, a ReadAt or WriteAt that is not
-// DirectIOAlignment-aligned (offset, length and buffer address) goes through a second, buffered
-// descriptor of the same file, so callers need not know about the mode (DirectIO reports it).
+// and logs that once per process. On an O_DIRECT file, a WriteAt that is not
+// DirectIOAlignment-aligned (offset, length and buffer address), or a ReadAt that is not
+// aligned to the file's DirectReadAlignment (offset and length; buffer address: the kernel's
+// memory alignment), goes through a second, buffered descriptor of the same file, so callers
+// need not know about the mode (DirectIO reports it).
 // Sync uses fdatasync, PunchHole uses fallocate(PUNCH_HOLE|KEEP_SIZE), Lock uses
 // flock(LOCK_EX|LOCK_NB).
 type OSFS struct {
@@ -108,17 +110,43 @@ type osFile struct {
 	flag   int
 	direct bool
 
+	readAlign    int64 // offset and length alignment of a direct ReadAt
+	readMemAlign int64 // buffer address alignment of a direct ReadAt
+
 	once     sync.Once
 	buffered *os.File
 	bufErr   error
 }
 
 func newOSFile(f *os.File, flag int, direct bool) *osFile {
-	return &osFile{f: f, fd: int(f.Fd()), flag: flag, direct: direct}
+	of := &osFile{f: f, fd: int(f.Fd()), flag: flag, direct: direct,
+		readAlign: DirectIOAlignment, readMemAlign: DirectIOAlignment}
+	if direct {
+		of.readAlign, of.readMemAlign = dioReadAlignment(of.fd)
+	}
+	return of
+}
+
+// dioReadAlignment returns the offset and memory alignment of O_DIRECT reads of fd that the
+// kernel reports (statx STATX_DIOALIGN, Linux 6.1 and later), each at most DirectIOAlignment;
+// DirectIOAlignment for what it does not report.
+func dioReadAlignment(fd int) (offset, mem int64) {
+	var st unix.Statx_t
+	err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st)
+	if err != nil || st.Mask&unix.STATX_DIOALIGN == 0 {
+		return DirectIOAlignment, DirectIOAlignment
+	}
+	pick := func(a uint32) int64 {
+		if a == 0 || a > DirectIOAlignment || DirectIOAlignment%a != 0 {
+			return DirectIOAlignment
+		}
+		return int64(a)
+	}
+	return pick(st.Dio_offset_align), pick(st.Dio_mem_align)
 }
 
 func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
-	file, err := f.fileFor(p, off)
+	file, err := f.fileFor(p, off, f.readAlign, f.readMemAlign)
 	if err != nil {
 		return 0, err
 	}
@@ -126,7 +154,7 @@ func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
-	file, err := f.fileFor(p, off)
+	file, err := f.fileFor(p, off, DirectIOAlignment, DirectIOAlignment)
 	if err != nil {
 		return 0, err
 	}
@@ -134,10 +162,10 @@ func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // fileFor returns the descriptor for an I/O of p at off: the O_DIRECT one when the I/O is
-// aligned (or the file is buffered anyway), else a buffered twin opened on first use through
-// /proc/self/fd, which works even after the name was removed.
-func (f *osFile) fileFor(p []byte, off int64) (*os.File, error) {
-	if !f.direct || ioAligned(p, off) {
+// aligned to align (memory: memAlign) or the file is buffered anyway, else a buffered twin
+// opened on first use through /proc/self/fd, which works even after the name was removed.
+func (f *osFile) fileFor(p []byte, off, align, memAlign int64) (*os.File, error) {
+	if !f.direct || ioAligned(p, off, align, memAlign) {
 		return f.f, nil
 	}
 	f.once.Do(func() {

@@ -70,6 +70,37 @@ func TestOSFSDirectIO(t *testing.T) {
 	}
 }
 
+// TestOSFSDirectReadAlignment checks that a read aligned to the file's DirectReadAlignment
+// (512 where the kernel reports it, as on the development VMs) but not to DirectIOAlignment
+// stays on the O_DIRECT descriptor and returns the written bytes.
+func TestOSFSDirectReadAlignment(t *testing.T) {
+	f := requireDirect(t, t.TempDir())
+	align := DirectReadAlignment(f)
+	if align <= 0 || align > DirectIOAlignment || DirectIOAlignment%align != 0 {
+		t.Fatalf("DirectReadAlignment %d: want a divisor of %d", align, DirectIOAlignment)
+	}
+	if align == DirectIOAlignment {
+		t.Skipf("the kernel reports no direct-read alignment below %d here", DirectIOAlignment)
+	}
+	data := AlignedBuffer(4 * DirectIOAlignment)
+	copy(data, testPayload(2, len(data)))
+	mustWriteAt(t, f, data, 0)
+	n := DirectIOAlignment + align // spans a block boundary, starts inside a block
+	got := AlignedBuffer(int(n))
+	if _, err := f.ReadAt(got, align); err != nil || !bytes.Equal(got, data[align:align+n]) {
+		t.Fatalf("read of %d bytes at %d: %v, equal %v", n, align, err, bytes.Equal(got, data[align:align+n]))
+	}
+	if f.buffered != nil {
+		t.Fatalf("a read aligned to %d went through the buffered descriptor", align)
+	}
+	if DirectReadAlignment(&memOnly{}) != 0 {
+		t.Fatal("DirectReadAlignment of a non-OSFS file is not 0")
+	}
+}
+
+// memOnly is a File that is not an OSFS file.
+type memOnly struct{ File }
+
 func TestOSFSPunchHoleAllocated(t *testing.T) {
 	f := requireDirect(t, t.TempDir())
 	data := AlignedBuffer(4 * DirectIOAlignment)
