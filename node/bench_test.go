@@ -104,4 +104,3 @@ func BenchmarkSmallCommits(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(int64(b.N)*batch)/b.Elapsed().Seconds(), "keys/s")
 }
-
