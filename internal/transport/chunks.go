@@ -46,6 +46,11 @@ func splitValue(m proto.Message) (head proto.Message, value []byte, field protow
 }
 
 // marshalSplit encodes head, then value as field: two buffers, the second value itself.
+// grpc-go copies the second into HTTP/2 frames after SendMsg returns (its writer goroutine),
+// so the value must not change until the call has ended: the Go client's BatchOffload and
+// OffloadFrom return only after the server's answer or after the stream is reset, and a
+// reset stream is never committed (its END_STREAM is never sent). store.go promises the
+// caller its buffers back when the call returns; this is what keeps that promise.
 func marshalSplit(head proto.Message, value []byte, field protowire.Number) (mem.BufferSlice, error) {
 	b, err := proto.Marshal(head)
 	if err != nil {
@@ -76,7 +81,7 @@ func unmarshalSplit(data mem.BufferSlice, m proto.Message) (ok bool, err error) 
 	if data.Len() < zeroCopyBytes {
 		return false, nil
 	}
-	r := reader{bufs: data}
+	r := reader{bufs: data, n: data.Len()}
 	var rest, value []byte
 	found := false
 	for !r.done() {
@@ -114,6 +119,8 @@ type reader struct {
 	bufs mem.BufferSlice
 	i    int    // current buffer
 	cur  []byte // what is left of it
+	n    int    // bytes not read yet: kept, so left is O(1) (a message of many tiny fields in
+	// many tiny frames must cost linear time, not fields x frames)
 }
 
 func (r *reader) fill() bool {
@@ -130,19 +137,14 @@ func (r *reader) fill() bool {
 func (r *reader) done() bool { return !r.fill() }
 
 // left is the number of bytes not read yet.
-func (r *reader) left() int {
-	n := len(r.cur)
-	for _, b := range r.bufs[r.i:] {
-		n += b.Len()
-	}
-	return n
-}
+func (r *reader) left() int { return r.n }
 
 // read fills dst (the caller checked that enough bytes are left).
 func (r *reader) read(dst []byte) {
 	for len(dst) > 0 && r.fill() {
 		n := copy(dst, r.cur)
 		dst, r.cur = dst[n:], r.cur[n:]
+		r.n -= n
 	}
 }
 
@@ -153,19 +155,24 @@ func (r *reader) byte(keep *[]byte) (byte, bool) {
 	}
 	b := r.cur[0]
 	r.cur = r.cur[1:]
+	r.n--
 	if keep != nil {
 		*keep = append(*keep, b)
 	}
 	return b, true
 }
 
-// varint reads a base-128 varint (at most 10 bytes), appending its bytes to keep.
+// varint reads a base-128 varint (at most 10 bytes, the last at most 1, as protowire.ConsumeVarint
+// requires), appending its bytes to keep.
 func (r *reader) varint(keep *[]byte) (uint64, bool) {
 	var v uint64
 	for i := 0; i < 10; i++ {
 		b, ok := r.byte(keep)
 		if !ok {
 			return 0, false
+		}
+		if i == 9 && b > 1 {
+			return 0, false // overflows 64 bits: protowire refuses it, and so must this
 		}
 		v |= uint64(b&0x7f) << (7 * i)
 		if b < 0x80 {

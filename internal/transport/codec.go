@@ -40,7 +40,13 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
 	buf := pool.Get(size)
-	if _, err := opt.MarshalAppend((*buf)[:0], m); err != nil {
+	out, err := opt.MarshalAppend((*buf)[:0], m)
+	if err == nil && len(out) != size {
+		// The pool does not zero: a length other than Size would send stale bytes of another
+		// message, or lose these.
+		err = fmt.Errorf("transport: %T marshalled to %d bytes, Size said %d", m, len(out), size)
+	}
+	if err != nil {
 		pool.Put(buf)
 		return nil, err
 	}

@@ -15,9 +15,13 @@
 //     before it is read (a frame read into it, or a message marshalled into it). The
 //     messages are marshalled into it and gathered from their frames in it too (codec).
 //
-// Memory: a peer may make a connection buffer at most ConnWindow unread bytes, and one
-// stream at most StreamWindow, before it must wait for the receiver to read (the same bound
-// the BDP estimator could reach, 16 MiB per connection).
+// Memory: a peer may make one stream buffer at most StreamWindow bytes the server has not
+// read. grpc-go returns connection-level window as data arrives (it decouples the
+// connection's flow control from the application's reads), so ConnWindow bounds bytes on the
+// wire, not bytes held: a connection can hold up to MaxStreams x StreamWindow (1 GiB), the
+// same kind of bound gRPC's defaults gave (64 KiB windows grown to 16 MiB per stream) but
+// now with a stream limit, where grpc-go sets none. A node's handlers hold what they read
+// within its buffer budget (node.Config MaxBufferedBytes).
 package transport
 
 import (
@@ -33,13 +37,16 @@ const (
 	ConnWindow = 16 << 20
 	// IOBuffer is the size of each connection's read and write buffers, in bytes.
 	IOBuffer = 256 << 10
+	// MaxStreams is the most concurrent streams (calls) a server accepts on one connection;
+	// a client's further calls wait for one to end (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+	MaxStreams = 128
 )
 
 // ServerOptions are the tuning options of a node's gRPC server.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow),
-		grpc.ReadBufferSize(IOBuffer), grpc.WriteBufferSize(IOBuffer),
+		grpc.ReadBufferSize(IOBuffer), grpc.WriteBufferSize(IOBuffer), grpc.MaxConcurrentStreams(MaxStreams),
 		experimental.BufferPool(pool), grpc.ForceServerCodecV2(codec{}),
 	}
 }
