@@ -214,7 +214,8 @@ func (r *intentReader) str(what string) string {
 	return s
 }
 
-func (in intent) commit(id fsm.TxnID) []byte {
+// commitCmd is the COMMIT command (fsm.EncodeCommit) of the intent's entries under txn id.
+func (in intent) commitCmd(id fsm.TxnID) []byte {
 	entries := make([]fsm.Entry, len(in.Entries))
 	for i, e := range in.Entries {
 		entries[i] = e.fsmEntry()

@@ -140,7 +140,7 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 		c.abort(ctx, p, idx, ws, err)
 		return
 	}
-	res, err := c.proposeCommit(ctx, intentOf(c.cfg.NodeID, written).commit(p.id))
+	res, err := c.proposeCommit(ctx, intentOf(c.cfg.NodeID, written).commitCmd(p.id))
 	if err != nil {
 		c.fail(p, ws, kvoffload.CodeUnavailable, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
 		p.err = fmt.Errorf("%w: txn %s: %w", ErrIndeterminate, p.id, err)

@@ -129,7 +129,7 @@ func (c *Coordinator) resolveIntent(ctx context.Context, id fsm.TxnID, p pending
 	if _, ok := c.meta.TxnResult(id); ok {
 		rep.AlreadyDone++
 	} else if bad := c.verifyIntent(id, p); bad == "" {
-		if _, err := c.propose(ctx, p.in.commit(id)); err != nil {
+		if _, err := c.propose(ctx, p.in.commitCmd(id)); err != nil {
 			return fmt.Errorf("txn: recovery: re-proposing commit of %s: %w", id, err)
 		}
 		rep.RolledFwd++

@@ -113,7 +113,7 @@ func (l *Log) run() {
 		if !ok {
 			return
 		}
-		wrote, err := l.commit(reqs)
+		wrote, err := l.writeGroup(reqs)
 		l.complete(reqs, wrote, err)
 	}
 }
@@ -151,10 +151,10 @@ func (l *Log) take() ([]*request, bool) {
 	return reqs, true
 }
 
-// commit writes reqs as one tidwall batch (one fsync), then fsyncs the
+// writeGroup writes reqs as one tidwall batch (one fsync), then fsyncs the
 // directory if the batch may have started a new segment. wrote reports
 // whether a batch was written (false for a group of Sync calls only).
-func (l *Log) commit(reqs []*request) (wrote bool, err error) {
+func (l *Log) writeGroup(reqs []*request) (wrote bool, err error) {
 	l.mu.Lock()
 	failErr := l.failErr
 	l.mu.Unlock()
