@@ -1,19 +1,55 @@
 package bucketstore
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kvoffload/kvoffload/internal/failpoint"
+)
 
 // ReserveRun reserves one extent per size, back to back in the open bucket, under one lock:
 // a transaction's records then lie in one run that WriteRecords writes with one pwrite per
 // MaxRunBytes, instead of one per record (the per-key syscall that bounded small objects,
-// docs/benchmarks.md). The run starts at a multiple of WriteAlignment and is padded to one,
-// and so is each stretch of it that WriteRecords writes with one pwrite (layout); the records
-// inside are packed at Alignment. It reserves all or nothing: when the run does not fit in
-// what the open bucket has left, it rolls to a new bucket first; when it cannot be reserved
-// at all (the quota, a size over BucketSize, more than a bucket in total), it reserves
-// nothing and returns the error, and the caller reserves record by record. Sizes must be
-// positive multiples of Alignment.
+// docs/benchmarks.md). It reserves all or nothing: when the run does not fit in what the open
+// bucket has left, it rolls to a new bucket first; when it cannot be reserved at all (the
+// quota, a size over BucketSize, more than a bucket in total), it reserves nothing and returns
+// the error, and the caller reserves record by record. Sizes must be positive multiples of
+// Alignment.
 func (s *Store) ReserveRun(sizes []int64) ([]Extent, error) {
-	return s.reserve(sizes)
+	var total int64
+	for _, size := range sizes {
+		if size <= 0 || size%Alignment != 0 {
+			return nil, fmt.Errorf("bucketstore: reserve %d: not a positive multiple of %d", size, Alignment)
+		}
+		total += size
+	}
+	if total > s.cfg.BucketSize {
+		return nil, fmt.Errorf("%w: a run of %d bytes > BucketSize %d", ErrTooLarge, total, s.cfg.BucketSize)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if c := s.cfg.Capacity; c > 0 && s.live+total > c {
+		return nil, fmt.Errorf("%w: live %d + %d > capacity %d", ErrNoSpace, s.live, total, c)
+	}
+	if s.open == nil || s.open.failed.Load() || s.open.tail+total > s.cfg.BucketSize {
+		if err := s.rollLocked(); err != nil {
+			return nil, err
+		}
+	}
+	b := s.open
+	exts := make([]Extent, len(sizes))
+	for i, size := range sizes {
+		exts[i] = Extent{Bucket: b.id, Offset: b.tail, Length: size}
+		b.tail += size
+		if err := s.addLiveLocked(b, exts[i]); err != nil {
+			return nil, err // an accounting bug: the tail only grows
+		}
+	}
+	s.preallocateLocked(b)
+	return exts, nil
 }
 
 // MaxRunBytes bounds one pwrite of WriteRecords (and the aligned buffer it is encoded in):
@@ -35,22 +71,18 @@ type RecordWrite struct {
 }
 
 // WriteRecords writes recs like WriteRecord, but records whose extents follow each other in
-// one bucket are encoded into one aligned buffer and written with one pwrite per write unit
-// of at most MaxRunBytes (a record larger than that is a unit of its own). A unit starts at a
-// multiple of WriteAlignment and its pwrite is padded to one; runs split where layout split
-// them. It returns one error per record (nil: written, not yet synced); a failed pwrite fails
-// every record of its unit, the others go on. recs should be whole ReserveRun reservations in
-// extent order (ReserveRun gives them so); runs form only between neighbours, and a unit that
-// does not start at a multiple of WriteAlignment, or whose padding holds another live extent,
-// fails (it would overwrite a neighbour's bytes).
+// one bucket are encoded into one aligned buffer and written with one pwrite per run of at
+// most MaxRunBytes (a record larger than that is a run of its own). It returns one error per
+// record (nil: written, not yet synced); a failed pwrite fails every record of its run, the
+// others go on. recs should be in extent order (ReserveRun gives them so); runs form only
+// between neighbours.
 func (s *Store) WriteRecords(recs []RecordWrite) []error {
 	errs := make([]error, len(recs))
 	for start := 0; start < len(recs); {
 		end, size := start+1, recs[start].Ext.Length
 		for end < len(recs) {
 			prev, next := recs[end-1].Ext, recs[end].Ext
-			if next.Bucket != prev.Bucket || next.Offset != prev.End() ||
-				(next.Offset%WriteAlignment == 0 && splitsBefore(size, next.Length)) {
+			if next.Bucket != prev.Bucket || next.Offset != prev.End() || size+next.Length > MaxRunBytes {
 				break
 			}
 			size += next.Length
@@ -81,10 +113,9 @@ func (s *Store) writeRun(recs []RecordWrite, errs []error) {
 	}
 	first := recs[0].Ext
 	size := recs[len(recs)-1].Ext.End() - first.Offset
-	padded := alignUp(size, WriteAlignment)
-	full := getBuffer(int(roundUp(padded, runBufferStep))) // a few sizes, so the pools are reused
+	full := getBuffer(int(roundUp(size, runBufferStep))) // a few sizes, so the pools are reused
 	defer putBuffer(full)
-	buf := full[:padded]
+	buf := full[:size]
 	for i, r := range recs {
 		off := r.Ext.Offset - first.Offset
 		if n := RecordSize(len(r.Header.Key), len(r.Payload)); n != r.Ext.Length {
@@ -96,14 +127,21 @@ func (s *Store) writeRun(recs []RecordWrite, errs []error) {
 			clear(buf[off : off+r.Ext.Length]) // an unencodable record is written as zeros: it reads as no record
 		}
 	}
-	clear(buf[size:])
-	if err := s.writeUnit(b, buf, first.Offset, fmt.Sprintf("%d records at %+v", len(recs), first)); err != nil {
-		fail(err)
+	if errors.Is(failpoint.Hit(failpoint.BucketWrite), failpoint.ErrTorn) {
+		// Chaos builds only: leave the first half of the run (whole 4 KiB blocks, so
+		// O_DIRECT accepts it) and die, as a power cut in the middle of the write would.
+		_, _ = b.f.WriteAt(buf[:len(buf)/2/Alignment*Alignment], first.Offset)
+		failpoint.Crash()
 	}
+	if _, err := b.f.WriteAt(buf, first.Offset); err != nil {
+		fail(fmt.Errorf("bucketstore: write %d records at %+v: %w", len(recs), first, err))
+		return
+	}
+	b.writes.Add(1)
 }
 
 // writableRun checks, under one lock, that every extent of recs is live and reserved in one
-// fresh bucket and that they form a write unit (writeUnitLocked), and returns the bucket.
+// fresh bucket, and returns the bucket.
 func (s *Store) writableRun(recs []RecordWrite) (*bucket, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,6 +154,5 @@ func (s *Store) writableRun(recs []RecordWrite) (*bucket, error) {
 			return nil, fmt.Errorf("bucketstore: write %+v: not a live extent reserved by this store", r.Ext)
 		}
 	}
-	first, last := recs[0].Ext, recs[len(recs)-1].Ext
-	return b, writeUnitLocked(b, Extent{Bucket: b.id, Offset: first.Offset, Length: last.End() - first.Offset})
+	return b, nil
 }

@@ -38,9 +38,7 @@ func TestReserveRunWriteRecords(t *testing.T) {
 	}
 	var total int64
 	for i, e := range exts {
-		follows := i == 0 || e.Offset == exts[i-1].End() ||
-			(e.Offset%WriteAlignment == 0 && e.Offset-exts[i-1].End() < WriteAlignment) // a new write unit
-		if !follows || e.Bucket != exts[0].Bucket || e.Length != sizes[i] {
+		if i > 0 && e.Offset != exts[i-1].End() || e.Bucket != exts[0].Bucket || e.Length != sizes[i] {
 			t.Fatalf("extent %d %+v does not follow %+v", i, e, exts[max(i-1, 0)])
 		}
 		recs[i].Ext = e
@@ -73,18 +71,18 @@ func TestReserveRunWriteRecords(t *testing.T) {
 // to record-by-record reservations.
 func TestReserveRunAllOrNothing(t *testing.T) {
 	cfg := memConfig(nil)
-	cfg.Capacity = 10 * WriteAlignment
+	cfg.Capacity = 10 * Alignment
 	s := mustOpen(t, cfg)
-	if _, err := s.ReserveRun([]int64{4 * WriteAlignment, 4 * WriteAlignment, 4 * WriteAlignment}); !errors.Is(err, ErrNoSpace) {
+	if _, err := s.ReserveRun([]int64{4 * Alignment, 4 * Alignment, 4 * Alignment}); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("a run over the quota: %v, want ErrNoSpace", err)
 	}
 	if st := mustStats(t, s); st.LiveBytes != 0 {
 		t.Fatalf("a refused run left %d bytes live", st.LiveBytes)
 	}
-	if _, err := s.ReserveRun([]int64{4 * WriteAlignment, 100}); err == nil {
+	if _, err := s.ReserveRun([]int64{4 * Alignment, 100}); err == nil {
 		t.Fatal("a size that is not a multiple of Alignment was accepted")
 	}
-	if _, err := s.ReserveRun([]int64{cfg.BucketSize, WriteAlignment}); !errors.Is(err, ErrTooLarge) {
+	if _, err := s.ReserveRun([]int64{cfg.BucketSize, Alignment}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a run over BucketSize: %v, want ErrTooLarge", err)
 	}
 }

@@ -7,14 +7,12 @@ import (
 // TestCollect writes eight records into one bucket, reopens (sealing it), keeps four live and
 // checks gaps punched, tail truncated, idempotence, and removal when nothing is live. Four
 // live extents keep the ext4 extent tree inside the inode, so st_blocks counts data only.
-// Each record starts a filesystem block (a Reserve each) and the last one it fills is only
-// partly live, so the allocated bytes are the live extents rounded up to WriteAlignment.
 func TestCollect(t *testing.T) {
 	storeBackends(t, func(t *testing.T, cfg Config) {
 		s := mustOpen(t, cfg)
 		var ws []written
 		for i := range 8 {
-			ws = append(ws, mustPut(t, s, "k", uint64(i), (i%3+1)*WriteAlignment))
+			ws = append(ws, mustPut(t, s, "k", uint64(i), (i%3+1)*Alignment))
 		}
 		if err := s.Sync(); err != nil {
 			t.Fatal(err)
@@ -24,11 +22,10 @@ func TestCollect(t *testing.T) {
 		id := ws[0].ext.Bucket
 		keep := []written{ws[6], ws[1], ws[4], ws[3]} // leading gap, middle gap, tail
 		var live []Extent
-		var liveBytes, blockBytes int64
+		var liveBytes int64
 		for _, w := range keep {
 			live = append(live, w.ext)
 			liveBytes += w.ext.Length
-			blockBytes += alignUp(w.ext.Length, WriteAlignment)
 		}
 		before := mustStats(t, s)
 		freed, err := s.Collect(id, live)
@@ -36,12 +33,12 @@ func TestCollect(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := mustStats(t, s)
-		if st.AllocatedBytes != blockBytes || st.LiveBytes != liveBytes {
-			t.Fatalf("after Collect: allocated %d live %d, want %d and %d", st.AllocatedBytes, st.LiveBytes, blockBytes, liveBytes)
+		if st.AllocatedBytes != liveBytes || st.LiveBytes != liveBytes {
+			t.Fatalf("after Collect: allocated %d live %d, want %d", st.AllocatedBytes, st.LiveBytes, liveBytes)
 		}
-		if st.FileBytes != ws[6].ext.End() || freed != before.AllocatedBytes-blockBytes {
+		if st.FileBytes != ws[6].ext.End() || freed != before.AllocatedBytes-liveBytes {
 			t.Fatalf("file %d bytes (want %d), freed %d (want %d)",
-				st.FileBytes, ws[6].ext.End(), freed, before.AllocatedBytes-blockBytes)
+				st.FileBytes, ws[6].ext.End(), freed, before.AllocatedBytes-liveBytes)
 		}
 		for _, w := range keep {
 			mustRead(t, s, w)
@@ -55,8 +52,8 @@ func TestCollect(t *testing.T) {
 		if st2 := mustStats(t, s); st2 != st {
 			t.Fatalf("second Collect changed stats: %+v -> %+v", st, st2)
 		}
-		if freed, err := s.Collect(id, nil); err != nil || freed != blockBytes {
-			t.Fatalf("Collect with nothing live: freed %d, %v; want %d", freed, err, blockBytes)
+		if freed, err := s.Collect(id, nil); err != nil || freed != liveBytes {
+			t.Fatalf("Collect with nothing live: freed %d, %v; want %d", freed, err, liveBytes)
 		}
 		if len(s.Buckets()) != 0 {
 			t.Fatalf("bucket not removed: %v", s.Buckets())

@@ -18,7 +18,7 @@ type Config struct {
 	// FS is the filesystem; nil means vfs.OSFS{DirectIO: true}.
 	FS vfs.FS
 	// BucketSize is the size past which Reserve rolls to a new bucket file; a multiple of
-	// WriteAlignment. 0 means DefaultBucketSize. Reserves larger than it fail with ErrTooLarge.
+	// Alignment. 0 means DefaultBucketSize. Reserves larger than it fail with ErrTooLarge.
 	BucketSize int64
 	// Capacity is the quota on live plus reserved bytes; 0 means unlimited.
 	Capacity int64
@@ -38,9 +38,9 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		errs = append(errs, errors.New("bucketstore: config: Dir is empty"))
 	}
-	if c.BucketSize < 0 || c.BucketSize%WriteAlignment != 0 {
+	if c.BucketSize < 0 || c.BucketSize%Alignment != 0 {
 		errs = append(errs, fmt.Errorf("bucketstore: config: BucketSize %d is not a non-negative multiple of %d",
-			c.BucketSize, WriteAlignment))
+			c.BucketSize, Alignment))
 	}
 	if c.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("bucketstore: config: Capacity %d is negative", c.Capacity))

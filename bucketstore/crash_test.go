@@ -17,12 +17,12 @@ func TestStoreCrash(t *testing.T) {
 			t.Run(fmt.Sprintf("mode%d/round%d", mode, round), func(t *testing.T) {
 				m := memfs.New()
 				cfg := memConfig(m)
-				cfg.BucketSize = 8 * WriteAlignment
+				cfg.BucketSize = 8 * Alignment
 				s := mustOpen(t, cfg)
 				byKey := map[string]written{}
 				var synced []written
 				for i := range 12 {
-					w := mustPut(t, s, fmt.Sprintf("k%d", i), uint64(i), rng.IntN(3*WriteAlignment))
+					w := mustPut(t, s, fmt.Sprintf("k%d", i), uint64(i), rng.IntN(3*Alignment))
 					byKey[w.h.Key] = w
 					if rng.IntN(3) == 0 {
 						if err := s.Sync(w.ext.Bucket); err != nil {

@@ -6,34 +6,20 @@
 //
 // # Protocol
 //
-// A writer calls Reserve(RecordSize(len(key), len(payload))), WriteRecord (or ReserveRun and
-// WriteRecords for a transaction's records), then Sync of the extent's bucket; only after Sync returns nil may it commit metadata pointing at the extent.
+// A writer calls Reserve(RecordSize(len(key), len(payload))), WriteRecord, then Sync of the
+// extent's bucket; only after Sync returns nil may it commit metadata pointing at the extent.
 // Readers call Read with the header the metadata promises; every field is checked.
 //
 // # Invariants
 //
-//   - Every record starts at a multiple of Alignment (512) and is padded to one (zero
-//     padding); version 1 records, still read, at a multiple of 4096.
-//   - Every write starts and ends at a multiple of WriteAlignment (4096): a reservation (one
-//     Reserve, or one ReserveRun write unit of at most MaxRunBytes) starts at one and is
-//     padded with zeros to one; the records of a run are packed at Alignment inside it. So
-//     records of different reservations never share a filesystem block, and a pwrite never
-//     covers part of one (ext4 serializes such O_DIRECT writes). WriteRecord and WriteRecords
-//     refuse a write that would start inside a block or zero a live neighbour's bytes.
+//   - Every record starts at a multiple of Alignment and is padded to one (zero padding).
 //   - A bucket file is written only by the Store that created it: Open lists existing files
 //     and new records always go to a fresh file with a larger ID, so a torn tail left by a
 //     crash is never appended to.
-//   - LiveBytes equals the sum of extents reserved or adopted and not yet freed, and PadBytes
-//     the padding after the write units they end (exact: each bucket keeps its live extents
-//     and pads, so a double Free or Adopt is an error, never a silent miscount). Capacity
-//     bounds LiveBytes + PadBytes at Reserve.
-//   - Free punches the freed extent and its pad, widened to each block at either end that no
-//     live extent or pad touches any more (a per-block count of the live footprints that
-//     cover part of it); a block still shared is zeroed in that range, not freed, and its
-//     other records keep their bytes (fallocate(2), FALLOC_FL_PUNCH_HOLE). So in a fresh or
-//     collected bucket exactly the blocks holding live bytes or their pads stay allocated.
-//   - After Collect of a sealed bucket, exactly the filesystem blocks holding live bytes stay
-//     allocated.
+//   - LiveBytes equals the sum of extents reserved or adopted and not yet freed (exact:
+//     each bucket keeps its live extents, so a double Free or Adopt is an error, never a
+//     silent miscount). Capacity bounds LiveBytes at Reserve.
+//   - After Collect of a sealed bucket, its allocated bytes equal the sum of its live extents.
 //   - A bucket whose fdatasync failed is never synced again nor reserved in (fsyncgate: a
 //     retried fsync can succeed without the data being on disk).
 //
@@ -52,7 +38,7 @@
 //
 //	offset  size  field
 //	0       4     magic "KVB1"
-//	4       1     version = 2 (1: padded to 4096, still read)
+//	4       1     version = 1
 //	5       1     flags = 0
 //	6       2     keyLen (<= MaxKeyLen = 1024)
 //	8       4     payloadLen
@@ -61,7 +47,7 @@
 //	32      8     generation
 //	40      8     payloadSum = xxhash64(payload)
 //	48      8     headerSum  = xxhash64(bytes 0..48 || key)
-//	56      n     key, then payload, then zero padding to a multiple of 512 (version 1: 4096)
+//	56      n     key, then payload, then zero padding to a multiple of 4096
 //
 // Bucket files are named bucket-%010d.kvb (IDs from 1); Dir/LOCK is held with flock.
 //
@@ -88,10 +74,8 @@
 // The store does all I/O through vfs.FS (Config.FS): vfs.OSFS (real, O_DIRECT) in
 // production; its tests also run on memfs.FS (vfs/memfs: in-memory, crashable: Crash keeps
 // durable state plus a seeded choice of pending operations) and errorfs.FS (vfs/errorfs:
-// wraps another FS and injects errors chosen by an Injector, e.g. FailNth). WriteAlignment
-// is a multiple of vfs.DirectIOAlignment, so records are written with direct I/O; they are
-// read with it where the file's vfs.DirectReadAlignment divides Alignment (512-byte logical
-// blocks), through the page cache elsewhere.
+// wraps another FS and injects errors chosen by an Injector, e.g. FailNth). A record's
+// Alignment is a multiple of vfs.DirectIOAlignment, so records are written with direct I/O.
 //
 // # Logging
 //

@@ -10,13 +10,9 @@ import (
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
-// Free releases a live extent: it stops counting it (and the padding of its write unit, when
-// it is the unit's last extent) and punches a hole over both, widened to each filesystem
-// block at either end that no other live extent touches any more (b.shared). A block still
-// shared is zeroed in the freed range, not deallocated, and the records sharing it keep their
-// bytes (fallocate(2), FALLOC_FL_PUNCH_HOLE). When a bucket other than
-// the open one has nothing live left, its file is removed and the directory fsync'd. The
-// accounting changes even if the punch fails (Collect reclaims the bytes later).
+// Free releases a live extent: it stops counting it and punches a hole over it. When a bucket
+// other than the open one has nothing live left, its file is removed and the directory
+// fsync'd. The accounting changes even if the punch fails (Collect reclaims the bytes later).
 func (s *Store) Free(ext Extent) error {
 	s.mu.Lock()
 	b, err := s.bucketLocked(ext.Bucket)
@@ -31,7 +27,9 @@ func (s *Store) Free(ext Extent) error {
 		s.mu.Unlock()
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, ErrNotLive)
 	}
-	punchOff, punchEnd := s.dropLiveLocked(b, ext.Offset, ext.Length)
+	delete(b.live, ext.Offset)
+	b.liveBytes -= ext.Length
+	s.live -= ext.Length
 	if err := failpoint.Hit(failpoint.BucketFree); err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, err) // the bytes stay until Collect
@@ -42,7 +40,7 @@ func (s *Store) Free(ext Extent) error {
 		return errors.Join(err, s.syncDir())
 	}
 	s.mu.Unlock()
-	if err := b.f.PunchHole(punchOff, punchEnd-punchOff); err != nil && !b.removed.Load() {
+	if err := b.f.PunchHole(ext.Offset, ext.Length); err != nil && !b.removed.Load() {
 		return fmt.Errorf("bucketstore: free %+v: punch: %w", ext, err)
 	}
 	return nil
@@ -63,16 +61,15 @@ func (s *Store) Adopt(ext Extent) error {
 	if b.fresh {
 		return fmt.Errorf("bucketstore: adopt %+v: bucket was created by this store", ext)
 	}
-	return s.addLiveLocked(b, ext, 0)
+	return s.addLiveLocked(b, ext)
 }
 
 // Collect is orphan garbage collection for a bucket that is not the open one. live is the
 // complete set of live extents of that bucket (any order); it replaces the bucket's
 // accounting (adopting what was not adopted, dropping what is not listed). Collect punches
 // every gap between live extents, truncates the file after the last one, or removes the file
-// if none is live. Gaps are punched exactly, so a filesystem block shared by a live extent
-// and a gap stays allocated (zeroed in the gap). It is idempotent and returns the bytes it
-// freed (allocated bytes before minus after). It must not run concurrently with Free or Adopt on the same bucket.
+// if none is live. It is idempotent and returns the bytes it freed (allocated bytes before
+// minus after). It must not run concurrently with Free or Adopt on the same bucket.
 func (s *Store) Collect(id uint32, live []Extent) (int64, error) {
 	sorted, err := sortedLive(id, live)
 	if err != nil {
@@ -125,12 +122,12 @@ func (s *Store) collectableLocked(id uint32, none bool) (*bucket, error) {
 
 func (s *Store) replaceLiveLocked(b *bucket, sorted []Extent) {
 	s.live -= b.liveBytes
-	s.pad -= b.padBytes
-	b.live, b.pads, b.shared, b.liveBytes, b.padBytes = make(map[int64]int64, len(sorted)), map[int64]int64{}, map[int64]int32{}, 0, 0
-	b.complete = true
+	b.live, b.liveBytes = make(map[int64]int64, len(sorted)), 0
 	for _, e := range sorted {
-		_ = s.addLiveLocked(b, e, 0) // sorted holds no two extents at one offset
+		b.live[e.Offset] = e.Length
+		b.liveBytes += e.Length
 	}
+	s.live += b.liveBytes
 }
 
 // sortedLive validates the live extents of bucket id and returns them sorted by offset.

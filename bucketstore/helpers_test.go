@@ -3,7 +3,6 @@ package bucketstore
 import (
 	"errors"
 	"flag"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -37,7 +36,7 @@ func memConfig(fsys vfs.FS) Config {
 	if fsys == nil {
 		fsys = memfs.New()
 	}
-	return Config{Dir: testDir, FS: fsys, BucketSize: 64 * WriteAlignment}
+	return Config{Dir: testDir, FS: fsys, BucketSize: 64 * Alignment}
 }
 
 func mustOpen(tb testing.TB, cfg Config) *Store {
@@ -119,9 +118,8 @@ func mustStats(tb testing.TB, s *Store) Stats {
 	return st
 }
 
-// checkAccounting asserts the store invariants LiveBytes == sum of live extents (against the
-// caller's model and the per-bucket bookkeeping) and PadBytes == sum of pads, each of which
-// belongs to a live extent and is shorter than WriteAlignment.
+// checkAccounting asserts the store invariant LiveBytes == sum of live extents, both against
+// the caller's model and against the per-bucket bookkeeping.
 func checkAccounting(tb testing.TB, s *Store, live map[Extent]bool) {
 	tb.Helper()
 	var want int64
@@ -129,36 +127,20 @@ func checkAccounting(tb testing.TB, s *Store, live map[Extent]bool) {
 		want += e.Length
 	}
 	s.mu.Lock()
-	var extents, pads int64
+	var perBucket int64
 	for _, b := range s.buckets {
-		var sum, padSum int64
+		var sum int64
 		for _, n := range b.live {
 			sum += n
 		}
-		for off, pad := range b.pads {
-			if _, ok := b.live[off]; !ok || pad <= 0 || pad >= WriteAlignment {
-				tb.Errorf("bucket %d: pad of %d bytes at %d (live there: %v)", b.id, pad, off, ok)
-			}
-			padSum += pad
+		if sum != b.liveBytes {
+			tb.Errorf("bucket %d: liveBytes %d, extents sum %d", b.id, b.liveBytes, sum)
 		}
-		shared := map[int64]int32{}
-		for off, n := range b.live {
-			for _, blk := range partialBlocks(off, off+n+b.pads[off]) {
-				shared[blk]++
-			}
-		}
-		if !maps.Equal(shared, b.shared) {
-			tb.Errorf("bucket %d: shared blocks %v, live footprints give %v", b.id, b.shared, shared)
-		}
-		if sum != b.liveBytes || padSum != b.padBytes {
-			tb.Errorf("bucket %d: liveBytes %d padBytes %d, extents sum %d, pads %d", b.id, b.liveBytes, b.padBytes, sum, padSum)
-		}
-		extents += sum
-		pads += padSum
+		perBucket += sum
 	}
 	s.mu.Unlock()
-	if st := mustStats(tb, s); st.LiveBytes != want || extents != want || st.PadBytes != pads {
-		tb.Fatalf("LiveBytes %d, per-bucket %d, model %d; PadBytes %d, pads %d", st.LiveBytes, extents, want, st.PadBytes, pads)
+	if st := mustStats(tb, s); st.LiveBytes != want || perBucket != want {
+		tb.Fatalf("LiveBytes %d, per-bucket %d, model %d", st.LiveBytes, perBucket, want)
 	}
 }
 

@@ -20,10 +20,10 @@ func TestReadRefusesImpossibleExtents(t *testing.T) {
 		h    Header
 		want string
 	}{
-		{"misaligned offset", Extent{Bucket: w.ext.Bucket, Offset: 100, Length: w.ext.Length}, w.h, "not aligned to 512"},
-		{"misaligned length", Extent{Bucket: w.ext.Bucket, Offset: 0, Length: w.ext.Length + 1}, w.h, "not aligned to 512"},
+		{"misaligned offset", Extent{Bucket: w.ext.Bucket, Offset: 100, Length: w.ext.Length}, w.h, "not aligned to 4096"},
+		{"misaligned length", Extent{Bucket: w.ext.Bucket, Offset: 0, Length: w.ext.Length + 1}, w.h, "not aligned to 4096"},
 		{"16 TiB", Extent{Bucket: w.ext.Bucket, Offset: 0, Length: 16 << 40}, w.h, "largest record, 1073745920 bytes"},
-		{"length of another record", Extent{Bucket: w.ext.Bucket, Offset: 0, Length: w.ext.Length + Alignment}, w.h, "is 5120 bytes (8192 in format version 1)"},
+		{"length of another record", Extent{Bucket: w.ext.Bucket, Offset: 0, Length: w.ext.Length + Alignment}, w.h, "is 8192 bytes"},
 		{"past the end of the file", Extent{Bucket: w.ext.Bucket, Offset: 0, Length: RecordSize(1, MaxPayloadLen)}, huge, "past the end of the file"},
 	} {
 		allocs := testing.AllocsPerRun(1, func() { _, _ = s.Read(tc.ext, tc.h) })
@@ -35,8 +35,7 @@ func TestReadRefusesImpossibleExtents(t *testing.T) {
 			t.Errorf("%s: %v allocations before refusing", tc.name, allocs)
 		}
 	}
-	if MaxRecordLen != legacyRecordSize(MaxKeyLen, MaxPayloadLen) || RecordSize(MaxKeyLen, MaxPayloadLen) > MaxRecordLen {
-		t.Fatalf("MaxRecordLen %d, version 1 record of the largest key and payload %d, version 2 %d",
-			int64(MaxRecordLen), legacyRecordSize(MaxKeyLen, MaxPayloadLen), RecordSize(MaxKeyLen, MaxPayloadLen))
+	if MaxRecordLen != RecordSize(MaxKeyLen, MaxPayloadLen) {
+		t.Fatalf("MaxRecordLen %d, RecordSize(MaxKeyLen, MaxPayloadLen) %d", int64(MaxRecordLen), RecordSize(MaxKeyLen, MaxPayloadLen))
 	}
 }

@@ -14,44 +14,25 @@ import (
 
 // These constants are on-disk format: changing any of them requires a new version.
 const (
-	// Alignment is the start and padding granularity of a record (format version 2): 512
-	// bytes, the logical block size of the devices the store runs on, at which O_DIRECT reads
-	// are allowed (open(2), "O_DIRECT"; measured on the development VMs with statx
-	// STATX_DIOALIGN). A 4 KiB payload is then a 4.5 KiB record, not an 8 KiB one.
-	Alignment = 512
-	// WriteAlignment is the granularity of every write: a reservation (Reserve, or one run of
-	// ReserveRun) starts at a multiple of it and is padded to one, so each pwrite covers whole
-	// filesystem blocks (ext4 serializes O_DIRECT writes that are not block-aligned and
-	// zeroes the rest of a partly written block) and records of different reservations never
-	// share a block.
-	WriteAlignment = 4096
-	// legacyAlignment is the start and padding granularity of a version 1 record.
-	legacyAlignment = 4096
-	// MaxKeyLen bounds keys, so that a record's header and key fit in its first
-	// WriteAlignment bytes.
+	// Alignment is the start and padding granularity of every record.
+	Alignment = 4096
+	// MaxKeyLen bounds keys, so that a record's header and key fit in its first block.
 	MaxKeyLen = 1024
 	// MaxPayloadLen bounds payloads (the KV-cache blocks are at most 64 MiB).
 	MaxPayloadLen = 1 << 30
-	// MaxRecordLen is the largest extent a record can fill: a version 1 record of a
-	// MaxKeyLen key and a MaxPayloadLen payload, 1 GiB + 4 KiB (a version 2 one is 1 GiB +
-	// 1.5 KiB). Read refuses a longer extent as corrupt before allocating anything, so a
-	// metadata entry with a huge length cannot exhaust memory.
-	MaxRecordLen = (headerLen + MaxKeyLen + MaxPayloadLen + legacyAlignment - 1) &^ (legacyAlignment - 1)
+	// MaxRecordLen is the largest extent a record can fill, RecordSize(MaxKeyLen,
+	// MaxPayloadLen): 1 GiB + 4 KiB. Read refuses a longer extent as corrupt before allocating
+	// anything, so a metadata entry with a huge length cannot exhaust memory.
+	MaxRecordLen = (headerLen + MaxKeyLen + MaxPayloadLen + Alignment - 1) &^ (Alignment - 1)
 
-	recordVersion   = 2 // written; Alignment padding
-	legacyVersion   = 1 // still read; legacyAlignment padding
+	recordVersion   = 1
 	headerLen       = 56
 	headerSumOffset = 48
 )
 
-// Records are read with direct I/O, so Alignment must be a multiple of 512 (the smallest
-// logical block size) and WriteAlignment of vfs.DirectIOAlignment: these array indexes fail
-// to compile otherwise.
-var (
-	_ = [1]struct{}{}[Alignment%512]
-	_ = [1]struct{}{}[WriteAlignment%vfs.DirectIOAlignment]
-	_ = [1]struct{}{}[WriteAlignment%Alignment]
-)
+// Records are written with direct I/O, so Alignment must be a multiple of
+// vfs.DirectIOAlignment: this array index fails to compile otherwise.
+var _ = [1]struct{}{}[Alignment%vfs.DirectIOAlignment]
 
 var recordMagic = [4]byte{'K', 'V', 'B', '1'}
 
@@ -77,28 +58,12 @@ func NewHeader(key string, txnID [16]byte, generation uint64, payload []byte) He
 // store's one extent type (package extent), which the metadata records as fsm.Extent.
 type Extent = extent.Extent
 
-// RecordSize returns the padded on-disk size of a record, a multiple of Alignment: the
-// Length of its extent.
+// RecordSize returns the padded on-disk size of a record.
 func RecordSize(keyLen, payloadLen int) int64 {
-	return alignUp(int64(headerLen+keyLen+payloadLen), Alignment)
+	return alignUp(int64(headerLen + keyLen + payloadLen))
 }
 
-// legacyRecordSize is the size of a version 1 record, a multiple of legacyAlignment: the
-// Length of its extent in data written before version 2.
-func legacyRecordSize(keyLen, payloadLen int) int64 {
-	return alignUp(int64(headerLen+keyLen+payloadLen), legacyAlignment)
-}
-
-// sizeOf returns the size of the record h describes, by its version.
-func sizeOf(h Header, version byte) int64 {
-	if version == legacyVersion {
-		return legacyRecordSize(len(h.Key), int(h.PayloadLen))
-	}
-	return RecordSize(len(h.Key), int(h.PayloadLen))
-}
-
-// alignUp rounds n up to a multiple of a, a power of two.
-func alignUp(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
+func alignUp(n int64) int64 { return (n + Alignment - 1) &^ (Alignment - 1) }
 
 // EncodeRecord writes the record into buf, whose length must be RecordSize(len(h.Key),
 // len(payload)). It verifies h.PayloadLen and h.PayloadSum against payload first, so that a
@@ -150,15 +115,15 @@ func headerSum(buf []byte, keyLen int) uint64 {
 	return d.Sum64()
 }
 
-// DecodeRecord parses buf, which must hold exactly one record (len(buf) == its size: RecordSize
-// for a version 2 record, legacyRecordSize for a version 1 one), and verifies magic, version, flags, reserved bytes, header checksum, lengths, payload
+// DecodeRecord parses buf, which must hold exactly one record (len(buf) == its RecordSize),
+// and verifies magic, version, flags, reserved bytes, header checksum, lengths, payload
 // checksum and zero padding. The returned payload aliases buf. Errors wrap ErrCorrupt.
 func DecodeRecord(buf []byte) (Header, []byte, error) {
 	h, err := decodeHeader(buf)
 	if err != nil {
 		return Header{}, nil, err
 	}
-	size := sizeOf(h, buf[4])
+	size := RecordSize(len(h.Key), int(h.PayloadLen))
 	if int64(len(buf)) != size {
 		return Header{}, nil, corruptf("record size %d, buffer holds %d", size, len(buf))
 	}
@@ -173,8 +138,8 @@ func DecodeRecord(buf []byte) (Header, []byte, error) {
 	return h, payload, nil
 }
 
-// decodeHeader verifies and parses the fixed header and key of a version 1 or 2 record,
-// which always lie in its first WriteAlignment bytes. buf may be longer than the header.
+// decodeHeader verifies and parses the fixed header and key, which always lie in the first
+// Alignment bytes of a record. buf may be longer than the header.
 func decodeHeader(buf []byte) (Header, error) {
 	if len(buf) < headerLen {
 		return Header{}, corruptf("%d bytes, header needs %d", len(buf), headerLen)
@@ -182,7 +147,7 @@ func decodeHeader(buf []byte) (Header, error) {
 	if !bytes.Equal(buf[0:4], recordMagic[:]) {
 		return Header{}, corruptf("bad magic %q", buf[0:4])
 	}
-	if (buf[4] != recordVersion && buf[4] != legacyVersion) || buf[5] != 0 {
+	if buf[4] != recordVersion || buf[5] != 0 {
 		return Header{}, corruptf("unknown version %d flags %d", buf[4], buf[5])
 	}
 	keyLen := int(binary.LittleEndian.Uint16(buf[6:8]))

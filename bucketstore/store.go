@@ -22,12 +22,11 @@ type Store struct {
 	log  *slog.Logger
 	lock io.Closer
 
-	mu        sync.RWMutex // Read takes it shared: up to ReadsInFlight readers per BatchGet
+	mu        sync.Mutex
 	buckets   map[uint32]*bucket
 	open      *bucket // bucket receiving reserves; nil until the first Reserve
 	nextID    uint32
 	live      int64  // sum of live extents over all buckets
-	pad       int64  // sum of the pads of live write units over all buckets
 	dirGen    uint64 // bumped by every bucket file creation and removal
 	dirSynced uint64 // dirGen covered by the last successful directory sync
 	closed    bool
@@ -62,42 +61,33 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Reserve allocates size bytes (a RecordSize, a multiple of Alignment) at a multiple of
-// WriteAlignment in the open bucket, rolling to a new bucket file when it is full or failed.
-// The extent counts as live until freed, with its padding to WriteAlignment.
+// Reserve allocates size bytes (a RecordSize) in the open bucket, rolling to a new bucket
+// file when it is full or failed. The extent counts as live until freed.
 func (s *Store) Reserve(size int64) (Extent, error) {
-	exts, err := s.reserve([]int64{size})
-	if err != nil {
-		return Extent{}, err
+	if size <= 0 || size%Alignment != 0 {
+		return Extent{}, fmt.Errorf("bucketstore: reserve %d: not a positive multiple of %d", size, Alignment)
 	}
-	return exts[0], nil
-}
-
-// reserve is Reserve and ReserveRun: one reservation of sizes, all or nothing.
-func (s *Store) reserve(sizes []int64) ([]Extent, error) {
-	for _, size := range sizes {
-		if size <= 0 || size%Alignment != 0 {
-			return nil, fmt.Errorf("bucketstore: reserve %d: not a positive multiple of %d", size, Alignment)
-		}
-	}
-	total := reservedSize(sizes...)
-	if total > s.cfg.BucketSize {
-		return nil, fmt.Errorf("%w: %d bytes > BucketSize %d", ErrTooLarge, total, s.cfg.BucketSize)
+	if size > s.cfg.BucketSize {
+		return Extent{}, fmt.Errorf("%w: %d > %d", ErrTooLarge, size, s.cfg.BucketSize)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return Extent{}, ErrClosed
 	}
-	if c := s.cfg.Capacity; c > 0 && s.live+s.pad+total > c {
-		return nil, fmt.Errorf("%w: live %d + padding %d + %d > capacity %d", ErrNoSpace, s.live, s.pad, total, c)
+	if c := s.cfg.Capacity; c > 0 && s.live+size > c {
+		return Extent{}, fmt.Errorf("%w: live %d + %d > capacity %d", ErrNoSpace, s.live, size, c)
 	}
-	if s.open == nil || s.open.failed.Load() || s.open.tail+total > s.cfg.BucketSize {
+	if s.open == nil || s.open.failed.Load() || s.open.tail+size > s.cfg.BucketSize {
 		if err := s.rollLocked(); err != nil {
-			return nil, err
+			return Extent{}, err
 		}
 	}
-	return s.reserveLocked(s.open, sizes)
+	b := s.open
+	ext := Extent{Bucket: b.id, Offset: b.tail, Length: size}
+	b.tail += size
+	s.preallocateLocked(b)
+	return ext, s.addLiveLocked(b, ext)
 }
 
 // preallocStep is how far ahead of the write frontier a bucket file is allocated.
@@ -131,12 +121,9 @@ func (s *Store) preallocateLocked(b *bucket) {
 	b.prealloc = end
 }
 
-// WriteRecord encodes the record into an aligned buffer and writes it at ext, padded to
-// WriteAlignment, with one pwrite. ext must come from Reserve in this Store, or be a
-// ReserveRun extent that is a write unit of its own (it starts at a multiple of
-// WriteAlignment and no live extent shares its last block); otherwise it fails, as the pwrite
-// would overwrite a neighbour. Writers of different extents may run concurrently. The record is durable only after Sync
-// of its bucket returns nil.
+// WriteRecord encodes the record into an aligned buffer and writes it at ext, which must
+// come from Reserve in this Store. Writers of different extents may run concurrently.
+// The record is durable only after Sync of its bucket returns nil.
 func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
 	b, err := s.writableBucket(ext)
 	if err != nil {
@@ -145,26 +132,19 @@ func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
 	if n := RecordSize(len(h.Key), len(payload)); n != ext.Length {
 		return fmt.Errorf("bucketstore: record needs %d bytes, extent %+v has %d", n, ext, ext.Length)
 	}
-	full := getBuffer(int(alignUp(ext.Length, WriteAlignment)))
-	defer putBuffer(full)
-	if err := EncodeRecord(full[:ext.Length], h, payload); err != nil {
+	buf := getBuffer(int(ext.Length))
+	defer putBuffer(buf)
+	if err := EncodeRecord(buf, h, payload); err != nil {
 		return err
 	}
-	clear(full[ext.Length:])
-	return s.writeUnit(b, full, ext.Offset, fmt.Sprintf("%+v", ext))
-}
-
-// writeUnit writes buf (a multiple of WriteAlignment) at off in b with one pwrite; what names
-// it in errors.
-func (s *Store) writeUnit(b *bucket, buf []byte, off int64, what string) error {
 	if errors.Is(failpoint.Hit(failpoint.BucketWrite), failpoint.ErrTorn) {
-		// Chaos builds only: leave the first half of the write (whole 4 KiB blocks, so
+		// Chaos builds only: leave the first half of the record (whole 4 KiB blocks, so
 		// O_DIRECT accepts it) and die, as a power cut in the middle of the write would.
-		_, _ = b.f.WriteAt(buf[:len(buf)/2/WriteAlignment*WriteAlignment], off)
+		_, _ = b.f.WriteAt(buf[:len(buf)/2/Alignment*Alignment], ext.Offset)
 		failpoint.Crash()
 	}
-	if _, err := b.f.WriteAt(buf, off); err != nil {
-		return fmt.Errorf("bucketstore: write %s: %w", what, err)
+	if _, err := b.f.WriteAt(buf, ext.Offset); err != nil {
+		return fmt.Errorf("bucketstore: write %+v: %w", ext, err)
 	}
 	b.writes.Add(1)
 	return nil
@@ -180,14 +160,13 @@ func (s *Store) writableBucket(ext Extent) (*bucket, error) {
 	if !b.fresh || b.live[ext.Offset] != ext.Length {
 		return nil, fmt.Errorf("bucketstore: write %+v: not a live extent reserved by this store", ext)
 	}
-	return b, writeUnitLocked(b, ext)
+	return b, nil
 }
 
 // Read reads the record at ext and verifies it against want: key, TxnID, Generation,
 // PayloadLen and PayloadSum, besides the record's own checksums. Any mismatch, a short file,
 // a missing bucket, or an extent no record can have (not aligned to Alignment, longer than
-// MaxRecordLen, of a length other than the record want describes in format version 2 or 1,
-// past the end of the file) yields an error
+// MaxRecordLen or than the record want describes, past the end of the file) yields an error
 // wrapping ErrCorrupt: the extent comes from metadata, so a bad one is corrupt metadata, and
 // it is refused before a buffer of its length is allocated. I/O errors are returned wrapped
 // as they are. The payload is a fresh slice owned by the caller.
@@ -198,13 +177,12 @@ func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
 	if ext.Length > MaxRecordLen {
 		return nil, corruptf("read %+v: length exceeds the largest record, %d bytes", ext, int64(MaxRecordLen))
 	}
-	if n, old := RecordSize(len(want.Key), int(want.PayloadLen)), legacyRecordSize(len(want.Key), int(want.PayloadLen)); ext.Length != n && ext.Length != old {
-		return nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes (%d in format version 1)",
-			ext, len(want.Key), want.PayloadLen, n, old)
+	if n := RecordSize(len(want.Key), int(want.PayloadLen)); ext.Length != n {
+		return nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes", ext, len(want.Key), want.PayloadLen, n)
 	}
-	s.mu.RLock()
+	s.mu.Lock()
 	b, err := s.bucketLocked(ext.Bucket)
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	if errors.Is(err, ErrClosed) {
 		return nil, err
 	}
@@ -267,13 +245,11 @@ func (s *Store) Buckets() []uint32 {
 	return slices.Sorted(maps.Keys(s.buckets))
 }
 
-// Stats describes the store. LiveBytes (the sum of live extents) and PadBytes (the padding
-// to WriteAlignment after the write units they end) come from accounting, and Capacity bounds
-// their sum; FileBytes and AllocatedBytes are measured from the files.
+// Stats describes the store. LiveBytes comes from accounting; FileBytes and AllocatedBytes
+// are measured from the files.
 type Stats struct {
 	Buckets        int
 	LiveBytes      int64
-	PadBytes       int64
 	FileBytes      int64
 	AllocatedBytes int64
 	Capacity       int64
@@ -287,7 +263,7 @@ func (s *Store) Stats() (Stats, error) {
 	if s.closed {
 		return Stats{}, ErrClosed
 	}
-	st := Stats{Buckets: len(s.buckets), LiveBytes: s.live, PadBytes: s.pad, Capacity: s.cfg.Capacity, Syncs: s.syncs.Load()}
+	st := Stats{Buckets: len(s.buckets), LiveBytes: s.live, Capacity: s.cfg.Capacity, Syncs: s.syncs.Load()}
 	for _, b := range s.buckets {
 		size, err := b.f.Size()
 		if err != nil {

@@ -13,32 +13,24 @@ import (
 // metadata, whoever proposed it.
 const (
 	// ExtentAlignment is bucketstore.Alignment: every record starts at a multiple of it and
-	// is padded to one (format version 2; version 1 records, padded to legacyAlignment, are
-	// multiples of it too).
-	ExtentAlignment = 512
-	// legacyAlignment is the padding of a version 1 record (bucketstore.legacyAlignment).
-	legacyAlignment = 4096
+	// is padded to one.
+	ExtentAlignment = 4096
 	// MaxKeyLen is bucketstore.MaxKeyLen, the longest key a record holds.
 	MaxKeyLen = 1024
 	// MaxPayloadLen is bucketstore.MaxPayloadLen, the largest payload a record holds.
 	MaxPayloadLen = 1 << 30
-	// MaxRecordLength is bucketstore.MaxRecordLen, the version 1 record of a MaxKeyLen key
-	// and a MaxPayloadLen payload: 1 GiB + 4 KiB, the longest extent an entry can name.
-	MaxRecordLength = (recordHeaderLen + MaxKeyLen + MaxPayloadLen + legacyAlignment - 1) &^ (legacyAlignment - 1)
+	// MaxRecordLength is bucketstore.MaxRecordLen, RecordLength(MaxKeyLen, MaxPayloadLen):
+	// 1 GiB + 4 KiB, the longest extent an entry can name.
+	MaxRecordLength = (recordHeaderLen + MaxKeyLen + MaxPayloadLen + ExtentAlignment - 1) &^ (ExtentAlignment - 1)
 
 	recordHeaderLen = 56
 )
 
 // RecordLength is bucketstore.RecordSize: the padded length of the record of a keyLen-byte
-// key and a size-byte payload, the Extent.Length of an entry with that key and Size (or
-// legacyRecordLength, for a record written before format version 2).
+// key and a size-byte payload, the only Extent.Length an entry with that key and Size can
+// have.
 func RecordLength(keyLen int, size uint32) int64 {
 	return (int64(recordHeaderLen+keyLen) + int64(size) + ExtentAlignment - 1) &^ (ExtentAlignment - 1)
-}
-
-// legacyRecordLength is the length of a version 1 record (bucketstore.legacyRecordSize).
-func legacyRecordLength(keyLen int, size uint32) int64 {
-	return (int64(recordHeaderLen+keyLen) + int64(size) + legacyAlignment - 1) &^ (legacyAlignment - 1)
 }
 
 // ErrInvalidEntry: an entry names an extent no record can have, or bytes a live entry of the
@@ -47,8 +39,8 @@ var ErrInvalidEntry = errors.New("fsm: invalid entry")
 
 // CheckEntry reports why e cannot describe a record: an empty or over-long key, a payload
 // over MaxPayloadLen, an extent not aligned to ExtentAlignment, or a Length other than
-// RecordLength(len(Key), Size) and its version 1 length (a Size inconsistent with the Length,
-// or a Length over MaxRecordLength). The error wraps ErrInvalidEntry and names the limit and its value. Reads
+// RecordLength(len(Key), Size) (a Size inconsistent with the Length, or a Length over
+// MaxRecordLength). The error wraps ErrInvalidEntry and names the limit and its value. Reads
 // and start-up collection treat such an entry as corrupt metadata; the leader refuses a
 // COMMIT holding one (CheckCommit).
 func CheckEntry(e Entry) error {
@@ -62,9 +54,9 @@ func CheckEntry(e Entry) error {
 		return fmt.Errorf("%w: key %q: extent %+v is not aligned to %d", ErrInvalidEntry, e.Key, x, ExtentAlignment)
 	case x.Length > MaxRecordLength:
 		return fmt.Errorf("%w: key %q: extent length %d exceeds the largest record, %d bytes", ErrInvalidEntry, e.Key, x.Length, MaxRecordLength)
-	case x.Length != RecordLength(len(e.Key), e.Size) && x.Length != legacyRecordLength(len(e.Key), e.Size):
-		return fmt.Errorf("%w: key %q: extent length %d, but a record of a %d-byte key and a %d-byte payload is %d bytes (%d in format version 1)",
-			ErrInvalidEntry, e.Key, x.Length, len(e.Key), e.Size, RecordLength(len(e.Key), e.Size), legacyRecordLength(len(e.Key), e.Size))
+	case x.Length != RecordLength(len(e.Key), e.Size):
+		return fmt.Errorf("%w: key %q: extent length %d, but a record of a %d-byte key and a %d-byte payload is %d bytes",
+			ErrInvalidEntry, e.Key, x.Length, len(e.Key), e.Size, RecordLength(len(e.Key), e.Size))
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 // and size, at block (4 KiB) number block of bucket.
 func rec(key string, gen uint64, bucket uint32, block int64, size uint32) Entry {
 	return Entry{Key: key, Gen: gen, Sum: uint64(size), Size: size,
-		Extent: Extent{Bucket: bucket, Offset: block * 4096, Length: RecordLength(len(key), size)}}
+		Extent: Extent{Bucket: bucket, Offset: block * ExtentAlignment, Length: RecordLength(len(key), size)}}
 }
 
 func TestCheckEntry(t *testing.T) {
@@ -29,12 +29,12 @@ func TestCheckEntry(t *testing.T) {
 		{"empty key", func(e *Entry) { e.Key = "" }, "1 to 1024"},
 		{"long key", func(e *Entry) { e.Key = strings.Repeat("k", MaxKeyLen+1) }, "1 to 1024"},
 		{"payload too large", func(e *Entry) { e.Size = MaxPayloadLen + 1 }, "largest payload, 1073741824 bytes"},
-		{"offset misaligned", func(e *Entry) { e.Extent.Offset += 100 }, "not aligned to 512"},
-		{"negative offset", func(e *Entry) { e.Extent.Offset = -4096 }, "not aligned to 512"},
-		{"length misaligned", func(e *Entry) { e.Extent.Length = 5000 }, "not aligned to 512"},
+		{"offset misaligned", func(e *Entry) { e.Extent.Offset += 100 }, "not aligned to 4096"},
+		{"negative offset", func(e *Entry) { e.Extent.Offset = -4096 }, "not aligned to 4096"},
+		{"length misaligned", func(e *Entry) { e.Extent.Length = 5000 }, "not aligned to 4096"},
 		{"16 TiB", func(e *Entry) { e.Extent.Length = 16 << 40 }, "largest record, 1073745920 bytes"},
-		{"size inconsistent", func(e *Entry) { e.Size = 1 }, "a record of a 1-byte key and a 1-byte payload is 512 bytes (4096 in format version 1)"},
-		{"zero length", func(e *Entry) { e.Extent.Length = 0 }, "is 5120 bytes (8192 in format version 1)"},
+		{"size inconsistent", func(e *Entry) { e.Size = 1 }, "a record of a 1-byte key and a 1-byte payload is 4096 bytes"},
+		{"zero length", func(e *Entry) { e.Extent.Length = 0 }, "is 8192 bytes"},
 	} {
 		e := ok
 		tc.edit(&e)
@@ -42,11 +42,6 @@ func TestCheckEntry(t *testing.T) {
 		if !errors.Is(err, ErrInvalidEntry) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrInvalidEntry saying %q", tc.name, err, tc.want)
 		}
-	}
-	old := ok // written before format version 2: padded to 4096
-	old.Extent.Length = legacyRecordLength(len(old.Key), old.Size)
-	if err := CheckEntry(old); err != nil || old.Extent.Length != 8192 {
-		t.Fatalf("a version 1 record's entry (length %d): %v, want accepted", old.Extent.Length, err)
 	}
 }
 
@@ -66,13 +61,13 @@ func TestCheckCommit(t *testing.T) {
 		{"unauthenticated", commit("n1", rec("a", 1, 1, 3, 100)), "", 0, ""},
 		{"another owner's name", commit("n1", rec("a", 1, 1, 3, 100)), "n2", 0, `owner "n1" forwarded by node "n2"`},
 		{"the live key again (a retry)", commit("n1", live), "n1", 0, ""},
-		{"another key on live bytes", commit("n1", rec("b", 1, 1, 2, 100)), "n1", 0, `overlaps {Bucket:1 Offset:0 Length:10240} of live key "live"`},
+		{"another key on live bytes", commit("n1", rec("b", 1, 1, 2, 100)), "n1", 0, `overlaps {Bucket:1 Offset:0 Length:12288} of live key "live"`},
 		{"same bytes, another owner", commit("n2", rec("b", 1, 1, 0, 100)), "n2", 0, ""},
 		{"same bytes, another bucket", commit("n1", rec("b", 1, 2, 0, 100)), "n1", 0, ""},
 		{"two entries on the same bytes", commit("n1", rec("a", 1, 1, 10, 9000), rec("b", 1, 1, 11, 100)), "", 0, `keys "a" and "b" name overlapping extents`},
 		{"a long entry over a later one", commit("n1", rec("a", 1, 1, 10, 90000), rec("a", 2, 1, 12, 100), rec("b", 1, 1, 20, 100)), "", 0, `keys "a" and "b"`},
 		{"over the configured record size", commit("n1", rec("a", 1, 1, 10, 70000)), "", 65536, "largest object accepted, 65536 bytes"},
-		{"misaligned", commit("n1", Entry{Key: "a", Size: 1, Gen: 1, Extent: Extent{Bucket: 1, Offset: 100, Length: 512}}), "", 0, "not aligned to 512"},
+		{"misaligned", commit("n1", Entry{Key: "a", Size: 1, Gen: 1, Extent: Extent{Bucket: 1, Offset: 100, Length: 4096}}), "", 0, "not aligned to 4096"},
 		{"16 TiB", commit("n1", Entry{Key: "a", Size: 1, Gen: 1, Extent: Extent{Bucket: 1, Offset: 1 << 30, Length: 16 << 40}}), "", 0, "1073745920"},
 	} {
 		err := f.CheckCommit(tc.c, tc.proposer, tc.max)

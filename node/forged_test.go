@@ -172,7 +172,7 @@ func TestForgedCommitMisaligned(t *testing.T) {
 	keys := []string{keyOf("mis", 0), keyOf("mis", 1)}
 	n, es := forgedSetup(t, dir, keys...)
 	bad := fsm.Entry{Key: keyOf("mis-forged", 0), Extent: fsm.Extent{Bucket: es[0].Extent.Bucket, Offset: es[1].Extent.Offset + es[1].Extent.Length + 100, Length: 4096}, Size: 100, Sum: 1, Gen: 1}
-	wantRefused(t, "a misaligned COMMIT", proposeAs(n, "", bad), "not aligned to 512")
+	wantRefused(t, "a misaligned COMMIT", proposeAs(n, "", bad), "not aligned to 4096")
 	read := bad
 	read.Key, read.Extent.Offset = keyOf("mis-forged", 1), bad.Extent.Offset+8192
 	if got := applyForged(t, n, bad, read); got[0] != fsm.OutcomeStored || got[1] != fsm.OutcomeStored {

@@ -141,18 +141,8 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 
 // readLocal reads the records of keys[i] for i in idx (in extent order) into out[i], with up
 // to Config.ReadsInFlight reads in flight: each reader takes the next index, so the device
-// sees a queue of nearby reads rather than one pread at a time. The batch's extents are
-// pinned once, before any read, and unpinned once after the last, and the keys found are
-// marked used in the LRU after the last read, from this goroutine: per-key locking from up to
-// ReadsInFlight readers convoyed (a mutex profile of BenchmarkBatchGet, node/read_bench_test.go,
-// put 97% of the lock waiting in the pins, then in the LRU).
+// sees a queue of nearby reads rather than one pread at a time.
 func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fsm.Entry, idx []int, out []kvoffload.GetResult) {
-	exts := make([]bucketstore.Extent, len(idx))
-	for j, i := range idx {
-		exts[j] = entries[i].Extent
-	}
-	c.reclaim.pinAll(exts)
-	defer c.reclaim.unpinAll(exts)
 	readers := c.cfg.ReadsInFlight
 	if readers <= 0 {
 		readers = 32
@@ -166,7 +156,7 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 				out[i].Status, out[i].Code, out[i].Reason = kvoffload.Unavailable, kvoffload.CodeCanceled, err.Error()
 				continue
 			}
-			out[i] = c.getPinned(ctx, keys[i], entries[i])
+			out[i] = c.get(ctx, keys[i], entries[i])
 		}
 	}
 	var wg sync.WaitGroup
@@ -178,11 +168,6 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 		read() // the calling goroutine is one of the readers
 	}
 	wg.Wait()
-	for _, i := range idx {
-		if out[i].Status == kvoffload.Found {
-			c.ev.lru.touch(keys[i])
-		}
-	}
 }
 
 // confirmMisses makes a miss linearizable: if keys[i] for i in misses were absent from local
@@ -273,33 +258,23 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 	return out, nil
 }
 
-// get reads one committed entry: getPinned with its extent pinned, and a key found is marked
-// used in the LRU.
+// get reads one committed entry. The extent is pinned, then the metadata is checked again:
+// bytes are freed only after their removal is applied, so an entry still present after the
+// pin cannot be freed under the reader.
 func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) kvoffload.GetResult {
-	c.reclaim.pin(e.Extent)
-	defer c.reclaim.unpin(e.Extent)
-	res := c.getPinned(ctx, key, e)
-	if res.Status == kvoffload.Found {
-		c.ev.lru.touch(key)
-	}
-	return res
-}
-
-// getPinned reads one committed entry whose extent the caller has pinned; the caller marks a
-// key found as used in the LRU. The metadata is checked again after the pin: bytes are freed
-// only after their removal is applied, so an entry still present after the pin cannot be
-// freed under the reader.
-func (c *Coordinator) getPinned(ctx context.Context, key string, e fsm.Entry) kvoffload.GetResult {
 	if err := fsm.CheckEntry(e); err != nil {
 		return c.corruptEntry(ctx, key, e, err)
 	}
 	ext := e.Extent
+	c.reclaim.pin(ext)
+	defer c.reclaim.unpin(ext)
 	if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {
 		return kvoffload.GetResult{Key: key, Status: kvoffload.NotFound, Reason: "removed while reading"}
 	}
 	want := bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
 	val, err := c.data.Read(ext, want)
 	if err == nil {
+		c.ev.lru.touch(key)
 		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}
 	}
 	if !errors.Is(err, bucketstore.ErrCorrupt) {

@@ -75,37 +75,15 @@ func (r *reclaimer) pin(ext bucketstore.Extent) {
 
 // unpin drops a pin; the last pin of a doomed extent frees it, on the reader's goroutine.
 func (r *reclaimer) unpin(ext bucketstore.Extent) {
-	r.unpinAll([]bucketstore.Extent{ext})
-}
-
-// pinAll is pin of every extent of exts under one lock: a BatchGet pins its batch once
-// instead of taking the lock twice per key from up to ReadsInFlight goroutines (that
-// convoyed, readLocal).
-func (r *reclaimer) pinAll(exts []bucketstore.Extent) {
 	r.mu.Lock()
-	for _, ext := range exts {
-		r.pins[ext]++
+	r.pins[ext]--
+	free := r.pins[ext] == 0 && r.doomed[ext]
+	if r.pins[ext] == 0 {
+		delete(r.pins, ext)
+		delete(r.doomed, ext)
 	}
 	r.mu.Unlock()
-}
-
-// unpinAll drops one pin of every extent of exts under one lock, then frees, on the
-// caller's goroutine, each doomed extent whose last pin it dropped.
-func (r *reclaimer) unpinAll(exts []bucketstore.Extent) {
-	var free []bucketstore.Extent
-	r.mu.Lock()
-	for _, ext := range exts {
-		r.pins[ext]--
-		if r.pins[ext] == 0 {
-			if r.doomed[ext] {
-				free = append(free, ext)
-			}
-			delete(r.pins, ext)
-			delete(r.doomed, ext)
-		}
-	}
-	r.mu.Unlock()
-	for _, ext := range free {
+	if free {
 		r.freeNow(ext)
 	}
 }

@@ -171,7 +171,7 @@ func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
 // An offload that must evict returns by its deadline while the evicted keys' free stalls
 // (review: the eviction waited for the reclaimer without bound, holding evictor.mu).
 func TestEvictingOffloadReturnsWhileFreeStalls(t *testing.T) {
-	c, _, _, d := newStallingCoordinatorCap(t, 2*bucketstore.WriteAlignment) // room for two keys (a write unit each)
+	c, _, _, d := newStallingCoordinatorCap(t, 2*bucketstore.Alignment) // room for two keys
 	ctx := context.Background()
 	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("b", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload b: %v %+v", err, res)
