@@ -145,14 +145,30 @@ func (n *Node) waitReady(ctx context.Context) error {
 	}
 }
 
-// Ready reports nil once recovery has finished and, in a cluster, while this node knows a
-// leader (a node cut off from the cluster, or removed from it, is not ready: its metadata
-// may be stale).
+// Healthy reports nil unless the node has fail-stopped: after an fsync error of the WAL or
+// a bucket (never retried, docs/design.md) it accepts nothing more and only a restart
+// recovers it, so a liveness probe (/healthz) must see it.
+func (n *Node) Healthy() error {
+	if n.coord == nil {
+		return nil // still opening: readiness says so
+	}
+	if err := n.coord.Usable(); err != nil {
+		return fmt.Errorf("node %s: fail-stopped, restart the process to recover: %w", n.cfg.ID, err)
+	}
+	return nil
+}
+
+// Ready reports nil once recovery has finished, while the node is Healthy and, in a cluster,
+// while it knows a leader (a node cut off from the cluster, or removed from it, is not ready:
+// its metadata may be stale).
 func (n *Node) Ready() error {
 	select {
 	case <-n.ready:
 	default:
 		return fmt.Errorf("node %s: recovering", n.cfg.ID)
+	}
+	if err := n.Healthy(); err != nil {
+		return err
 	}
 	if n.cfg.cluster() {
 		if id, _ := n.raft.Leader(); id == "" {

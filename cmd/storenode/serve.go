@@ -187,12 +187,20 @@ func runServe(ctx context.Context, vals map[string]string) error {
 	defer stop()
 	var current atomic.Pointer[node.Node]
 	if addr := vals["http-addr"]; addr != "" {
-		checks := ops.Checks{Ready: func() error {
-			if n := current.Load(); n != nil {
-				return n.Ready()
-			}
-			return errors.New("starting")
-		}}
+		checks := ops.Checks{
+			Ready: func() error {
+				if n := current.Load(); n != nil {
+					return n.Ready()
+				}
+				return errors.New("starting")
+			},
+			Healthy: func() error {
+				if n := current.Load(); n != nil {
+					return n.Healthy()
+				}
+				return nil // starting: alive, not ready
+			},
+		}
 		bound, err := ops.Serve(ctx, addr, ops.Handler(reg, checks), cfg.Logger)
 		if err != nil {
 			return err

@@ -1,0 +1,39 @@
+package node
+
+import (
+	"context"
+	"syscall"
+	"testing"
+
+	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/failpoint"
+)
+
+// TestFailStopIsUnhealthy: after the WAL's write fails, the node fail-stops (an fsync error is
+// never retried; nothing more is accepted until a restart); Healthy and Ready then report
+// it, so /healthz and /readyz (503) let a liveness probe restart the process instead of
+// keeping it as alive.
+func TestFailStopIsUnhealthy(t *testing.T) {
+	n := mustOpen(t, testConfig(t.TempDir()))
+	defer n.Close()
+	if err := n.Healthy(); err != nil {
+		t.Fatalf("healthy node: %v", err)
+	}
+	if err := n.Ready(); err != nil {
+		t.Fatalf("ready node: %v", err)
+	}
+	failpoint.EnableFunc(failpoint.WALWriteBatch, 0, func() error { return syscall.EIO })
+	t.Cleanup(func() { failpoint.Disable(failpoint.WALWriteBatch) })
+	res, _ := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objects(1, 4096, "health/k"))
+	if len(res) == 1 && res[0].Outcome.OK() {
+		t.Fatalf("offload with a failing fdatasync: %s", res[0].Outcome)
+	}
+	if err := n.Healthy(); err == nil {
+		t.Fatal("Healthy is nil after a failed fdatasync fail-stopped the node")
+	} else {
+		t.Logf("Healthy: %v", err)
+	}
+	if err := n.Ready(); err == nil {
+		t.Fatal("Ready is nil on a fail-stopped node")
+	}
+}
