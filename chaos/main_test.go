@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,9 @@ func TestMain(m *testing.M) {
 	}
 	flag.Parse()
 	code := m.Run()
+	if storenodeBin != "" {
+		_ = os.RemoveAll(filepath.Dir(storenodeBin)) // the process tests' binary (procs_test.go)
+	}
 	fmt.Printf("chaos totals: %d crashes, %d recoveries, %d checks\n", totals.crashes, totals.recoveries, totals.checks)
 	if err := checkCoverage(); err != nil {
 		fmt.Println(err)

@@ -76,6 +76,9 @@ func (n *Node) serve() error {
 		return fmt.Errorf("node: API listener: %w", err)
 	}
 	n.listener = lis
+	if !loopback(n.cfg.APIAddr) && !n.cfg.Security.APITLS && len(n.cfg.Security.APITokens) == 0 {
+		n.log.Warn("the client API is open: not on loopback, no TLS, no token; anyone who can reach it can read, offload and remove keys (docs/security.md)", "addr", lis.Addr().String())
+	}
 	opts := serverOptions()
 	if n.cfg.Security.APITLS {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.apiServer())))

@@ -302,7 +302,7 @@ func (n *Node) serveRegistrations(rc *regConn) {
 		t.mu.Unlock()
 		for _, r := range all {
 			t.drop(r)
-			n.log.Info("local region unregistered", "region", r.name(), "uid", rc.uid, "pid", rc.pid, "reason", "connection closed")
+			n.log.Debug("local region unregistered", "region", r.name(), "uid", rc.uid, "pid", rc.pid, "reason", "connection closed")
 		}
 		_ = rc.c.Close()
 	}()
@@ -355,7 +355,7 @@ func (n *Node) register(rc *regConn, fds []int) error {
 		n.log.Warn("local region refused", "uid", rc.uid, "pid", rc.pid, "size", size, "err", err)
 		return replyErr(rc.c, "node: "+err.Error())
 	}
-	n.log.Info("local region registered", "region", r.name(), "uid", rc.uid, "pid", rc.pid, "size", size)
+	n.log.Debug("local region registered", "region", r.name(), "uid", rc.uid, "pid", rc.pid, "size", size)
 	out := append([]byte{0}, r.id[:]...)
 	_, err = rc.c.Write(append(out, r.token[:]...))
 	return err
@@ -378,7 +378,7 @@ func (n *Node) unregister(rc *regConn) error {
 		return replyErr(rc.c, fmt.Sprintf("node: region %x is not registered on this connection", id))
 	}
 	n.regions.drop(r)
-	n.log.Info("local region unregistered", "region", r.name(), "uid", rc.uid, "pid", rc.pid, "reason", "asked")
+	n.log.Debug("local region unregistered", "region", r.name(), "uid", rc.uid, "pid", rc.pid, "reason", "asked")
 	_, err = rc.c.Write([]byte{0})
 	return err
 }
