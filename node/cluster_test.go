@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,4 +155,24 @@ func leaderOf(t *testing.T, nodes ...*Node) *Node {
 	}
 	t.Fatal("no leader among the nodes within 10 s")
 	return nil
+}
+
+// TestJoinViaAPIAddrRefused: --join names a member's API address instead of its peer address;
+// the node refuses at once, naming the mistake, instead of retrying forever.
+func TestJoinViaAPIAddrRefused(t *testing.T) {
+	nodes := openCluster(t, 1)
+	cfg := testConfig(t.TempDir())
+	cfg.ID, cfg.Txn.NodeID = "b", "b"
+	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.Join = []string{nodes[0].APIAddr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("joined through an API address")
+	}
+	if ctx.Err() != nil || !strings.Contains(err.Error(), "--peer-addr") {
+		t.Fatalf("want an at-once refusal naming --peer-addr, got: %v", err)
+	}
 }

@@ -104,6 +104,9 @@ func (n *Node) join(ctx context.Context) error {
 			}
 			if req.ClusterId == "" { // learn the cluster's ID first, and take only its Raft traffic
 				st, err := n.peerStatus(ctx, addr)
+				if status.Code(err) == codes.Unimplemented {
+					return fmt.Errorf("node: join via %s: it does not serve the peer service (kvoffload.v1.Cluster): --join takes members' --peer-addr, not their --api-addr (%v)", addr, err)
+				}
 				if err != nil || st.ClusterId == "" {
 					last = fmt.Errorf("join via %s: asking for the cluster ID: %v", addr, err)
 					n.log.Warn("join attempt failed; retrying", "via", addr, "err", last)
