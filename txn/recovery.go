@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
@@ -312,12 +313,18 @@ func (c *Coordinator) ownSorted(corrupt func(fsm.Entry)) []fsm.Entry {
 			order = append(order, place{off: e.Extent.Offset, bucket: e.Extent.Bucket, at: uint32(i*block + j)})
 		}
 	}
+	entry := func(p place) *fsm.Entry { return &blocks[p.at/block][p.at%block] }
+	// Ties (corrupt metadata: two entries at one offset) go by key, so the order does not
+	// depend on the order Meta.ForEach hands the entries out in.
 	slices.SortFunc(order, func(a, b place) int {
-		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.off, b.off))
+		if c := cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.off, b.off)); c != 0 {
+			return c
+		}
+		return strings.Compare(entry(a).Key, entry(b).Key)
 	})
 	mine := make([]fsm.Entry, len(order))
 	for i, p := range order {
-		mine[i] = blocks[p.at/block][p.at%block]
+		mine[i] = *entry(p)
 	}
 	return mine
 }
