@@ -358,14 +358,30 @@ func (f *FSM) AppliedIndex() uint64 {
 // ForEach calls fn for each live entry in key order until fn returns false.
 // It works on a copy taken under the read lock, so fn may call other FSM methods.
 func (f *FSM) ForEach(fn func(Entry) bool) {
-	f.mu.RLock()
-	entries := f.st.live.values()
-	f.mu.RUnlock()
+	entries := f.liveCopy()
 	for _, at := range keyOrder(entries) {
 		if !fn(entries[at]) {
 			return
 		}
 	}
+}
+
+// ForEachUnsorted is ForEach in no particular order, for callers that order the entries
+// themselves: start-up recovery sorts them by extent, and sorting 1M keys first cost it
+// ~0.3 s of CPU (node's BenchmarkStartup, -cpuprofile).
+func (f *FSM) ForEachUnsorted(fn func(Entry) bool) {
+	for _, e := range f.liveCopy() {
+		if !fn(e) {
+			return
+		}
+	}
+}
+
+// liveCopy returns a copy of every live entry, taken under the read lock, in slot order.
+func (f *FSM) liveCopy() []Entry {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.live.values()
 }
 
 // ClusterID returns the cluster's ID, "" before one was recorded (SetCluster).

@@ -317,6 +317,26 @@ func TestStatsForEach(t *testing.T) {
 	if len(keys) != 1 {
 		t.Fatalf("ForEach did not stop: %v", keys)
 	}
+	var all []Entry
+	f.ForEachUnsorted(func(e Entry) bool { all = append(all, e); return true })
+	slices.SortFunc(all, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	if len(all) != 2 || all[0] != mustLookup(t, f, "a") || all[1] != mustLookup(t, f, "c") {
+		t.Fatalf("ForEachUnsorted entries %+v", all)
+	}
+	keys = nil
+	f.ForEachUnsorted(func(e Entry) bool { keys = append(keys, e.Key); return false })
+	if len(keys) != 1 {
+		t.Fatalf("ForEachUnsorted did not stop: %v", keys)
+	}
+}
+
+func mustLookup(t *testing.T, f *FSM, key string) Entry {
+	t.Helper()
+	e, ok := f.Lookup(key)
+	if !ok {
+		t.Fatalf("%q not live", key)
+	}
+	return e
 }
 
 func TestSnapshotRestore(t *testing.T) {

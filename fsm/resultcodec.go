@@ -89,7 +89,7 @@ func (d *decoder) resultRecord(withShared bool) *Result {
 		if withShared {
 			ko.Shared = d.bool1("outcome shared")
 		}
-		ko.Entry = d.fullEntry()
+		ko.Entry = d.fullEntryLike(ko.Key)
 		r.Keys = append(r.Keys, ko)
 	}
 	return r

@@ -182,29 +182,49 @@ func (f *FSM) Restore(r io.Reader) error {
 	return nil
 }
 
-// hashReader feeds every consumed byte into a digest.
+// hashReader feeds every consumed byte into a digest, in consumption order. Single bytes
+// (varints) gather in pend and reach the digest in runs: a digest write per byte was a
+// fifth of a snapshot's decoding at 1M keys (node's BenchmarkStartup -startup-snapshot).
 type hashReader struct {
-	r *bufio.Reader
-	d *xxhash.Digest
+	r    *bufio.Reader
+	d    *xxhash.Digest
+	pend [64]byte
+	n    int // bytes in pend
 }
 
-func (h hashReader) Read(p []byte) (int, error) {
+func (h *hashReader) Read(p []byte) (int, error) {
+	h.flush()
 	n, err := h.r.Read(p)
 	_, _ = h.d.Write(p[:n])
 	return n, err
 }
 
-func (h hashReader) ReadByte() (byte, error) {
+func (h *hashReader) ReadByte() (byte, error) {
 	b, err := h.r.ReadByte()
 	if err == nil {
-		_, _ = h.d.Write([]byte{b})
+		if h.n == len(h.pend) {
+			h.flush()
+		}
+		h.pend[h.n] = b
+		h.n++
 	}
 	return b, err
 }
 
+func (h *hashReader) flush() {
+	_, _ = h.d.Write(h.pend[:h.n])
+	h.n = 0
+}
+
+// sum is the digest of every byte consumed.
+func (h *hashReader) sum() uint64 {
+	h.flush()
+	return h.d.Sum64()
+}
+
 func decodeSnapshot(r io.Reader) (*state, error) {
 	br := bufio.NewReaderSize(r, flushAt)
-	hr := hashReader{r: br, d: xxhash.New()}
+	hr := &hashReader{r: br, d: xxhash.New()}
 	d := &decoder{src: hr}
 	var magic [len(snapshotMagic) + 1]byte
 	d.full("snapshot header", magic[:])
@@ -217,7 +237,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	if d.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, d.err)
 	}
-	want := hr.d.Sum64()
+	want := hr.sum()
 	var sum [8]byte
 	if _, err := io.ReadFull(br, sum[:]); err != nil {
 		return nil, fmt.Errorf("%w: reading checksum: %w", ErrBadSnapshot, err)
@@ -254,13 +274,31 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 	}
 	n, _ = d.count("generation count", 1)
 	liveGens := 0
+	// The live keys sit at slots 0, 1, ... in key order (added in order to a new set), and
+	// each has its generation in this section, in the same order: next is the slot of the
+	// live key the section should name next. A key equal to it reuses its string and needs
+	// no lookup (at 1M keys, a million allocations and lookups fewer); any other key takes
+	// the lookup, so a section that breaks the pattern fails as it did.
+	next := uint32(0)
 	for i := 0; i < n && d.err == nil; i++ {
-		k, g := d.str("gen key"), d.uvarint("gen")
+		like := ""
+		if int(next) < st.live.len() {
+			like = st.live.keyAt(next)
+		}
+		k := d.strLike("gen key", like)
+		g := d.uvarint("gen")
 		if i > 0 && strings.Compare(k, prev) <= 0 {
 			d.fail(fmt.Errorf("generation key %q not after %q", k, prev))
 		}
 		prev = k
-		if e, live := st.live.get(k); !live {
+		e, live := Entry{}, false
+		if int(next) < st.live.len() && k == like {
+			e, live = st.live.at(next), true
+			next++
+		} else {
+			e, live = st.live.get(k)
+		}
+		if !live {
 			st.gens[k] = g
 		} else if g != e.Gen || g == 0 {
 			d.fail(fmt.Errorf("live %q gen %d, generation table %d", k, e.Gen, g))

@@ -341,7 +341,7 @@ func (m meta) ReadIndex(context.Context) error            { return nil } // the 
 func (m meta) Lookup(key string) (fsm.Entry, bool)        { return m.f.Lookup(key) }
 func (m meta) Generation(key string) uint64               { return m.f.Generation(key) }
 func (m meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
-func (m meta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEach(fn) }
+func (m meta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEachUnsorted(fn) }
 
 // clusterMeta is txn.Meta for a cluster member: local FSM reads, and proposals, barriers
 // and read indexes forwarded to the leader when this node is not it.

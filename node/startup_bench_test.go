@@ -13,7 +13,10 @@ import (
 	"github.com/kvoffload/kvoffload"
 )
 
-var startupKeys = flag.Int("startup-keys", 1<<16, "BenchmarkStartup: committed keys")
+var (
+	startupKeys     = flag.Int("startup-keys", 1<<16, "BenchmarkStartup: committed keys")
+	startupSnapshot = flag.Bool("startup-snapshot", false, "BenchmarkStartup: take a Raft snapshot before the close, so the opens restore it instead of replaying the log")
+)
 
 // BenchmarkStartup measures what a node holds and spends per committed key when it opens
 // (issue 9: <= 300 bytes of memory and <= 5 us of start-up per key). A node commits
@@ -22,6 +25,8 @@ var startupKeys = flag.Int("startup-keys", 1<<16, "BenchmarkStartup: committed k
 // and the extent index, and runs recovery. It reports us/key (the open's wall time) and
 // heap_B/key (HeapAlloc after two GCs, after the open minus before it: storenode bench's
 // bytes_per_key). storenode bench measures the same after a SIGKILL (workload/bench).
+// -startup-snapshot takes a Raft snapshot before the close: the opens then restore it, the
+// path of a node whose log passed SnapshotThreshold.
 //
 //	go test ./node -run '^$' -bench BenchmarkStartup -benchtime 3x -startup-keys 1048576
 func BenchmarkStartup(b *testing.B) {
@@ -51,6 +56,11 @@ func BenchmarkStartup(b *testing.B) {
 		}()
 	}
 	wg.Wait()
+	if *startupSnapshot {
+		if err := n.Snapshot(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if err := n.Close(); err != nil {
 		b.Fatal(err)
 	}

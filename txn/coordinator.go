@@ -131,15 +131,16 @@ func (c *Coordinator) failStop(err error) {
 }
 
 // endRecovery marks recovery done and frees the extents of removals applied before it that
-// start-up collection adopted (holders: extent -> the key that held it) and whose holder no
-// longer holds them. The others were collected as orphans already; the holder check matters
-// for removals replayed from the Raft log at start-up, which may name an extent of an earlier
-// bucket whose ID a new bucket took, where a live entry now sits. Only the holder can
-// reference an adopted extent: it is live in the accounting, so no new record gets it.
-func (c *Coordinator) endRecovery(holders map[bucketstore.Extent]string) {
+// start-up collection adopted (holders: the adopted entries, as collect returns them) and
+// whose holder no longer holds them. The others were collected as orphans already; the
+// holder check matters for removals replayed from the Raft log at start-up, which may name an
+// extent of an earlier bucket whose ID a new bucket took, where a live entry now sits. Only
+// the holder can reference an adopted extent: it is live in the accounting, so no new record
+// gets it.
+func (c *Coordinator) endRecovery(holders adopted) {
 	c.reclaim.endRecovery(func(deferred []bucketstore.Extent) {
 		for _, ext := range deferred {
-			key, adopted := holders[ext]
+			key, adopted := holders.holder(ext)
 			if !adopted {
 				continue
 			}

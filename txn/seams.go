@@ -59,6 +59,8 @@ type Meta interface {
 	Lookup(key string) (fsm.Entry, bool)
 	Generation(key string) uint64
 	TxnResult(id fsm.TxnID) (*fsm.Result, bool)
+	// ForEach calls fn for each live entry, in any order, until fn returns false; fn may
+	// call the other methods. Recovery orders the entries itself (ownSorted).
 	ForEach(fn func(fsm.Entry) bool)
 }
 
