@@ -46,7 +46,7 @@ type Options struct {
 func Full(dir string) Options {
 	return Options{Dir: dir, Rounds: 3, Seed: 1,
 		LimitBytes: 512 << 20, ReadFileBytes: 512 << 20, IOPSFileBytes: 256 << 20, IOPSOps: 1 << 17,
-		OffloadBytes: 2 << 30, Offload2MBytes: 4 << 30, SmallKeys: 1 << 16, CommitKeys: 1 << 16,
+		OffloadBytes: 2 << 30, Offload2MBytes: 2 << 30, SmallKeys: 1 << 16, CommitKeys: 1 << 16,
 		StartupKeys: 1 << 20, StartupValue: 1024, Writers: 32}
 }
 
