@@ -157,3 +157,41 @@ def payload(key: str, size: int) -> bytes:
 
     h = hashlib.sha256(key.encode()).digest()
     return (h * (size // len(h) + 1))[:size]
+
+
+def seed_requests(seed: int, tag: str) -> list[list[str]]:
+    """The seed's scenario (Mooncake issue #2827): 96 requests whose keys share prefixes
+    (chained block hashes, 6 prefixes of up to 8 blocks) plus up to 3 blocks of their own."""
+    rnd = random.Random(seed)
+    prefixes = [[f"{tag}/{seed}/p{p}/b{b}" for b in range(8)] for p in range(6)]
+    requests = []
+    for r in range(96):
+        pre = rnd.choice(prefixes)[: rnd.randint(1, 8)]
+        requests.append(pre + [f"{tag}/{seed}/r{r}/b{b}" for b in range(rnd.randint(0, 3))])
+    return requests
+
+
+def offload_concurrently(client, requests: list[list[str]], block: int, writers: int = 32) -> list:
+    """Offloads requests from writers threads (request i by thread i % writers), each key's
+    value payload(key, block); returns the failures: non-OK results or errors, per batch."""
+    import threading
+
+    import kvoffload
+
+    failures, lock = [], threading.Lock()
+
+    def writer(w):
+        for req in requests[w::writers]:
+            try:
+                res = client.batch_offload(kvoffload.new_txn_id(), [(k, payload(k, block)) for k in req])
+                bad = [r for r in res if not r.ok]
+            except kvoffload.KVOffloadError as e:
+                bad = [e]
+            if bad:
+                with lock:
+                    failures.append(bad)
+
+    ts = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    return failures

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import threading
 import time
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 
 import kvoffload
 from kvoffload import Code, GetStatus, Outcome, Presence
-from conftest import payload
+from conftest import offload_concurrently, payload, seed_requests
 
 
 @pytest.fixture(scope="module")
@@ -59,29 +58,9 @@ def test_limits_checked_before_sending(client):
 def test_seed_scenario_32_threads(client, seed):
     """The seed's scenario: 32 writers offload requests whose keys share prefixes (chained
     block hashes); no batch fails, and every key reads back with its own bytes."""
-    rnd = random.Random(seed)
-    prefixes = [[f"seed/{seed}/p{p}/b{b}" for b in range(8)] for p in range(6)]
-    requests = []
-    for r in range(96):
-        pre = rnd.choice(prefixes)[: rnd.randint(1, 8)]
-        requests.append(pre + [f"seed/{seed}/r{r}/b{b}" for b in range(rnd.randint(0, 3))])
+    requests = seed_requests(seed, "seed")
     block = 64 << 10
-    failures, lock = [], threading.Lock()
-
-    def writer(w):
-        for req in requests[w::32]:
-            try:
-                res = client.batch_offload(kvoffload.new_txn_id(), [(k, payload(k, block)) for k in req])
-                bad = [r for r in res if not r.ok]
-            except kvoffload.KVOffloadError as e:
-                bad = [e]
-            if bad:
-                with lock:
-                    failures.append(bad)
-
-    ts = [threading.Thread(target=writer, args=(w,)) for w in range(32)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    failures = offload_concurrently(client, requests, block)
     assert not failures, failures[:3]
     keys = sorted({k for req in requests for k in req})
     got = client.batch_get(keys)

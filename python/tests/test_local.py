@@ -7,7 +7,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 
 import grpc
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 import kvoffload
 from kvoffload import Code, GetStatus, Outcome
 from kvoffload.v1 import kvoffload_pb2 as pb
-from conftest import HERE, payload
+from conftest import HERE, offload_concurrently, payload, seed_requests
 
 
 @pytest.fixture(scope="module")
@@ -256,30 +255,10 @@ def test_local_falls_back_to_streaming(node1, seed):
 def test_local_seed_scenario_32_threads(lc, tcp, seed):
     """The seed's scenario over the local path: 32 writers offload requests whose keys share
     prefixes; no batch fails, and every key reads back with its own bytes (over both paths)."""
-    rnd = random.Random(seed)
-    prefixes = [[f"lseed/{seed}/p{p}/b{b}" for b in range(8)] for p in range(6)]
-    requests = []
-    for r in range(96):
-        pre = rnd.choice(prefixes)[: rnd.randint(1, 8)]
-        requests.append(pre + [f"lseed/{seed}/r{r}/b{b}" for b in range(rnd.randint(0, 3))])
+    requests = seed_requests(seed, "lseed")
     block = 64 << 10
-    failures, lock = [], threading.Lock()
     pooled = len(lc._local[0].staging._free)
-
-    def writer(w):
-        for req in requests[w::32]:
-            try:
-                res = lc.batch_offload(kvoffload.new_txn_id(), [(k, payload(k, block)) for k in req])
-                bad = [r for r in res if not r.ok]
-            except kvoffload.KVOffloadError as e:
-                bad = [e]
-            if bad:
-                with lock:
-                    failures.append(bad)
-
-    ts = [threading.Thread(target=writer, args=(w,)) for w in range(32)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    failures = offload_concurrently(lc, requests, block)
     assert not failures, failures[:3]
     keys = sorted({k for req in requests for k in req})
     for c in (lc, tcp):
