@@ -171,35 +171,57 @@ func (s *Store) writableBucket(ext Extent) (*bucket, error) {
 // it is refused before a buffer of its length is allocated. I/O errors are returned wrapped
 // as they are. The payload is a fresh slice owned by the caller.
 func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
+	payload, _, err := s.read(ext, want, false)
+	return payload, err
+}
+
+// ReadPooled is Read into a recycled record buffer (the write path's pool), for a caller that
+// copies the payload out (a shared-memory region, a caller's buffer): no allocation and no
+// fresh pages per read. release returns the buffer; neither payload nor any slice of it may
+// be used afterwards. On error there is nothing to release.
+func (s *Store) ReadPooled(ext Extent, want Header) (payload []byte, release func(), err error) {
+	return s.read(ext, want, true)
+}
+
+func (s *Store) read(ext Extent, want Header, pooled bool) ([]byte, func(), error) {
 	if err := checkExtent(ext); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if ext.Length > MaxRecordLen {
-		return nil, corruptf("read %+v: length exceeds the largest record, %d bytes", ext, int64(MaxRecordLen))
+		return nil, nil, corruptf("read %+v: length exceeds the largest record, %d bytes", ext, int64(MaxRecordLen))
 	}
 	if n := RecordSize(len(want.Key), int(want.PayloadLen)); ext.Length != n {
-		return nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes", ext, len(want.Key), want.PayloadLen, n)
+		return nil, nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes", ext, len(want.Key), want.PayloadLen, n)
 	}
 	s.mu.Lock()
 	b, err := s.bucketLocked(ext.Bucket)
 	s.mu.Unlock()
 	if errors.Is(err, ErrClosed) {
-		return nil, err
+		return nil, nil, err
 	}
 	if err != nil {
-		return nil, corruptf("read %+v: bucket missing", ext)
+		return nil, nil, corruptf("read %+v: bucket missing", ext)
 	}
 	if size, err := b.f.Size(); err == nil && ext.End() > size {
-		return nil, corruptf("read %+v: past the end of the file (%d bytes)", ext, size)
+		return nil, nil, corruptf("read %+v: past the end of the file (%d bytes)", ext, size)
 	}
-	h, payload, err := readRecord(b.f, ext, nil)
+	var buf []byte
+	release := func() {}
+	if pooled {
+		buf = getBuffer(int(ext.Length))
+		release = func() { putBuffer(buf) }
+	}
+	h, payload, err := readRecord(b.f, ext, buf)
+	if err == nil {
+		if err = matchHeader(h, want); err != nil {
+			err = fmt.Errorf("read %+v: %w", ext, err)
+		}
+	}
 	if err != nil {
-		return nil, err
+		release()
+		return nil, nil, err
 	}
-	if err := matchHeader(h, want); err != nil {
-		return nil, fmt.Errorf("read %+v: %w", ext, err)
-	}
-	return payload, nil
+	return payload, release, nil
 }
 
 // readRecord reads and decodes the record at ext, reusing buf if it is large enough.

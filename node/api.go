@@ -61,20 +61,54 @@ func (n *Node) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResu
 }
 
 // BatchGetInto is BatchGet into caller-owned buffers (kvoffload.Store): the verified value is
-// copied into bufs[i]. Errors: those of BatchGet, and ErrInvalidArgument when len(bufs) !=
-// len(keys).
+// copied into bufs[i] from a recycled read buffer as soon as it is read. Errors: those of
+// BatchGet, and ErrInvalidArgument when len(bufs) != len(keys).
 func (n *Node) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) ([]kvoffload.GetResult, error) {
 	if len(bufs) != len(keys) {
 		return nil, fmt.Errorf("%w: %d buffers for %d keys", kvoffload.ErrInvalidArgument, len(bufs), len(keys))
 	}
-	res, err := n.BatchGet(ctx, keys)
+	res := make([]kvoffload.GetResult, len(keys))
+	err := n.batchGetEach(ctx, keys, func(i int, r kvoffload.GetResult) bool {
+		intoBuffer(&r, bufs[i])
+		res[i] = r
+		return false
+	})
 	if err != nil {
 		return nil, err
 	}
-	for i := range res {
-		intoBuffer(&res[i], bufs[i])
-	}
 	return res, nil
+}
+
+// batchGetEach is BatchGet handing each position's result to visit as it is known
+// (txn.Coordinator.BatchGetEach: in no particular order, from several goroutines, a Found
+// value borrowed until visit returns unless visit returns true); a key CheckKey refuses is
+// visited InvalidKey. Errors: those of BatchGet, before any visit.
+func (n *Node) batchGetEach(ctx context.Context, keys []string, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
+	if err := n.coord.CheckKeys(keys); err != nil { // MaxBatchKeys counts every key, valid or not
+		return apiError(err, false)
+	}
+	if err := begun(ctx); err != nil {
+		return err
+	}
+	send, pos := validKeys(keys)
+	at := func(j int) int { return j }
+	if pos != nil {
+		at = func(j int) int { return pos[j] }
+	}
+	if err := n.coord.BatchGetEach(ctx, send, func(j int, r kvoffload.GetResult) bool { return visit(at(j), r) }); err != nil {
+		return apiError(err, false)
+	}
+	if pos != nil {
+		sent := 0
+		for i, k := range keys {
+			if sent < len(pos) && pos[sent] == i {
+				sent++
+				continue
+			}
+			visit(i, invalidKey(k))
+		}
+	}
+	return nil
 }
 
 // BatchExists reports each key's presence and, with lease > 0, pins the Present keys this
@@ -183,13 +217,18 @@ func spreadGets(keys []string, got []kvoffload.GetResult, pos []int) []kvoffload
 	if pos != nil {
 		out = make([]kvoffload.GetResult, len(keys))
 		for i, k := range keys {
-			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.InvalidKey, Code: kvoffload.CodeInvalidKey, Reason: kvoffload.CheckKey(k)}
+			out[i] = invalidKey(k)
 		}
 		for j, i := range pos {
 			out[i] = got[j]
 		}
 	}
 	return out
+}
+
+// invalidKey is the answer to a read of a key CheckKey refuses.
+func invalidKey(k string) kvoffload.GetResult {
+	return kvoffload.GetResult{Key: k, Status: kvoffload.InvalidKey, Code: kvoffload.CodeInvalidKey, Reason: kvoffload.CheckKey(k)}
 }
 
 // intoBuffer moves a Found value into buf, or marks r ShortBuffer when buf is too small.

@@ -171,8 +171,12 @@ func resultsPB(res []kvoffload.KeyResult) *pb.OffloadResponse {
 	return out
 }
 
-// Get reads and verifies the keys into the node's memory (within the buffer budget), then
-// copies each value into the region at its descriptor's offset.
+// Get reads and verifies the keys and copies each value into the region at its descriptor's
+// offset as soon as it is verified, from a recycled read buffer, while the other reads are in
+// flight. The node holds at most the reads in flight in memory; the buffer budget is taken
+// for the batch's size all the same (at most MaxBatchBytes), so that a node serving many
+// readers waits rather than overcommits. The region is held for the call: unregistering it
+// waits until the call ends.
 func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.LocalGetResponse, error) {
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
@@ -204,23 +208,22 @@ func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.Loc
 	if err := buf.acquire(ctx, min(want, s.n.cfg.Txn.MaxBatchBytes)); err != nil {
 		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, want, err))
 	}
-	res, err := s.n.BatchGet(ctx, keys)
+	if !r.acquire() {
+		return nil, status.Errorf(codes.FailedPrecondition, "node: region %s was unregistered", r.name())
+	}
+	defer r.release()
+	res := make([]kvoffload.GetResult, len(keys)) // what was answered, without values, for the metrics
+	err = s.n.batchGetEach(ctx, keys, func(j int, g kvoffload.GetResult) bool {
+		i := pos[j]
+		out[i] = intoRegion(r, req.Keys[i], g)
+		g.Value = nil
+		res[j] = g
+		return false
+	})
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	var got int64 // keys found only after the read index count too, as on the stream path
-	for _, r := range res {
-		got += int64(len(r.Value))
-	}
-	buf.add(got - buf.n)
 	s.n.metrics.observeGets(res, time.Since(start))
-	if !r.acquire() {
-		return nil, status.Errorf(codes.FailedPrecondition, "node: region %s was unregistered during the read", r.name())
-	}
-	defer r.release()
-	for j, i := range pos {
-		out[i] = intoRegion(r, req.Keys[i], res[j])
-	}
 	return &pb.LocalGetResponse{Results: out}, nil
 }
 

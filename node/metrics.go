@@ -117,7 +117,9 @@ func (m *metrics) observeGets(res []kvoffload.GetResult, d time.Duration) {
 	m.getSeconds.Observe(d.Seconds())
 	for _, r := range res {
 		m.getKeys.WithLabelValues(statusLabel(r.Status)).Inc()
-		m.getBytes.Add(float64(len(r.Value)))
+		if r.Status == kvoffload.Found {
+			m.getBytes.Add(float64(r.Size))
+		}
 		if r.Status == kvoffload.Corrupt || r.Status == kvoffload.Unavailable {
 			m.keyFailed("get", "", r.Key, statusLabel(r.Status), r.Reason, true)
 		}

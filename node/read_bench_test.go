@@ -58,16 +58,41 @@ func benchGet(b *testing.B, readers, batch, block, keys, inFlight int) {
 	}
 	b.SetBytes(int64(batch * block))
 	b.ResetTimer()
+	readBatches(b, readers, b.N, 1, func(rng *rand.Rand, _ [][]byte) ([]kvoffload.GetResult, error) {
+		first := rng.IntN(keys - batch + 1)
+		return n.BatchGet(context.Background(), names[first:first+batch])
+	}, batch, block)
+	b.StopTimer()
+	secs := b.Elapsed().Seconds()
+	keysPerS := float64(int64(b.N)*int64(batch)) / secs
+	depth, file := 32, int64(keys)*int64(block)
+	lim, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.RandReadPattern, Block: block, Depth: depth,
+		FileSize: max(file, 64<<20), Ops: int64(max(4096, 64<<20/block)), Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(keysPerS, "keys/s")
+	b.ReportMetric(lim.IOPS, "limit_IOPS")
+	b.ReportMetric(keysPerS/lim.IOPS, "x_disk")
+}
+
+// readBatches runs batches calls of get from readers goroutines (each with its own rng, seeded
+// with its number and stream, and batch buffers of block bytes it may read into) and fails b
+// unless every key of every answer is Found with block bytes.
+func readBatches(b *testing.B, readers, batches int, stream uint64, get func(rng *rand.Rand, bufs [][]byte) ([]kvoffload.GetResult, error), batch, block int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for r := range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(r), 1))
-			for next.Add(1) <= int64(b.N) {
-				first := rng.IntN(keys - batch + 1)
-				res, err := n.BatchGet(context.Background(), names[first:first+batch])
+			rng := rand.New(rand.NewPCG(uint64(r), stream))
+			bufs := make([][]byte, batch)
+			for i := range bufs {
+				bufs[i] = make([]byte, block)
+			}
+			for next.Add(1) <= int64(batches) {
+				res, err := get(rng, bufs)
 				if err != nil {
 					b.Error(err)
 					return
@@ -82,16 +107,4 @@ func benchGet(b *testing.B, readers, batch, block, keys, inFlight int) {
 		}()
 	}
 	wg.Wait()
-	b.StopTimer()
-	secs := b.Elapsed().Seconds()
-	keysPerS := float64(int64(b.N)*int64(batch)) / secs
-	depth, file := 32, int64(keys)*int64(block)
-	lim, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.RandReadPattern, Block: block, Depth: depth,
-		FileSize: max(file, 64<<20), Ops: int64(max(4096, 64<<20/block)), Seed: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(keysPerS, "keys/s")
-	b.ReportMetric(lim.IOPS, "limit_IOPS")
-	b.ReportMetric(keysPerS/lim.IOPS, "x_disk")
 }

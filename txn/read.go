@@ -22,38 +22,77 @@ func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
 // removed from the metadata, so later reads see NotFound rather than wrong bytes. Reads are
 // issued in (bucket, offset) order. A key named more than once is read once, and every
 // position gets the same answer (a Corrupt record is not reported NotFound at its second
-// position because the first removed it).
+// position because the first removed it) in bytes of its own.
 func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
-	if err := c.Usable(); err != nil {
+	out := make([]kvoffload.GetResult, len(keys))
+	err := c.batchGetEach(ctx, keys, false, func(i int, r kvoffload.GetResult) bool {
+		out[i] = r
+		return true
+	})
+	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// BatchGetEach is BatchGet that hands each position's result to visit as soon as it is known
+// (a value once it is verified) instead of gathering the batch, so that a caller copying the
+// values elsewhere (a shared-memory region, its own buffers, a stream) overlaps that copy
+// with the reads still in flight. visit(i, r) is called once for each position i of keys, in
+// no particular order and from up to Config.ReadsInFlight goroutines at once; BatchGetEach
+// returns after the last call. A Found r.Value is a recycled read buffer that visit borrows:
+// it is valid until visit returns, or for good if visit returns true (keep). The positions
+// of a repeated key are visited one after another with the same bytes. Errors (those of
+// BatchGet: ErrTooLarge for MaxBatchKeys and MaxBatchBytes, the coordinator's failure) come
+// before any visit.
+func (c *Coordinator) BatchGetEach(ctx context.Context, keys []string, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
+	return c.batchGetEach(ctx, keys, true, visit)
+}
+
+// batchGetEach is BatchGetEach reading into recycled buffers when pooled, else into fresh
+// ones (and then every position after a repeated key's first gets a copy).
+func (c *Coordinator) batchGetEach(ctx context.Context, keys []string, pooled bool, visit func(int, kvoffload.GetResult) bool) error {
+	if err := c.Usable(); err != nil {
+		return err
+	}
 	if len(keys) > c.cfg.MaxBatchKeys {
-		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
+		return BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
 	}
 	uniq, pos := collapse(keys)
 	times := make([]int64, len(uniq)) // positions per distinct key: MaxBatchBytes counts each
 	for _, p := range pos {
 		times[p]++
 	}
-	res, err := c.batchGet(ctx, uniq, times)
-	if err != nil {
-		return nil, err
+	var at [][]int // at[u]: the positions of uniq[u], when some key repeats
+	if len(uniq) < len(keys) {
+		at = make([][]int, len(uniq))
+		for i, p := range pos {
+			at[p] = append(at[p], i)
+		}
+	}
+	deliver := func(u int, r kvoffload.GetResult, release func()) {
+		fillGetCode(&r)
+		keep := false
+		if at == nil {
+			keep = visit(u, r)
+		} else {
+			for j, i := range at[u] {
+				v := r
+				if j > 0 && !pooled && v.Value != nil { // every position owns its bytes
+					v.Value = append([]byte(nil), v.Value...)
+				}
+				keep = visit(i, v) || keep
+			}
+		}
+		if release != nil && !keep {
+			release()
+		}
+	}
+	if err := c.batchGet(ctx, uniq, times, pooled, deliver); err != nil {
+		return err
 	}
 	c.stats.gets.Add(uint64(len(keys)))
-	fillGetCodes(res)
-	if len(uniq) == len(keys) {
-		return res, nil
-	}
-	out := make([]kvoffload.GetResult, len(keys))
-	seen := make([]bool, len(uniq))
-	for i, p := range pos {
-		out[i] = res[p]
-		if seen[p] && out[i].Value != nil { // every position owns its bytes
-			out[i].Value = append([]byte(nil), out[i].Value...)
-		}
-		seen[p] = true
-	}
-	return out, nil
+	return nil
 }
 
 // collapse returns keys without repeats, in first-seen order, and for each input position
@@ -73,15 +112,20 @@ func collapse(keys []string) (uniq []string, pos []int) {
 	return uniq, pos
 }
 
-// batchGet is BatchGet for keys without repeats; keys[i] counts times[i] times against
-// MaxBatchBytes.
-func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64) ([]kvoffload.GetResult, error) {
-	out := make([]kvoffload.GetResult, len(keys))
+// deliverFunc takes the result of keys[i] (release, when not nil, returns its recycled
+// buffer).
+type deliverFunc func(i int, r kvoffload.GetResult, release func())
+
+// batchGet is batchGetEach for keys without repeats; keys[i] counts times[i] times against
+// MaxBatchBytes. Each key's result goes to deliver once; nothing is delivered when it
+// returns an error.
+func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64, pooled bool, deliver deliverFunc) error {
+	early := make([]kvoffload.GetResult, len(keys)) // results known before any read
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
 	var misses []int
 	for i, k := range keys {
-		out[i].Key, order[i] = k, i
+		early[i].Key, order[i] = k, i
 		if e, ok := c.meta.Lookup(k); ok {
 			entries[i] = e
 		} else {
@@ -90,20 +134,19 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 	}
 	if err := c.confirmMisses(ctx, keys, misses, entries); err != nil {
 		for _, i := range misses {
-			out[i].Status, out[i].Reason = kvoffload.Unavailable, "not in this node's metadata, which could not be brought up to date: "+err.Error()
+			early[i].Status, early[i].Reason = kvoffload.Unavailable, "not in this node's metadata, which could not be brought up to date: "+err.Error()
 		}
 	}
 	var total int64
 	over := "" // the key at which the values' total first exceeds MaxBatchBytes
+	var bad []int
 	for i := range keys {
 		switch {
-		case out[i].Status != 0:
+		case early[i].Status != 0:
 		case entries[i].Key == "": // absent, and confirmed absent
-			out[i].Status = kvoffload.NotFound
+			early[i].Status = kvoffload.NotFound
 		case fsm.CheckEntry(entries[i]) != nil:
-			// Refused before its Size counts against MaxBatchBytes or its Length is allocated,
-			// whichever node owns it: a bad entry must not fail the batch or exhaust memory.
-			out[i] = c.corruptEntry(ctx, keys[i], entries[i], fsm.CheckEntry(entries[i]))
+			bad = append(bad, i) // answered below, once the batch is known to be within its limits
 		default:
 			if total += int64(entries[i].Size) * times[i]; total > c.cfg.MaxBatchBytes && over == "" {
 				over = keys[i]
@@ -111,7 +154,12 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 		}
 	}
 	if total > c.cfg.MaxBatchBytes {
-		return nil, BatchBytesError(uint64(total), over, c.cfg.MaxBatchBytes)
+		return BatchBytesError(uint64(total), over, c.cfg.MaxBatchBytes)
+	}
+	for _, i := range bad {
+		// Refused before its Size counts against MaxBatchBytes or its Length is allocated,
+		// whichever node owns it: a bad entry must not fail the batch or exhaust memory.
+		early[i] = c.corruptEntry(ctx, keys[i], entries[i], fsm.CheckEntry(entries[i]))
 	}
 	sort.SliceStable(order, func(a, b int) bool {
 		ea, eb := entries[order[a]].Extent, entries[order[b]].Extent
@@ -120,7 +168,8 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 	remote := map[string][]int{} // owner -> indexes of keys it holds
 	var local []int              // in extent order
 	for _, i := range order {
-		if out[i].Status != 0 {
+		if early[i].Status != 0 {
+			deliver(i, early[i], nil)
 			continue
 		}
 		if owner := entries[i].Owner; owner != c.cfg.NodeID {
@@ -132,17 +181,17 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 	var wg sync.WaitGroup
 	if len(remote) > 0 {
 		wg.Add(1)
-		go func() { defer wg.Done(); c.readRemote(ctx, keys, entries, remote, out) }()
+		go func() { defer wg.Done(); c.readRemote(ctx, keys, entries, remote, deliver) }()
 	}
-	c.readLocal(ctx, keys, entries, local, out)
+	c.readLocal(ctx, keys, entries, local, pooled, deliver)
 	wg.Wait()
-	return out, nil
+	return nil
 }
 
-// readLocal reads the records of keys[i] for i in idx (in extent order) into out[i], with up
-// to Config.ReadsInFlight reads in flight: each reader takes the next index, so the device
-// sees a queue of nearby reads rather than one pread at a time.
-func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fsm.Entry, idx []int, out []kvoffload.GetResult) {
+// readLocal reads the records of keys[i] for i in idx (in extent order) and delivers each
+// as it is verified, with up to Config.ReadsInFlight reads in flight: each reader takes the
+// next index, so the device sees a queue of nearby reads rather than one pread at a time.
+func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fsm.Entry, idx []int, pooled bool, deliver deliverFunc) {
 	readers := c.cfg.ReadsInFlight
 	if readers <= 0 {
 		readers = 32
@@ -153,10 +202,11 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 		for j := int(next.Add(1) - 1); j < len(idx); j = int(next.Add(1) - 1) {
 			i := idx[j]
 			if err := ctx.Err(); err != nil {
-				out[i].Status, out[i].Code, out[i].Reason = kvoffload.Unavailable, kvoffload.CodeCanceled, err.Error()
+				deliver(i, kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Code: kvoffload.CodeCanceled, Reason: err.Error()}, nil)
 				continue
 			}
-			out[i] = c.get(ctx, keys[i], entries[i])
+			r, release := c.get(ctx, keys[i], entries[i], pooled)
+			deliver(i, r, release)
 		}
 	}
 	var wg sync.WaitGroup
@@ -191,14 +241,14 @@ func (c *Coordinator) confirmMisses(ctx context.Context, keys []string, misses [
 	return nil
 }
 
-// readRemote fills in the keys whose bytes live on other nodes, one call per owner, in
+// readRemote delivers the keys whose bytes live on other nodes, one call per owner, in
 // parallel. Without a Remote (single node) they are Unavailable.
-func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []fsm.Entry, byOwner map[string][]int, out []kvoffload.GetResult) {
+func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []fsm.Entry, byOwner map[string][]int, deliver deliverFunc) {
 	var wg sync.WaitGroup
 	for owner, idx := range byOwner {
 		if c.remote == nil {
 			for _, i := range idx {
-				out[i] = kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "owned by node " + owner}
+				deliver(i, kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "owned by node " + owner}, nil)
 			}
 			continue
 		}
@@ -214,16 +264,16 @@ func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []f
 			res := c.remote.ReadRemote(ctx, owner, ks, size)
 			for j, i := range idx {
 				if j >= len(res) {
-					out[i] = kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "owner " + owner + " returned too few results"}
+					deliver(i, kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "owner " + owner + " returned too few results"}, nil)
 					continue
 				}
-				out[i] = res[j]
+				r := res[j]
 				// The owner verified the record; check the bytes against this node's metadata too,
 				// so a stale owner or a damaged transfer never reaches the caller (G3).
-				e := entries[i]
-				if r := &out[i]; r.Status == kvoffload.Found && (uint32(len(r.Value)) != e.Size || xxhashOf(r.Value) != e.Sum) {
-					*r = kvoffload.GetResult{Key: r.Key, Status: kvoffload.Unavailable, Reason: "owner " + owner + " returned bytes that do not match the metadata"}
+				if e := entries[i]; r.Status == kvoffload.Found && (uint32(len(r.Value)) != e.Size || xxhashOf(r.Value) != e.Sum) {
+					r = kvoffload.GetResult{Key: r.Key, Status: kvoffload.Unavailable, Reason: "owner " + owner + " returned bytes that do not match the metadata"}
 				}
+				deliver(i, r, nil)
 			}
 		}()
 	}
@@ -250,40 +300,49 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 		case e.Owner != c.cfg.NodeID:
 			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: "not owned by node " + c.cfg.NodeID}
 		default:
-			out[i] = c.get(ctx, k, e)
+			out[i], _ = c.get(ctx, k, e, false)
 		}
 	}
 	c.stats.gets.Add(uint64(len(keys)))
-	fillGetCodes(out)
+	for i := range out {
+		fillGetCode(&out[i])
+	}
 	return out, nil
 }
 
-// get reads one committed entry. The extent is pinned, then the metadata is checked again:
+// get reads one committed entry, into a recycled buffer when pooled (then release, not nil
+// for a Found result, returns it). The extent is pinned, then the metadata is checked again:
 // bytes are freed only after their removal is applied, so an entry still present after the
 // pin cannot be freed under the reader.
-func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry) kvoffload.GetResult {
+func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry, pooled bool) (r kvoffload.GetResult, release func()) {
 	if err := fsm.CheckEntry(e); err != nil {
-		return c.corruptEntry(ctx, key, e, err)
+		return c.corruptEntry(ctx, key, e, err), nil
 	}
 	ext := e.Extent
 	c.reclaim.pin(ext)
 	defer c.reclaim.unpin(ext)
 	if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {
-		return kvoffload.GetResult{Key: key, Status: kvoffload.NotFound, Reason: "removed while reading"}
+		return kvoffload.GetResult{Key: key, Status: kvoffload.NotFound, Reason: "removed while reading"}, nil
 	}
 	want := bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
-	val, err := c.data.Read(ext, want)
+	var val []byte
+	var err error
+	if pooled {
+		val, release, err = c.data.ReadPooled(ext, want)
+	} else {
+		val, err = c.data.Read(ext, want)
+	}
 	if err == nil {
 		c.ev.lru.touch(key)
-		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}
+		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}, release
 	}
 	if !errors.Is(err, bucketstore.ErrCorrupt) {
-		return kvoffload.GetResult{Key: key, Status: kvoffload.Unavailable, Reason: err.Error()}
+		return kvoffload.GetResult{Key: key, Status: kvoffload.Unavailable, Reason: err.Error()}, nil
 	}
 	c.stats.getCorrupt.Add(1)
 	c.lg.Error("corrupt record; removing the key from metadata", "key", key, "extent", ext, "err", err)
 	c.repair(ctx, key, e)
-	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: err.Error()}
+	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: err.Error()}, nil
 }
 
 // corruptEntry answers a key whose metadata entry names an extent no record can have

@@ -24,29 +24,26 @@ func fromFSM(o fsm.Outcome) (kvoffload.Outcome, kvoffload.Code, string) {
 	return kvoffload.Failed, kvoffload.CodeInternal, "unexpected FSM outcome " + o.String()
 }
 
-// fillGetCodes completes read results: Size from each Found value, and for a status without a
+// fillGetCode completes a read result: Size from a Found value, and for a status without a
 // code the status's own (NotFound: CodeNotFound, Corrupt: CodeCorrupt, Unavailable:
 // CodeUnavailable).
-func fillGetCodes(out []kvoffload.GetResult) {
-	for i := range out {
-		r := &out[i]
-		if r.Status == kvoffload.Found {
-			r.Size = len(r.Value)
-		}
-		if r.Code != kvoffload.CodeNone || r.Status == kvoffload.Found {
-			continue
-		}
-		switch r.Status {
-		case kvoffload.NotFound:
-			r.Code = kvoffload.CodeNotFound
-		case kvoffload.Corrupt:
-			r.Code = kvoffload.CodeCorrupt
-		case kvoffload.InvalidKey:
-			r.Code = kvoffload.CodeInvalidKey
-		case kvoffload.ShortBuffer:
-			r.Code = kvoffload.CodeShortBuffer
-		default:
-			r.Code = kvoffload.CodeUnavailable
-		}
+func fillGetCode(r *kvoffload.GetResult) {
+	if r.Status == kvoffload.Found {
+		r.Size = len(r.Value)
+	}
+	if r.Code != kvoffload.CodeNone || r.Status == kvoffload.Found {
+		return
+	}
+	switch r.Status {
+	case kvoffload.NotFound:
+		r.Code = kvoffload.CodeNotFound
+	case kvoffload.Corrupt:
+		r.Code = kvoffload.CodeCorrupt
+	case kvoffload.InvalidKey:
+		r.Code = kvoffload.CodeInvalidKey
+	case kvoffload.ShortBuffer:
+		r.Code = kvoffload.CodeShortBuffer
+	default:
+		r.Code = kvoffload.CodeUnavailable
 	}
 }

@@ -35,6 +35,8 @@ type Buckets interface {
 	WriteRecords(recs []bucketstore.RecordWrite) []error
 	Sync(buckets ...uint32) error
 	Read(ext bucketstore.Extent, want bucketstore.Header) ([]byte, error)
+	// ReadPooled is Read into a recycled buffer, returned with release.
+	ReadPooled(ext bucketstore.Extent, want bucketstore.Header) (payload []byte, release func(), err error)
 	Free(ext bucketstore.Extent) error
 	Adopt(ext bucketstore.Extent) error
 	Collect(bucket uint32, live []bucketstore.Extent) (int64, error)

@@ -107,28 +107,36 @@ func StatsFromPB(s *pb.StatsResponse) kvoffload.Stats {
 // protocol's chunk size).
 const ChunkBytes = 1 << 20
 
-// SendGets streams res as GetChunk messages: each key's first chunk carries its index, status,
-// code and reason (and size when Found); its value follows in chunks of at most ChunkBytes.
-// Data slices alias the values; nothing is copied.
+// SendGets streams res as GetChunk messages (SendGet for each, in order).
 func SendGets(send func(*pb.GetChunk) error, res []kvoffload.GetResult) error {
 	for i, r := range res {
-		first := &pb.GetChunk{Index: uint32(i), Status: StatusToPB(r.Status), Reason: r.Reason, Code: pb.Code(r.Code)}
-		var val []byte
-		if r.Status == kvoffload.Found {
-			first.Size, val = uint64(len(r.Value)), r.Value
-		}
-		n := min(len(val), ChunkBytes)
-		first.Data, val = val[:n], val[n:]
-		if err := send(first); err != nil {
+		if err := SendGet(send, i, r); err != nil {
 			return err
 		}
-		for len(val) > 0 {
-			n := min(len(val), ChunkBytes)
-			if err := send(&pb.GetChunk{Index: uint32(i), Data: val[:n]}); err != nil {
-				return err
-			}
-			val = val[n:]
+	}
+	return nil
+}
+
+// SendGet streams the result at position i: its first chunk carries the index, status, code
+// and reason (and size when Found); the value follows in chunks of at most ChunkBytes. Data
+// slices alias the value; nothing is copied.
+func SendGet(send func(*pb.GetChunk) error, i int, r kvoffload.GetResult) error {
+	first := &pb.GetChunk{Index: uint32(i), Status: StatusToPB(r.Status), Reason: r.Reason, Code: pb.Code(r.Code)}
+	var val []byte
+	if r.Status == kvoffload.Found {
+		first.Size, val = uint64(len(r.Value)), r.Value
+	}
+	n := min(len(val), ChunkBytes)
+	first.Data, val = val[:n], val[n:]
+	if err := send(first); err != nil {
+		return err
+	}
+	for len(val) > 0 {
+		n := min(len(val), ChunkBytes)
+		if err := send(&pb.GetChunk{Index: uint32(i), Data: val[:n]}); err != nil {
+			return err
 		}
+		val = val[n:]
 	}
 	return nil
 }
