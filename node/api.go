@@ -99,6 +99,8 @@ func (n *Node) batchGetEach(ctx context.Context, keys []string, visit func(i int
 		return apiError(err, false)
 	}
 	if pos != nil {
+		// After the reads, so that an error still comes before any visit (a caller taking
+		// positions in order waits for them only when it sent invalid keys).
 		sent := 0
 		for i, k := range keys {
 			if sent < len(pos) && pos[sent] == i {

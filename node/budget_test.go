@@ -188,6 +188,57 @@ func TestBufferBudgetStalledReaders(t *testing.T) {
 	checkReadable(t, n, 3, size, key)
 }
 
+// TestBufferBudgetCountsReadAhead: bytes a BatchGet stream reads ahead of its client are
+// counted in the budget as they are read, even for keys stored after the lookup that sized the
+// stream's hold (adversarial review: a stream whose client did not read held 15 MiB while the
+// budget counted 2 MiB, so other readers were admitted over MaxBufferedBytes). Stream A holds
+// the whole budget; B, sized for one byte, waits, and its 15 keys are stored meanwhile; once A
+// goes, B reads them and the budget counts them, though B's client reads nothing.
+func TestBufferBudgetCountsReadAhead(t *testing.T) {
+	const size = 1 << 20
+	cfg := testConfig(t.TempDir())
+	cfg.APIAddr = freeAddr(t)
+	cfg.Txn.MaxBatchBytes, cfg.Txn.MaxBufferedBytes = 16*size, 16*size
+	cfg.Registry = prometheus.NewRegistry()
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	big, small := keyOf("big", 0), keyOf("small", 0)
+	mustOffload(t, n, objects(3, size, big))
+	mustOffload(t, n, objects(3, 1, small))
+	conn, err := grpc.NewClient(n.APIAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cl := pb.NewKVOffloadClient(conn)
+	ka := make([]string, 16)
+	for i := range ka {
+		ka[i] = big
+	}
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	if _, err := cl.BatchGet(ctxA, &pb.GetRequest{Keys: ka}); err != nil { // never read
+		t.Fatal(err)
+	}
+	m := n.metrics
+	waitFor(t, "A to hold the budget", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
+	later := make([]string, 15)
+	for i := range later {
+		later[i] = keyOf("later", i)
+	}
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	if _, err := cl.BatchGet(ctxB, &pb.GetRequest{Keys: append([]string{small}, later...)}); err != nil { // never read
+		t.Fatal(err)
+	}
+	waitFor(t, "B to wait", func() bool { return metricValue(t, m.bufferWaits) >= 1 })
+	mustOffload(t, n, objects(4, size, later...))
+	cancelA()
+	// A's 16 MiB released, B's byte and the 15 MiB it read (its client's windows take at most
+	// 8 MiB of them off the server) held.
+	waitFor(t, "only B's bytes, all of them, to be counted", func() bool { return metricValue(t, m.bufferedBytes) == 15*size+1 })
+}
+
 // metricValue is the value of a counter or gauge.
 func metricValue(t *testing.T, m prometheus.Metric) float64 {
 	t.Helper()

@@ -8,7 +8,11 @@ import (
 )
 
 // inOrder hands results visited in any order, from several goroutines (Node.batchGetEach),
-// to one goroutine that takes them in position order (the stream path sends them so).
+// to one goroutine that takes them in position order (the stream path sends them so). The
+// values it holds are counted in a buffer-budget hold as they arrive: bytes beyond what the
+// hold was acquired for (keys stored after the lookup that sized it) are added to it at once,
+// without waiting, so that a reader whose client does not read cannot hold bytes the budget
+// does not see (adversarial review).
 type inOrder struct {
 	mu    sync.Mutex
 	cond  sync.Cond
@@ -17,10 +21,14 @@ type inOrder struct {
 	ended bool
 	err   error
 	done  chan struct{}
+	buf   *hold
+	read  int64 // value bytes visited
+	held  int64 // bytes of those buf accounts for
 }
 
-func newInOrder(n int) *inOrder {
-	q := &inOrder{res: make([]kvoffload.GetResult, n), have: make([]bool, n), done: make(chan struct{})}
+// newInOrder takes n positions; buf holds acquired bytes for them already.
+func newInOrder(n int, buf *hold, acquired int64) *inOrder {
+	q := &inOrder{res: make([]kvoffload.GetResult, n), have: make([]bool, n), done: make(chan struct{}), buf: buf, held: acquired}
 	q.cond.L = &q.mu
 	return q
 }
@@ -29,6 +37,10 @@ func newInOrder(n int) *inOrder {
 func (q *inOrder) put(i int, r kvoffload.GetResult) (keep bool) {
 	q.mu.Lock()
 	q.res[i], q.have[i] = r, true
+	if q.read += int64(len(r.Value)); q.read > q.held {
+		q.buf.add(q.read - q.held)
+		q.held = q.read
+	}
 	q.mu.Unlock()
 	q.cond.Broadcast()
 	return true

@@ -162,8 +162,8 @@ func satAdd(a, b uint64) uint64 {
 // buffer budget before anything is read (the sizes the local metadata gives, at most
 // MaxBatchBytes), waiting while it is taken, and released once the last chunk is sent: two
 // stalled readers of 16 positions of a 64 MiB key held 2 GiB before (issue 7). Keys found
-// only after the read index, or stored since the lookup, are added to the hold when sent,
-// without waiting (the bytes are in memory by then).
+// only after the read index, or stored since the lookup, are added to the hold as they are
+// read, without waiting (inOrder).
 func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -179,10 +179,11 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 			want += int64(e.Size)
 		}
 	}
-	if err := buf.acquire(ctx, min(want, s.n.cfg.Txn.MaxBatchBytes)); err != nil {
+	acquired := min(want, s.n.cfg.Txn.MaxBatchBytes)
+	if err := buf.acquire(ctx, acquired); err != nil {
 		return grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, want, err))
 	}
-	q := newInOrder(len(req.Keys))
+	q := newInOrder(len(req.Keys), buf, acquired)
 	go func() {
 		q.end(s.n.batchGetEach(ctx, req.Keys, q.put))
 	}()
@@ -190,23 +191,19 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 		cancel() // the reads left stop at once
 		q.wait() // and nothing is visited after this
 	}()
-	res := make([]kvoffload.GetResult, len(req.Keys)) // what was sent, without values, for the metrics
-	var got int64
+	sent := make([]kvoffload.GetResult, 0, len(req.Keys)) // what was sent, without values, for the metrics
+	defer func() { s.n.metrics.observeGets(sent, time.Since(start)) }()
 	for i := range req.Keys {
 		r, err := q.next(i)
 		if err != nil {
 			return grpcError(err)
 		}
-		if got += int64(len(r.Value)); got > buf.n {
-			buf.add(got - buf.n)
-		}
 		if err := wire.SendGet(stream.Send, i, r); err != nil {
 			return err
 		}
 		r.Value = nil
-		res[i] = r
+		sent = append(sent, r)
 	}
-	s.n.metrics.observeGets(res, time.Since(start))
 	return nil
 }
 

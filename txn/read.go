@@ -42,7 +42,8 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.
 // no particular order and from up to Config.ReadsInFlight goroutines at once; BatchGetEach
 // returns after the last call. A Found r.Value is a recycled read buffer that visit borrows:
 // it is valid until visit returns, or for good if visit returns true (keep). The positions
-// of a repeated key are visited one after another with the same bytes. Errors (those of
+// of a repeated key are visited one after another with the same bytes, so kept bytes must
+// not be written to. Errors (those of
 // BatchGet: ErrTooLarge for MaxBatchKeys and MaxBatchBytes, the coordinator's failure) come
 // before any visit.
 func (c *Coordinator) BatchGetEach(ctx context.Context, keys []string, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
