@@ -38,7 +38,11 @@ func (t *memTarget) BatchGet(ctx context.Context, keys []string) ([]kvoffload.Ge
 	defer t.mu.Unlock()
 	out := make([]kvoffload.GetResult, len(keys))
 	for i, k := range keys {
-		out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Found, Value: t.m[k]}
+		if v, ok := t.m[k]; ok {
+			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Found, Value: v}
+		} else {
+			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.NotFound}
+		}
 	}
 	return out, nil
 }
@@ -69,5 +73,43 @@ func TestVerifiedReadBack(t *testing.T) {
 	}
 	if !s.Verified || s.Missing != 0 || s.Corrupt != 0 || s.UniqueKeys != 4 || s.Keys != 6 {
 		t.Fatalf("summary %+v, want verified, 4 unique of 6 keys, none missing or corrupt", s)
+	}
+}
+
+// TestReadBackCountsEveryProblem: with several readers, a lost key counts Missing and a damaged
+// one Corrupt, once each, and the first problem is named.
+func TestReadBackCountsEveryProblem(t *testing.T) {
+	tg := &memTarget{m: map[string][]byte{}}
+	damaged := false
+	tg.onGet = func() {
+		tg.mu.Lock()
+		defer tg.mu.Unlock()
+		if damaged {
+			return
+		}
+		damaged = true
+		i := 0
+		for k, v := range tg.m {
+			switch i {
+			case 0:
+				delete(tg.m, k)
+			case 1:
+				v = append([]byte(nil), v...)
+				v[3] ^= 1
+				tg.m[k] = v
+			}
+			i++
+		}
+	}
+	var reqs []trace.Request
+	for r := range 10 {
+		reqs = append(reqs, trace.Request{HashIDs: []int64{int64(3 * r), int64(3*r + 1), int64(3*r + 2)}})
+	}
+	s, err := Run(context.Background(), tg, reqs, Options{Writers: 4, BlockSize: 64, Model: "m", ReadBatch: 2, Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Verified || s.UniqueKeys != 30 || s.Missing != 1 || s.Corrupt != 1 || s.Unavailable != 0 || s.FirstProblem == "" {
+		t.Fatalf("summary %+v, want verified, 30 keys, 1 missing, 1 corrupt, a first problem", s)
 	}
 }
