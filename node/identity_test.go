@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,4 +293,24 @@ func TestClusterIDMetric(t *testing.T) {
 		}
 	}
 	t.Fatal("no kvoffload_cluster_info metric")
+}
+
+// TestRaftPortTakenIsAnError: a Raft address another process listens on makes Open fail with
+// an error naming it, not panic (adversarial review: a nil transport was closed).
+func TestRaftPortTakenIsAnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := memberConfig(t, t.TempDir(), "n1")
+	cfg.RaftAddr = ln.Addr().String()
+	n, err := Open(context.Background(), cfg)
+	if err == nil {
+		_ = n.Close()
+		t.Fatalf("Open on a taken Raft address %s succeeded", cfg.RaftAddr)
+	}
+	if !strings.Contains(err.Error(), cfg.RaftAddr) {
+		t.Fatalf("error %q does not name the address %s", err, cfg.RaftAddr)
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 )
 
 // Checks are a node's health probes. A nil func passes.
@@ -49,6 +50,18 @@ func check(f func() error) http.Handler {
 // shutdownTimeout bounds the graceful shutdown once Serve's context ends.
 const shutdownTimeout = 5 * time.Second
 
+// Limits of the ops listener (adversarial review: idle keep-alive connections were never
+// closed, and 20,000 of them took every file descriptor of the node). A scrape or a probe is
+// one small request: a connection idle for IdleTimeout is closed, a request must arrive and be
+// answered within ReadTimeout and WriteTimeout, and at most MaxConns connections are open at
+// once (more wait in the kernel's accept queue).
+const (
+	IdleTimeout  = 60 * time.Second
+	ReadTimeout  = 10 * time.Second
+	WriteTimeout = 30 * time.Second
+	MaxConns     = 256
+)
+
 // Serve listens on addr (":0" picks a port) and serves h until ctx ends, then shuts down
 // gracefully, giving requests in flight up to 5 s. It returns the bound address once the
 // listener is open; serving runs in the background. lg (nil discards) receives the serve
@@ -63,7 +76,8 @@ func Serve(ctx context.Context, addr string, h http.Handler, lg *slog.Logger) (n
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrListen, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	lis = netutil.LimitListener(lis, MaxConns)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: ReadTimeout, ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
 	go func() {
 		lg.Info("ops endpoints serving", "addr", lis.Addr().String())
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,9 +1,11 @@
 package ops_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -99,4 +101,48 @@ func TestServeAndShutdown(t *testing.T) {
 	if _, err := ops.Serve(context.Background(), "256.0.0.1:1", http.NotFoundHandler(), nil); !errors.Is(err, ops.ErrListen) {
 		t.Fatalf("bad address: %v, want ErrListen", err)
 	}
+}
+
+// TestServeCapsConnections: idle keep-alive connections hold at most ops.MaxConns slots; a
+// further client is served once one of them closes (adversarial review: 20,000 idle
+// connections took every file descriptor of the node).
+func TestServeCapsConnections(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := ops.Serve(ctx, "127.0.0.1:0", ops.Handler(prometheus.NewRegistry(), ops.Checks{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	}()
+	for range ops.MaxConns {
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close() // the connection stays open, idle
+	}
+	url := "http://" + addr.String() + "/healthz"
+	if resp, err := (&http.Client{Timeout: 300 * time.Millisecond}).Get(url); err == nil {
+		_ = resp.Body.Close()
+		t.Fatalf("a connection over MaxConns %d was served", ops.MaxConns)
+	}
+	_ = idle[0].Close()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatalf("after one idle connection closed: %v", err)
+	}
+	_ = resp.Body.Close()
 }

@@ -134,8 +134,14 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 		advertise = a
 	}
 	if cfg.TLS != nil || cfg.ClusterID != nil {
-		return newStreamTransport(cfg, advertise, &raft.NetworkTransportConfig{
+		t, err := newStreamTransport(cfg, advertise, &raft.NetworkTransportConfig{
 			MaxPool: tcpMaxPool, Timeout: tcpTimeout, Logger: hl.Named("transport")})
+		if err != nil {
+			// A nil *NetworkTransport in the interface would not be nil, and closeStores
+			// would call Close on it (adversarial review: a taken Raft port panicked).
+			return nil, err
+		}
+		return t, nil
 	}
 	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, advertise, tcpMaxPool, tcpTimeout, hl.Named("transport"))
 	if err != nil {
