@@ -68,7 +68,7 @@ func (n *Node) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) (
 		return nil, fmt.Errorf("%w: %d buffers for %d keys", kvoffload.ErrInvalidArgument, len(bufs), len(keys))
 	}
 	res := make([]kvoffload.GetResult, len(keys))
-	err := n.batchGetEach(ctx, keys, func(i int, r kvoffload.GetResult) bool {
+	err := n.batchGetEach(ctx, keys, nil, func(i int, r kvoffload.GetResult) bool {
 		intoBuffer(&r, bufs[i])
 		res[i] = r
 		return false
@@ -81,9 +81,10 @@ func (n *Node) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) (
 
 // batchGetEach is BatchGet handing each position's result to visit as it is known
 // (txn.Coordinator.BatchGetEach: in no particular order, from several goroutines, a Found
-// value borrowed until visit returns unless visit returns true); a key CheckKey refuses is
-// visited InvalidKey. Errors: those of BatchGet, before any visit.
-func (n *Node) batchGetEach(ctx context.Context, keys []string, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
+// value borrowed until visit returns unless visit returns true; reserve, when not nil, told
+// the bytes the values will hold before any is read); a key CheckKey refuses is visited
+// InvalidKey. Errors: those of BatchGet and reserve's, before any visit.
+func (n *Node) batchGetEach(ctx context.Context, keys []string, reserve func(int64) error, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
 	if err := n.coord.CheckKeys(keys); err != nil { // MaxBatchKeys counts every key, valid or not
 		return apiError(err, false)
 	}
@@ -95,7 +96,7 @@ func (n *Node) batchGetEach(ctx context.Context, keys []string, visit func(i int
 	if pos != nil {
 		at = func(j int) int { return pos[j] }
 	}
-	if err := n.coord.BatchGetEach(ctx, send, func(j int, r kvoffload.GetResult) bool { return visit(at(j), r) }); err != nil {
+	if err := n.coord.BatchGetEach(ctx, send, reserve, func(j int, r kvoffload.GetResult) bool { return visit(at(j), r) }); err != nil {
 		return apiError(err, false)
 	}
 	if pos != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -179,4 +180,15 @@ func (h *hold) add(n int64) {
 	h.b.mu.Lock()
 	defer h.b.mu.Unlock()
 	h.b.grant(h, n)
+}
+
+// reserver is a read's budget hook (txn.Coordinator.BatchGetEach's reserve): it acquires the
+// bytes the read's values will hold, waiting while the budget is taken or until ctx ends.
+func (h *hold) reserver(ctx context.Context) func(int64) error {
+	return func(n int64) error {
+		if err := h.acquire(ctx, n); err != nil {
+			return fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", h.b.limit, n, err)
+		}
+		return nil
+	}
 }

@@ -8,11 +8,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// streamIdleTimeout is the longest an offload stream may go without a message. A stream
-// that announces objects and then stops sending would otherwise hold its share of the
-// buffer budget (budget.go) for as long as its client keeps the connection open, and a few
-// thousand such streams would hold all of it (adversarial review). A client streams
-// values it already has, so a live client is never this slow.
+// streamIdleTimeout is the longest an offload stream may go without a message, and a
+// BatchGet stream without its client taking one. A stream that announces objects and then
+// stops sending, or a reader that stops reading, would otherwise hold its share of the buffer
+// budget (budget.go) for as long as its client keeps the connection open, and a few such
+// streams would hold all of it (adversarial reviews). A client streams values it already has
+// and reads what it asked for, so a live client is never this slow.
 const streamIdleTimeout = 30 * time.Second
 
 // idleRecv wraps a stream's Recv so that a call returns DeadlineExceeded when no message
@@ -47,6 +48,47 @@ func idleRecv[T any](ctx context.Context, recv func() (*T, error), idle time.Dur
 			return nil, status.Errorf(codes.DeadlineExceeded, "no message from the client for %s (the idle limit of an offload stream)", idle)
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// idleSend wraps a stream's Send so that a call returns DeadlineExceeded when the message is
+// not taken within idle (the client reads nothing and the stream's flow-control window is
+// full). The messages are sent by one goroutine that ends with the stream (ctx): the handler
+// returns while a Send is pending, and gRPC then resets the stream, which ends the Send.
+func idleSend[T any](ctx context.Context, send func(*T) error, idle time.Duration) func(*T) error {
+	in := make(chan *T)
+	out := make(chan error)
+	go func() {
+		for {
+			select {
+			case m := <-in:
+				err := send(m)
+				select {
+				case out <- err:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(idle)
+	return func(m *T) error {
+		timer.Reset(idle)
+		select {
+		case in <- m:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		select {
+		case err := <-out:
+			return err
+		case <-timer.C:
+			return status.Errorf(codes.DeadlineExceeded, "the client took no message for %s (the idle limit of a read stream)", idle)
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
 }

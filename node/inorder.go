@@ -8,11 +8,7 @@ import (
 )
 
 // inOrder hands results visited in any order, from several goroutines (Node.batchGetEach),
-// to one goroutine that takes them in position order (the stream path sends them so). The
-// values it holds are counted in a buffer-budget hold as they arrive: bytes beyond what the
-// hold was acquired for (keys stored after the lookup that sized it) are added to it at once,
-// without waiting, so that a reader whose client does not read cannot hold bytes the budget
-// does not see (adversarial review).
+// to one goroutine that takes them in position order (the stream path sends them so).
 type inOrder struct {
 	mu    sync.Mutex
 	cond  sync.Cond
@@ -21,14 +17,10 @@ type inOrder struct {
 	ended bool
 	err   error
 	done  chan struct{}
-	buf   *hold
-	read  int64 // value bytes visited
-	held  int64 // bytes of those buf accounts for
 }
 
-// newInOrder takes n positions; buf holds acquired bytes for them already.
-func newInOrder(n int, buf *hold, acquired int64) *inOrder {
-	q := &inOrder{res: make([]kvoffload.GetResult, n), have: make([]bool, n), done: make(chan struct{}), buf: buf, held: acquired}
+func newInOrder(n int) *inOrder {
+	q := &inOrder{res: make([]kvoffload.GetResult, n), have: make([]bool, n), done: make(chan struct{})}
 	q.cond.L = &q.mu
 	return q
 }
@@ -37,10 +29,6 @@ func newInOrder(n int, buf *hold, acquired int64) *inOrder {
 func (q *inOrder) put(i int, r kvoffload.GetResult) (keep bool) {
 	q.mu.Lock()
 	q.res[i], q.have[i] = r, true
-	if q.read += int64(len(r.Value)); q.read > q.held {
-		q.buf.add(q.read - q.held)
-		q.held = q.read
-	}
 	q.mu.Unlock()
 	q.cond.Broadcast()
 	return true

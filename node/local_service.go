@@ -205,15 +205,12 @@ func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.Loc
 	}
 	buf := s.n.metrics.buffers.newHold()
 	defer buf.release()
-	if err := buf.acquire(ctx, min(want, s.n.cfg.Txn.MaxBatchBytes)); err != nil {
-		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, want, err))
-	}
 	if !r.acquire() {
 		return nil, status.Errorf(codes.FailedPrecondition, "node: region %s was unregistered", r.name())
 	}
 	defer r.release()
 	res := make([]kvoffload.GetResult, len(keys)) // what was answered, without values, for the metrics
-	err = s.n.batchGetEach(ctx, keys, func(j int, g kvoffload.GetResult) bool {
+	err = s.n.batchGetEach(ctx, keys, buf.reserver(ctx), func(j int, g kvoffload.GetResult) bool {
 		i := pos[j]
 		out[i] = intoRegion(r, req.Keys[i], g)
 		g.Value = nil

@@ -158,12 +158,12 @@ func satAdd(a, b uint64) uint64 {
 
 // BatchGet reads the keys and streams their values back in request order, each key as soon
 // as it and every key before it are verified, so the first values are on the wire while the
-// later reads are in flight. The bytes the results will hold are acquired from the node's
-// buffer budget before anything is read (the sizes the local metadata gives, at most
-// MaxBatchBytes), waiting while it is taken, and released once the last chunk is sent: two
-// stalled readers of 16 positions of a 64 MiB key held 2 GiB before (issue 7). Keys found
-// only after the read index, or stored since the lookup, are added to the hold as they are
-// read, without waiting (inOrder).
+// later reads are in flight. The bytes the values will hold (each distinct key once, from the
+// lookup the reads use) are acquired from the node's buffer budget before anything is read,
+// waiting while it is taken, and released once the last chunk is sent: two stalled readers
+// of 16 positions of a 64 MiB key held 2 GiB before (issue 7). A client that takes no
+// message for the idle limit (streamIdleTimeout) loses the stream, so a reader that stops
+// reading cannot keep its share of the budget (adversarial review).
 func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -173,24 +173,15 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 	start := time.Now()
 	buf := s.n.metrics.buffers.newHold()
 	defer buf.release()
-	var want int64
-	for _, k := range req.Keys {
-		if e, ok := s.n.fsm.Lookup(k); ok {
-			want += int64(e.Size)
-		}
-	}
-	acquired := min(want, s.n.cfg.Txn.MaxBatchBytes)
-	if err := buf.acquire(ctx, acquired); err != nil {
-		return grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, want, err))
-	}
-	q := newInOrder(len(req.Keys), buf, acquired)
+	q := newInOrder(len(req.Keys))
 	go func() {
-		q.end(s.n.batchGetEach(ctx, req.Keys, q.put))
+		q.end(s.n.batchGetEach(ctx, req.Keys, buf.reserver(ctx), q.put))
 	}()
 	defer func() {
 		cancel() // the reads left stop at once
 		q.wait() // and nothing is visited after this
 	}()
+	send := idleSend(ctx, stream.Send, s.n.streamIdle())
 	sent := make([]kvoffload.GetResult, 0, len(req.Keys)) // what was sent, without values, for the metrics
 	defer func() { s.n.metrics.observeGets(sent, time.Since(start)) }()
 	for i := range req.Keys {
@@ -198,7 +189,7 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 		if err != nil {
 			return grpcError(err)
 		}
-		if err := wire.SendGet(stream.Send, i, r); err != nil {
+		if err := wire.SendGet(send, i, r); err != nil {
 			return err
 		}
 		r.Value = nil

@@ -40,7 +40,7 @@ func TestBatchGetEachVisitsEveryPositionOnce(t *testing.T) {
 	var mu sync.Mutex
 	visits := make([]int, len(keys))
 	got := make([]kvoffload.GetResult, len(keys))
-	err := c.BatchGetEach(context.Background(), keys, func(i int, r kvoffload.GetResult) bool {
+	err := c.BatchGetEach(context.Background(), keys, nil, func(i int, r kvoffload.GetResult) bool {
 		if r.Value != nil {
 			r.Value = bytes.Clone(r.Value) // borrowed until this returns
 		}
@@ -86,14 +86,14 @@ func TestBatchGetEachKeptBytesAreNotRecycled(t *testing.T) {
 	}
 	offloadNamed(t, c, keys...)
 	kept := make([][]byte, 8)
-	if err := c.BatchGetEach(context.Background(), keys[:8], func(i int, r kvoffload.GetResult) bool {
+	if err := c.BatchGetEach(context.Background(), keys[:8], nil, func(i int, r kvoffload.GetResult) bool {
 		kept[i] = r.Value
 		return true
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for round := range 20 {
-		err := c.BatchGetEach(context.Background(), keys[8:], func(i int, r kvoffload.GetResult) bool {
+		err := c.BatchGetEach(context.Background(), keys[8:], nil, func(i int, r kvoffload.GetResult) bool {
 			if k := keys[8+i]; !bytes.Equal(r.Value, valueOf(k)) {
 				t.Errorf("round %d: %s read back other bytes", round, k)
 			}
@@ -117,7 +117,7 @@ func TestBatchGetEachRefusesBeforeVisiting(t *testing.T) {
 	offloadNamed(t, c, "a", "b")
 	c.cfg.MaxBatchBytes = int64(len(valueOf("a")))
 	visited := 0
-	err := c.BatchGetEach(context.Background(), []string{"a", "b", "missing"}, func(int, kvoffload.GetResult) bool {
+	err := c.BatchGetEach(context.Background(), []string{"a", "b", "missing"}, nil, func(int, kvoffload.GetResult) bool {
 		visited++
 		return false
 	})

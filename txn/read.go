@@ -25,7 +25,7 @@ func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
 // position because the first removed it) in bytes of its own.
 func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
 	out := make([]kvoffload.GetResult, len(keys))
-	err := c.batchGetEach(ctx, keys, false, func(i int, r kvoffload.GetResult) bool {
+	err := c.batchGetEach(ctx, keys, false, nil, func(i int, r kvoffload.GetResult) bool {
 		out[i] = r
 		return true
 	})
@@ -46,13 +46,18 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.
 // not be written to. Errors (those of
 // BatchGet: ErrTooLarge for MaxBatchKeys and MaxBatchBytes, the coordinator's failure) come
 // before any visit.
-func (c *Coordinator) BatchGetEach(ctx context.Context, keys []string, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
-	return c.batchGetEach(ctx, keys, true, visit)
+//
+// reserve, when not nil, is called once before the first read with the bytes the values to
+// be read hold in memory (each distinct key's size once: positions share their bytes), from
+// the same metadata lookup the reads use, so that a caller can account for them in a budget
+// (and wait for it) before they exist; its error is returned, before any visit.
+func (c *Coordinator) BatchGetEach(ctx context.Context, keys []string, reserve func(bytes int64) error, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
+	return c.batchGetEach(ctx, keys, true, reserve, visit)
 }
 
 // batchGetEach is BatchGetEach reading into recycled buffers when pooled, else into fresh
 // ones (and then every position after a repeated key's first gets a copy).
-func (c *Coordinator) batchGetEach(ctx context.Context, keys []string, pooled bool, visit func(int, kvoffload.GetResult) bool) error {
+func (c *Coordinator) batchGetEach(ctx context.Context, keys []string, pooled bool, reserve func(int64) error, visit func(int, kvoffload.GetResult) bool) error {
 	if err := c.Usable(); err != nil {
 		return err
 	}
@@ -89,7 +94,7 @@ func (c *Coordinator) batchGetEach(ctx context.Context, keys []string, pooled bo
 			release()
 		}
 	}
-	if err := c.batchGet(ctx, uniq, times, pooled, deliver); err != nil {
+	if err := c.batchGet(ctx, uniq, times, pooled, reserve, deliver); err != nil {
 		return err
 	}
 	c.stats.gets.Add(uint64(len(keys)))
@@ -118,9 +123,9 @@ func collapse(keys []string) (uniq []string, pos []int) {
 type deliverFunc func(i int, r kvoffload.GetResult, release func())
 
 // batchGet is batchGetEach for keys without repeats; keys[i] counts times[i] times against
-// MaxBatchBytes. Each key's result goes to deliver once; nothing is delivered when it
-// returns an error.
-func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64, pooled bool, deliver deliverFunc) error {
+// MaxBatchBytes and once in what reserve is given. Each key's result goes to deliver once;
+// nothing is delivered when it returns an error.
+func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64, pooled bool, reserve func(int64) error, deliver deliverFunc) error {
 	early := make([]kvoffload.GetResult, len(keys)) // results known before any read
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
@@ -138,8 +143,8 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 			early[i].Status, early[i].Reason = kvoffload.Unavailable, "not in this node's metadata, which could not be brought up to date: "+err.Error()
 		}
 	}
-	var total int64
-	over := "" // the key at which the values' total first exceeds MaxBatchBytes
+	var total, held int64 // the values' bytes: per position (MaxBatchBytes), per key (reserve)
+	over := ""            // the key at which total first exceeds MaxBatchBytes
 	var bad []int
 	for i := range keys {
 		switch {
@@ -149,6 +154,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 		case fsm.CheckEntry(entries[i]) != nil:
 			bad = append(bad, i) // answered below, once the batch is known to be within its limits
 		default:
+			held += int64(entries[i].Size)
 			if total += int64(entries[i].Size) * times[i]; total > c.cfg.MaxBatchBytes && over == "" {
 				over = keys[i]
 			}
@@ -156,6 +162,11 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 	}
 	if total > c.cfg.MaxBatchBytes {
 		return BatchBytesError(uint64(total), over, c.cfg.MaxBatchBytes)
+	}
+	if reserve != nil {
+		if err := reserve(held); err != nil {
+			return err
+		}
 	}
 	for _, i := range bad {
 		// Refused before its Size counts against MaxBatchBytes or its Length is allocated,
