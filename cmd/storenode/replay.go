@@ -106,6 +106,10 @@ func runReplay(ctx context.Context, f replayFlags) error {
 		printSummary(os.Stdout, sum, f.json, false)
 		return fmt.Errorf("interrupted after %d of %d requests; keys not verified (rerun to finish: stored keys report AlreadyStored)", sum.Requests, len(reqs))
 	}
+	if sum.Stopped {
+		printSummary(os.Stdout, sum, f.json, false)
+		return fmt.Errorf("stopped after %d of %d requests: the store could not take a batch (%s); keys not verified", sum.Requests, len(reqs), sum.FirstProblem)
+	}
 	if baseline {
 		if err := addBaseline(&sum, f); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
@@ -241,7 +245,7 @@ func printSummary(w io.Writer, s replay.Summary, asJSON, baseline bool) {
 	fmt.Fprintf(w, "batch latency   p50 %.1f ms, p99 %.1f ms\n", s.P50MS, s.P99MS)
 	fmt.Fprintf(w, "read back       %.0f MB/s\n", s.ReadMBPerSec)
 	if !s.Verified {
-		fmt.Fprintf(w, "missing/corrupt not verified: the replay was interrupted before the read-back\n")
+		fmt.Fprintf(w, "missing/corrupt not verified: the replay was interrupted or stopped before the read-back\n")
 	} else {
 		fmt.Fprintf(w, "missing         %d\n", s.Missing)
 		if s.Unavailable > 0 {

@@ -6,6 +6,7 @@ package replay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -55,9 +56,10 @@ type Summary struct {
 	P50MS         float64 `json:"p50_ms"`
 	P99MS         float64 `json:"p99_ms"`
 	ReadMBPerSec  float64 `json:"read_mb_per_s"`
-	Verified      bool    `json:"verified"`    // the read-back ran (false: interrupted, Missing and Corrupt mean nothing)
-	Missing       int     `json:"missing"`     // keys read back NotFound: lost
-	Unavailable   int     `json:"unavailable"` // keys that could not be read now (their owner down, a read error): not lost
+	Verified      bool    `json:"verified"`          // the read-back ran (false: interrupted or stopped, Missing and Corrupt mean nothing)
+	Stopped       bool    `json:"stopped,omitempty"` // the writes stopped at a batch the store could not take (ErrUnavailable, ErrIndeterminate)
+	Missing       int     `json:"missing"`           // keys read back NotFound: lost
+	Unavailable   int     `json:"unavailable"`       // keys that could not be read now (their owner down, a read error): not lost
 	Corrupt       int     `json:"corrupt"`
 	DiskMBPerSec  float64 `json:"disk_mb_per_s,omitempty"`
 	RatioToDisk   float64 `json:"ratio_to_disk,omitempty"`
@@ -86,16 +88,17 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 	s.Requests = int(w.doneReqs.Load())
 	keys := uniqueKeys(opt.Model, reqs)
 	s.UniqueKeys = len(keys)
-	if ctx.Err() != nil {
-		return s, nil // interrupted: not verified
+	if s.Seconds > 0 {
+		s.MBPerSec = float64(s.Bytes) / 1e6 / s.Seconds
+	}
+	if ctx.Err() != nil || w.stopped.Load() {
+		s.Stopped = w.stopped.Load()
+		return s, nil // interrupted or stopped: not verified
 	}
 	rstart := time.Now()
 	readBytes := verify(ctx, t, keys, opt, &s)
 	s.Verified = ctx.Err() == nil // an interrupted read-back counts cancelled reads as missing
 	s.ReadMBPerSec = float64(readBytes) / 1e6 / time.Since(rstart).Seconds()
-	if s.Seconds > 0 {
-		s.MBPerSec = float64(s.Bytes) / 1e6 / s.Seconds
-	}
 	return s, nil
 }
 
@@ -105,6 +108,7 @@ type writer struct {
 	reqs []trace.Request
 
 	next      atomic.Int64
+	stopped   atomic.Bool // a batch the store could not take: no new batches
 	doneReqs  atomic.Int64
 	bytes     atomic.Int64 // written (Stored)
 	offered   atomic.Int64
@@ -126,7 +130,7 @@ func (w *writer) run(ctx context.Context) {
 			defer wg.Done()
 			for {
 				i := int(w.next.Add(1) - 1)
-				if i >= len(w.reqs) || ctx.Err() != nil {
+				if i >= len(w.reqs) || ctx.Err() != nil || w.stopped.Load() {
 					return
 				}
 				w.one(ctx, w.reqs[i])
@@ -159,6 +163,12 @@ func (w *writer) one(ctx context.Context, req trace.Request) {
 	if err != nil {
 		w.batchErrs++
 		w.note(fmt.Sprintf("batch error: %v", err))
+		if errors.Is(err, kvoffload.ErrUnavailable) || errors.Is(err, kvoffload.ErrIndeterminate) {
+			// The store (a cluster without a leader, a node that failed its WAL) takes no
+			// batch now, after the client's own retries: each further batch would wait out
+			// the same time-out (a new user waited 480 s for 100 requests).
+			w.stopped.Store(true)
+		}
 		return
 	}
 	for _, r := range res {

@@ -2,7 +2,10 @@ package replay
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvoffload/kvoffload"
@@ -111,5 +114,51 @@ func TestReadBackCountsEveryProblem(t *testing.T) {
 	}
 	if !s.Verified || s.UniqueKeys != 30 || s.Missing != 1 || s.Corrupt != 1 || s.Unavailable != 0 || s.FirstProblem == "" {
 		t.Fatalf("summary %+v, want verified, 30 keys, 1 missing, 1 corrupt, a first problem", s)
+	}
+}
+
+// downTarget fails every BatchOffload after the first ok ones with err.
+type downTarget struct {
+	memTarget
+	ok   atomic.Int64
+	err  error
+	sent atomic.Int64
+}
+
+func (t *downTarget) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
+	if t.sent.Add(1) > t.ok.Load() {
+		return nil, t.err
+	}
+	return t.memTarget.BatchOffload(ctx, id, objs)
+}
+
+// TestStopsWhenTheStoreTakesNoBatch: a batch that fails Unavailable or Indeterminate (a
+// cluster without a leader) stops the writes: the writers in flight finish, no new batch is
+// sent, and the summary says Stopped, not verified (a new user waited 480 s for 100 requests,
+// each batch waiting out the time-out). Another batch error (here a refusal) does not stop it.
+func TestStopsWhenTheStoreTakesNoBatch(t *testing.T) {
+	var reqs []trace.Request
+	for r := range 100 {
+		reqs = append(reqs, trace.Request{HashIDs: []int64{int64(r)}})
+	}
+	for _, sentinel := range []error{kvoffload.ErrUnavailable, kvoffload.ErrIndeterminate} {
+		tg := &downTarget{memTarget: memTarget{m: map[string][]byte{}, onGet: func() {}}, err: fmt.Errorf("%w: no leader", sentinel)}
+		tg.ok.Store(10)
+		s, err := Run(context.Background(), tg, reqs, Options{Writers: 4, BlockSize: 16, Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.Stopped || s.Verified || s.Requests >= 10+4 || !strings.Contains(s.FirstProblem, "no leader") {
+			t.Fatalf("%v: summary %+v; want stopped, not verified, at most %d requests, the error named", sentinel, s, 10+4-1)
+		}
+	}
+	tg := &downTarget{memTarget: memTarget{m: map[string][]byte{}, onGet: func() {}}, err: fmt.Errorf("%w: too big", kvoffload.ErrTooLarge)}
+	tg.ok.Store(10)
+	s, err := Run(context.Background(), tg, reqs, Options{Writers: 4, BlockSize: 16, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Stopped || s.Requests != 100 || s.BatchErrors != 90 {
+		t.Fatalf("refused batches: summary %+v; want every request sent and 90 batch errors", s)
 	}
 }
