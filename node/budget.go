@@ -171,17 +171,6 @@ func (b *budget) dispatch() {
 	take(oldest)
 }
 
-// add adds n bytes to h without waiting, even over the limit: for bytes that are already in
-// memory when they are found (a read whose keys the local metadata did not have yet).
-func (h *hold) add(n int64) {
-	if n <= 0 {
-		return
-	}
-	h.b.mu.Lock()
-	defer h.b.mu.Unlock()
-	h.b.grant(h, n)
-}
-
 // reserver is a read's budget hook (txn.Coordinator.BatchGetEach's reserve): it acquires the
 // bytes the read's values will hold, waiting while the budget is taken or until ctx ends.
 func (h *hold) reserver(ctx context.Context) func(int64) error {

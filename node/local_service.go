@@ -174,9 +174,9 @@ func resultsPB(res []kvoffload.KeyResult) *pb.OffloadResponse {
 // Get reads and verifies the keys and copies each value into the region at its descriptor's
 // offset as soon as it is verified, from a recycled read buffer, while the other reads are in
 // flight. The node holds at most the reads in flight in memory; the buffer budget is taken
-// for the batch's size all the same (at most MaxBatchBytes), so that a node serving many
-// readers waits rather than overcommits. The region is held for the call: unregistering it
-// waits until the call ends.
+// for the values' bytes all the same (each distinct key once, from the reads' lookup), so
+// that a node serving many readers waits rather than overcommits. The region is held for the
+// call: unregistering it waits until the call ends.
 func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.LocalGetResponse, error) {
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
@@ -192,16 +192,12 @@ func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.Loc
 	out := make([]*pb.LocalGetResult, len(req.Keys))
 	var keys []string
 	var pos []int
-	var want int64
 	for i, d := range req.Keys {
 		if reason := r.bounds(d.Offset, d.Length); reason != "" {
 			out[i] = &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_INVALID_VALUE, Reason: reason}
 			continue
 		}
 		keys, pos = append(keys, d.Key), append(pos, i)
-		if e, ok := s.n.fsm.Lookup(d.Key); ok {
-			want += int64(e.Size)
-		}
 	}
 	buf := s.n.metrics.buffers.newHold()
 	defer buf.release()

@@ -190,6 +190,9 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 			return grpcError(err)
 		}
 		if err := wire.SendGet(send, i, r); err != nil {
+			if errors.Is(err, errIdleReader) && s.n.listener != nil {
+				s.n.listener.closePeer(stream.Context()) // frees what gRPC still holds for the stream (conns.go)
+			}
 			return err
 		}
 		r.Value = nil

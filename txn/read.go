@@ -43,9 +43,8 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.
 // returns after the last call. A Found r.Value is a recycled read buffer that visit borrows:
 // it is valid until visit returns, or for good if visit returns true (keep). The positions
 // of a repeated key are visited one after another with the same bytes, so kept bytes must
-// not be written to. Errors (those of
-// BatchGet: ErrTooLarge for MaxBatchKeys and MaxBatchBytes, the coordinator's failure) come
-// before any visit.
+// not be written to. Errors (those of BatchGet: ErrTooLarge for MaxBatchKeys and
+// MaxBatchBytes, the coordinator's failure) come before any visit.
 //
 // reserve, when not nil, is called once before the first read with the bytes the values to
 // be read hold in memory (each distinct key's size once: positions share their bytes), from
