@@ -162,8 +162,9 @@ func satAdd(a, b uint64) uint64 {
 // lookup the reads use) are acquired from the node's buffer budget before anything is read,
 // waiting while it is taken, and released once the last chunk is sent: two stalled readers
 // of 16 positions of a 64 MiB key held 2 GiB before (issue 7). A client that takes no
-// message for the idle limit (streamIdleTimeout) loses the stream, so a reader that stops
-// reading cannot keep its share of the budget (adversarial review).
+// message for the idle limit (streamIdleTimeout) loses the stream and, on the TCP API, its
+// connection (conns.go), so a reader that stops reading cannot keep its share of the budget
+// or leave bytes queued outside it (adversarial reviews).
 func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
