@@ -71,11 +71,10 @@ func (n *Node) serve() error {
 	if n.cfg.APIAddr == "" {
 		return nil // an embedded node with only the local socket
 	}
-	tl, err := net.Listen("tcp", n.cfg.APIAddr)
+	lis, err := net.Listen("tcp", n.cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("node: API listener: %w", err)
 	}
-	lis := newConnListener(tl)
 	n.listener = lis
 	if !loopback(n.cfg.APIAddr) && !n.cfg.Security.APITLS && len(n.cfg.Security.APITokens) == 0 {
 		n.log.Warn("the client API is open: not on loopback, no TLS, no token; anyone who can reach it can read, offload and remove keys (docs/security.md)", "addr", lis.Addr().String())

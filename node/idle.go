@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -54,9 +52,6 @@ func idleRecv[T any](ctx context.Context, recv func() (*T, error), idle time.Dur
 	}
 }
 
-// errIdleReader marks idleSend's DeadlineExceeded.
-var errIdleReader = errors.New("idle reader")
-
 // idleSend wraps a stream's Send so that a call returns DeadlineExceeded when the message is
 // not taken within idle (the client reads nothing and the stream's flow-control window is
 // full). The messages are sent by one goroutine that ends with the stream (ctx): the handler
@@ -91,7 +86,7 @@ func idleSend[T any](ctx context.Context, send func(*T) error, idle time.Duratio
 		case err := <-out:
 			return err
 		case <-timer.C:
-			return fmt.Errorf("%w: %w", status.Errorf(codes.DeadlineExceeded, "the client took no message for %s (the idle limit of a read stream)", idle), errIdleReader)
+			return status.Errorf(codes.DeadlineExceeded, "the client took no message for %s (the idle limit of a read stream)", idle)
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}

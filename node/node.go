@@ -60,9 +60,9 @@ type Node struct {
 	peers     *forward.Peers
 	leader    *forward.Leader // cluster mode only
 	metrics   *metrics
-	tls       *tlsMaterial  // nil without TLS
-	server    *grpc.Server  // the client API
-	listener  *connListener // the API's, nil without one
+	tls       *tlsMaterial // nil without TLS
+	server    *grpc.Server // the client API
+	listener  net.Listener
 	health    *health.Server
 	// peerServer serves the Cluster service on peerListener (cluster mode only).
 	peerServer   *grpc.Server

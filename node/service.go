@@ -162,9 +162,10 @@ func satAdd(a, b uint64) uint64 {
 // lookup the reads use) are acquired from the node's buffer budget before anything is read,
 // waiting while it is taken, and released once the last chunk is sent: two stalled readers
 // of 16 positions of a 64 MiB key held 2 GiB before (issue 7). A client that takes no
-// message for the idle limit (streamIdleTimeout) loses the stream and, on the TCP API, its
-// connection (conns.go), so a reader that stops reading cannot keep its share of the budget
-// or leave bytes queued outside it (adversarial reviews).
+// message for the idle limit (streamIdleTimeout) loses the stream, so a reader that stops
+// reading cannot keep its share of the budget (adversarial review). What gRPC has queued for
+// a stream it cannot send stays until the client reads or disconnects; wire.SendGet keeps
+// that to about a chunk (internal/wire).
 func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -191,9 +192,6 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 			return grpcError(err)
 		}
 		if err := wire.SendGet(send, i, r); err != nil {
-			if errors.Is(err, errIdleReader) && s.n.listener != nil {
-				s.n.listener.closePeer(stream.Context()) // frees what gRPC still holds for the stream (conns.go)
-			}
 			return err
 		}
 		r.Value = nil

@@ -118,22 +118,32 @@ func SendGets(send func(*pb.GetChunk) error, res []kvoffload.GetResult) error {
 }
 
 // SendGet streams the result at position i: its first chunk carries the index, status, code
-// and reason (and size when Found); the value follows in chunks of at most ChunkBytes. Data
-// slices alias the value; nothing is copied.
+// and reason (and size when Found); the value follows in chunks of at most ChunkBytes. A value
+// of one chunk is sent from its own bytes. A longer one is sent from a copy of each chunk:
+// gRPC keeps the data of a message it could not send yet until the client reads it or the
+// connection closes, and a chunk aliasing the value would keep the whole value (up to 64 MiB)
+// for a client that stopped reading, outside the node's buffer budget (adversarial review: 40
+// streams that never read left 163 MiB). So a stream holds at most about a chunk that way.
 func SendGet(send func(*pb.GetChunk) error, i int, r kvoffload.GetResult) error {
 	first := &pb.GetChunk{Index: uint32(i), Status: StatusToPB(r.Status), Reason: r.Reason, Code: pb.Code(r.Code)}
 	var val []byte
 	if r.Status == kvoffload.Found {
 		first.Size, val = uint64(len(r.Value)), r.Value
 	}
+	chunk := func(n int) []byte {
+		if len(r.Value) <= ChunkBytes {
+			return val[:n]
+		}
+		return append([]byte(nil), val[:n]...)
+	}
 	n := min(len(val), ChunkBytes)
-	first.Data, val = val[:n], val[n:]
+	first.Data, val = chunk(n), val[n:]
 	if err := send(first); err != nil {
 		return err
 	}
 	for len(val) > 0 {
 		n := min(len(val), ChunkBytes)
-		if err := send(&pb.GetChunk{Index: uint32(i), Data: val[:n]}); err != nil {
+		if err := send(&pb.GetChunk{Index: uint32(i), Data: chunk(n)}); err != nil {
 			return err
 		}
 		val = val[n:]

@@ -48,3 +48,32 @@ func TestCodesFromTheWire(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// TestSendGetChunksDoNotPinLongValues: a value of one chunk is sent from its own bytes (no
+// copy), and the chunks of a longer value are copies, so a message gRPC keeps for a client
+// that stopped reading holds a chunk, not the whole value; either way the chunks reassemble to
+// the value.
+func TestSendGetChunksDoNotPinLongValues(t *testing.T) {
+	for _, size := range []int{ChunkBytes, 3*ChunkBytes + 17} {
+		val := make([]byte, size)
+		for i := range val {
+			val[i] = byte(i * 7)
+		}
+		var chunks []*pb.GetChunk
+		if err := SendGet(func(c *pb.GetChunk) error { chunks = append(chunks, c); return nil }, 0,
+			kvoffload.GetResult{Key: "k", Status: kvoffload.Found, Value: val}); err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for _, c := range chunks {
+			aliases := len(c.Data) > 0 && &c.Data[0] == &val[len(got)]
+			if want := size <= ChunkBytes; aliases != want {
+				t.Fatalf("%d-byte value: a chunk aliases the value: %v, want %v", size, aliases, want)
+			}
+			got = append(got, c.Data...)
+		}
+		if string(got) != string(val) {
+			t.Fatalf("%d-byte value: chunks reassemble to %d other bytes", size, len(got))
+		}
+	}
+}
