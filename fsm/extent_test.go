@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // rec builds a well-formed entry: an aligned extent of exactly the record length of its key
@@ -188,11 +187,7 @@ func TestRemoveOfSharedBytes(t *testing.T) {
 // The extent index answers like a scan of every live entry, under random commits and
 // removes of small, often overlapping extents of two owners. Randomized: -fsm.seed reproduces.
 func TestExtentIndexRandom(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -fsm.seed %d)", seed, seed)
+	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	f := New()
 	randExtent := func() Extent {

@@ -4,18 +4,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 )
 
 // The live set (slab and hash index) agrees with a Go map over random adds and removes
 // that grow the index several times and empty it again, with free slots reused; a clone
 // taken midway is unaffected by later changes.
 func TestLiveSetModel(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -fsm.seed=%d)", seed, seed)
+	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var l liveSet
 	model := map[string]Entry{}

@@ -46,13 +46,10 @@ func begun(ctx context.Context) error {
 // BatchGet reads keys, verified (kvoffload.Store). Errors: ErrTooLarge (MaxBatchKeys,
 // MaxBatchBytes), ErrUnavailable, ErrClosed.
 func (n *Node) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
-	if err := n.coord.CheckKeys(keys); err != nil { // MaxBatchKeys counts every key, valid or not
-		return nil, apiError(err, false)
-	}
-	if err := begun(ctx); err != nil {
+	send, pos, err := n.readable(ctx, keys)
+	if err != nil {
 		return nil, err
 	}
-	send, pos := validKeys(keys)
 	res, err := n.coord.BatchGet(ctx, send)
 	if err != nil {
 		return nil, apiError(err, false)
@@ -85,13 +82,10 @@ func (n *Node) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) (
 // the bytes the values will hold before any is read); a key CheckKey refuses is visited
 // InvalidKey. Errors: those of BatchGet and reserve's, before any visit.
 func (n *Node) batchGetEach(ctx context.Context, keys []string, reserve func(int64) error, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
-	if err := n.coord.CheckKeys(keys); err != nil { // MaxBatchKeys counts every key, valid or not
-		return apiError(err, false)
-	}
-	if err := begun(ctx); err != nil {
+	send, pos, err := n.readable(ctx, keys)
+	if err != nil {
 		return err
 	}
-	send, pos := validKeys(keys)
 	at := func(j int) int { return j }
 	if pos != nil {
 		at = func(j int) int { return pos[j] }
@@ -198,6 +192,19 @@ func apiError(err error, write bool) error {
 		sentinel = kvoffload.ErrUnavailable
 	}
 	return fmt.Errorf("%w: %w", sentinel, err)
+}
+
+// readable is a read's admission: MaxBatchKeys (counting every key, valid or not), a context
+// that has not ended, and the keys CheckKey accepts with their positions (validKeys).
+func (n *Node) readable(ctx context.Context, keys []string) (send []string, pos []int, err error) {
+	if err := n.coord.CheckKeys(keys); err != nil {
+		return nil, nil, apiError(err, false)
+	}
+	if err := begun(ctx); err != nil {
+		return nil, nil, err
+	}
+	send, pos = validKeys(keys)
+	return send, pos, nil
 }
 
 // validKeys returns the keys CheckKey accepts and their positions in keys.
