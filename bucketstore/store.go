@@ -171,57 +171,57 @@ func (s *Store) writableBucket(ext Extent) (*bucket, error) {
 // it is refused before a buffer of its length is allocated. I/O errors are returned wrapped
 // as they are. The payload is a fresh slice owned by the caller.
 func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
-	payload, _, err := s.read(ext, want, false)
-	return payload, err
+	f, buf, _, err := s.planRead(ext, want, false)
+	if err != nil {
+		return nil, err
+	}
+	n, err := f.ReadAt(buf, ext.Offset)
+	return finishRead(ext, want, buf, n, err)
 }
 
-// ReadPooled is Read into a recycled record buffer (the write path's pool), for a caller that
-// copies the payload out (a shared-memory region, a caller's buffer): no allocation and no
-// fresh pages per read. release returns the buffer; neither payload nor any slice of it may
-// be used afterwards. On error there is nothing to release.
-func (s *Store) ReadPooled(ext Extent, want Header) (payload []byte, release func(), err error) {
-	return s.read(ext, want, true)
-}
-
-func (s *Store) read(ext Extent, want Header, pooled bool) ([]byte, func(), error) {
+// planRead checks a read of the record at ext against want before any I/O (see Read) and
+// returns the bucket's file and a buffer of ext.Length bytes to read it into: recycled when
+// pooled (release returns it), else fresh (release does nothing).
+func (s *Store) planRead(ext Extent, want Header, pooled bool) (vfs.File, []byte, func(), error) {
 	if err := checkExtent(ext); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if ext.Length > MaxRecordLen {
-		return nil, nil, corruptf("read %+v: length exceeds the largest record, %d bytes", ext, int64(MaxRecordLen))
+		return nil, nil, nil, corruptf("read %+v: length exceeds the largest record, %d bytes", ext, int64(MaxRecordLen))
 	}
 	if n := RecordSize(len(want.Key), int(want.PayloadLen)); ext.Length != n {
-		return nil, nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes", ext, len(want.Key), want.PayloadLen, n)
+		return nil, nil, nil, corruptf("read %+v: a record of a %d-byte key and a %d-byte payload is %d bytes", ext, len(want.Key), want.PayloadLen, n)
 	}
 	s.mu.Lock()
 	b, err := s.bucketLocked(ext.Bucket)
 	s.mu.Unlock()
 	if errors.Is(err, ErrClosed) {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err != nil {
-		return nil, nil, corruptf("read %+v: bucket missing", ext)
+		return nil, nil, nil, corruptf("read %+v: bucket missing", ext)
 	}
 	if size, err := b.f.Size(); err == nil && ext.End() > size {
-		return nil, nil, corruptf("read %+v: past the end of the file (%d bytes)", ext, size)
+		return nil, nil, nil, corruptf("read %+v: past the end of the file (%d bytes)", ext, size)
 	}
-	var buf []byte
-	release := func() {}
-	if pooled {
-		buf = getBuffer(int(ext.Length))
-		release = func() { putBuffer(buf) }
+	if !pooled {
+		return b.f, vfs.AlignedBuffer(int(ext.Length)), func() {}, nil
 	}
-	h, payload, err := readRecord(b.f, ext, buf)
-	if err == nil {
-		if err = matchHeader(h, want); err != nil {
-			err = fmt.Errorf("read %+v: %w", ext, err)
-		}
-	}
+	buf := getBuffer(int(ext.Length))
+	return b.f, buf, func() { putBuffer(buf) }, nil
+}
+
+// finishRead decodes and verifies the record read into buf (n bytes, err from the read) and
+// returns its payload, a slice of buf.
+func finishRead(ext Extent, want Header, buf []byte, n int, err error) ([]byte, error) {
+	h, payload, err := decodeRead(ext, buf, n, err)
 	if err != nil {
-		release()
-		return nil, nil, err
+		return nil, err
 	}
-	return payload, release, nil
+	if err := matchHeader(h, want); err != nil {
+		return nil, fmt.Errorf("read %+v: %w", ext, err)
+	}
+	return payload, nil
 }
 
 // readRecord reads and decodes the record at ext, reusing buf if it is large enough.
@@ -231,6 +231,11 @@ func readRecord(f vfs.File, ext Extent, buf []byte) (Header, []byte, error) {
 	}
 	buf = buf[:ext.Length]
 	n, err := f.ReadAt(buf, ext.Offset)
+	return decodeRead(ext, buf, n, err)
+}
+
+// decodeRead decodes the record at ext read into buf: n bytes, with err from the read.
+func decodeRead(ext Extent, buf []byte, n int, err error) (Header, []byte, error) {
 	if n < len(buf) {
 		if err == nil || errors.Is(err, io.EOF) {
 			return Header{}, nil, corruptf("read %+v: short file, got %d bytes", ext, n)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -172,10 +171,7 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 		// whichever node owns it: a bad entry must not fail the batch or exhaust memory.
 		early[i] = c.corruptEntry(ctx, keys[i], entries[i], fsm.CheckEntry(entries[i]))
 	}
-	sort.SliceStable(order, func(a, b int) bool {
-		ea, eb := entries[order[a]].Extent, entries[order[b]].Extent
-		return ea.Bucket < eb.Bucket || (ea.Bucket == eb.Bucket && ea.Offset < eb.Offset)
-	})
+	sort.SliceStable(order, func(a, b int) bool { return extentLess(entries[order[a]].Extent, entries[order[b]].Extent) })
 	remote := map[string][]int{} // owner -> indexes of keys it holds
 	var local []int              // in extent order
 	for _, i := range order {
@@ -200,35 +196,58 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 }
 
 // readLocal reads the records of keys[i] for i in idx (in extent order) and delivers each
-// as it is verified, with up to Config.ReadsInFlight reads in flight: each reader takes the
-// next index, so the device sees a queue of nearby reads rather than one pread at a time.
+// as it is verified, with up to Config.ReadsInFlight reads in flight on the device
+// (bucketstore.Store.ReadBatch), so the device sees a queue of nearby reads rather than one
+// pread at a time. A read's extent is pinned from just before it is issued until it is
+// verified, and the metadata is checked again after the pin: bytes are freed only after
+// their removal is applied, so an entry still present after the pin cannot be freed under
+// the reader. A corrupt record's repair (a Raft proposal) runs on the delivering goroutine,
+// holding up the batch's other reads for that round trip: a corrupt record is rare.
 func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fsm.Entry, idx []int, pooled bool, deliver deliverFunc) {
-	readers := c.cfg.ReadsInFlight
-	if readers <= 0 {
-		readers = 32
+	depth := c.cfg.ReadsInFlight
+	if depth <= 0 {
+		depth = 32
 	}
-	readers = min(readers, len(idx))
-	var next atomic.Int64
-	read := func() {
-		for j := int(next.Add(1) - 1); j < len(idx); j = int(next.Add(1) - 1) {
-			i := idx[j]
-			if err := ctx.Err(); err != nil {
-				deliver(i, kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Code: kvoffload.CodeCanceled, Reason: err.Error()}, nil)
-				continue
-			}
-			r, release := c.get(ctx, keys[i], entries[i], pooled)
-			deliver(i, r, release)
+	c.data.ReadBatch(len(idx), depth, pooled, func(j int) (bucketstore.Extent, bucketstore.Header, bool) {
+		i := idx[j]
+		key, e := keys[i], entries[i]
+		if err := ctx.Err(); err != nil {
+			deliver(i, kvoffload.GetResult{Key: key, Status: kvoffload.Unavailable, Code: kvoffload.CodeCanceled, Reason: err.Error()}, nil)
+			return bucketstore.Extent{}, bucketstore.Header{}, false
 		}
+		if err := fsm.CheckEntry(e); err != nil {
+			deliver(i, c.corruptEntry(ctx, key, e, err), nil)
+			return bucketstore.Extent{}, bucketstore.Header{}, false
+		}
+		c.reclaim.pin(e.Extent)
+		if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {
+			c.reclaim.unpin(e.Extent)
+			deliver(i, kvoffload.GetResult{Key: key, Status: kvoffload.NotFound, Reason: "removed while reading"}, nil)
+			return bucketstore.Extent{}, bucketstore.Header{}, false
+		}
+		return e.Extent, bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}, true
+	}, func(j int, val []byte, release func(), err error) {
+		i := idx[j]
+		c.reclaim.unpin(entries[i].Extent)
+		deliver(i, c.readResult(ctx, keys[i], entries[i], val, err), release)
+	})
+}
+
+// readResult answers a read of key's committed entry e that gave val or err: Found (and the
+// key is touched in the LRU), Unavailable for an I/O error, or Corrupt, removing the key
+// from the metadata, for a record that fails verification.
+func (c *Coordinator) readResult(ctx context.Context, key string, e fsm.Entry, val []byte, err error) kvoffload.GetResult {
+	if err == nil {
+		c.ev.lru.touch(key)
+		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}
 	}
-	var wg sync.WaitGroup
-	for range readers - 1 {
-		wg.Add(1)
-		go func() { defer wg.Done(); read() }()
+	if !errors.Is(err, bucketstore.ErrCorrupt) {
+		return kvoffload.GetResult{Key: key, Status: kvoffload.Unavailable, Reason: err.Error()}
 	}
-	if readers > 0 {
-		read() // the calling goroutine is one of the readers
-	}
-	wg.Wait()
+	c.stats.getCorrupt.Add(1)
+	c.lg.Error("corrupt record; removing the key from metadata", "key", key, "extent", e.Extent, "err", err)
+	c.repair(ctx, key, e)
+	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: err.Error()}
 }
 
 // confirmMisses makes a miss linearizable: if keys[i] for i in misses were absent from local
@@ -301,6 +320,8 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
 	}
 	out := make([]kvoffload.GetResult, len(keys))
+	entries := make([]fsm.Entry, len(keys))
+	var local []int
 	for i, k := range keys {
 		e, ok := c.meta.Lookup(k)
 		switch {
@@ -311,9 +332,12 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 		case e.Owner != c.cfg.NodeID:
 			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: "not owned by node " + c.cfg.NodeID}
 		default:
-			out[i], _ = c.get(ctx, k, e, false)
+			entries[i] = e
+			local = append(local, i)
 		}
 	}
+	sort.SliceStable(local, func(a, b int) bool { return extentLess(entries[local[a]].Extent, entries[local[b]].Extent) })
+	c.readLocal(ctx, keys, entries, local, false, func(i int, r kvoffload.GetResult, _ func()) { out[i] = r })
 	c.stats.gets.Add(uint64(len(keys)))
 	for i := range out {
 		fillGetCode(&out[i])
@@ -321,39 +345,9 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 	return out, nil
 }
 
-// get reads one committed entry, into a recycled buffer when pooled (then release, not nil
-// for a Found result, returns it). The extent is pinned, then the metadata is checked again:
-// bytes are freed only after their removal is applied, so an entry still present after the
-// pin cannot be freed under the reader.
-func (c *Coordinator) get(ctx context.Context, key string, e fsm.Entry, pooled bool) (r kvoffload.GetResult, release func()) {
-	if err := fsm.CheckEntry(e); err != nil {
-		return c.corruptEntry(ctx, key, e, err), nil
-	}
-	ext := e.Extent
-	c.reclaim.pin(ext)
-	defer c.reclaim.unpin(ext)
-	if cur, ok := c.meta.Lookup(key); !ok || cur.TxnID != e.TxnID || cur.Gen != e.Gen {
-		return kvoffload.GetResult{Key: key, Status: kvoffload.NotFound, Reason: "removed while reading"}, nil
-	}
-	want := bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
-	var val []byte
-	var err error
-	if pooled {
-		val, release, err = c.data.ReadPooled(ext, want)
-	} else {
-		val, err = c.data.Read(ext, want)
-	}
-	if err == nil {
-		c.ev.lru.touch(key)
-		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}, release
-	}
-	if !errors.Is(err, bucketstore.ErrCorrupt) {
-		return kvoffload.GetResult{Key: key, Status: kvoffload.Unavailable, Reason: err.Error()}, nil
-	}
-	c.stats.getCorrupt.Add(1)
-	c.lg.Error("corrupt record; removing the key from metadata", "key", key, "extent", ext, "err", err)
-	c.repair(ctx, key, e)
-	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: err.Error()}, nil
+// extentLess orders extents by (bucket, offset): the order reads are issued in.
+func extentLess(a, b bucketstore.Extent) bool {
+	return a.Bucket < b.Bucket || (a.Bucket == b.Bucket && a.Offset < b.Offset)
 }
 
 // corruptEntry answers a key whose metadata entry names an extent no record can have

@@ -35,8 +35,9 @@ type Buckets interface {
 	WriteRecords(recs []bucketstore.RecordWrite) []error
 	Sync(buckets ...uint32) error
 	Read(ext bucketstore.Extent, want bucketstore.Header) ([]byte, error)
-	// ReadPooled is Read into a recycled buffer, returned with release.
-	ReadPooled(ext bucketstore.Extent, want bucketstore.Header) (payload []byte, release func(), err error)
+	// ReadBatch reads and verifies records with up to depth in flight, into recycled
+	// buffers when pooled (bucketstore.Store.ReadBatch).
+	ReadBatch(n, depth int, pooled bool, prep bucketstore.RecordPrep, done bucketstore.RecordDone)
 	Free(ext bucketstore.Extent) error
 	Adopt(ext bucketstore.Extent) error
 	Collect(bucket uint32, live []bucketstore.Extent) (int64, error)

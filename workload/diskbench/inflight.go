@@ -40,9 +40,11 @@ func (p Pattern) String() string {
 	return "unknown"
 }
 
-// Job is one O_DIRECT measurement with several I/Os in flight, the way fio's libaio engine
-// keeps --iodepth I/Os in flight: Depth goroutines each issue one pread/pwrite at a time on
-// the same O_DIRECT file descriptor, so Depth I/Os are in flight at once.
+// Job is one O_DIRECT measurement with Depth I/Os in flight, as fio keeps --iodepth I/Os in
+// flight. Random reads go through vfs.ReadBatch, native AIO as with fio's libaio engine and
+// the store's own reads (one goroutine submits and reaps); writes are issued by Depth
+// goroutines, each one pwrite at a time on the same O_DIRECT descriptor (with 1 MiB writes
+// the per-I/O cost of a goroutine is small next to the transfer).
 type Job struct {
 	Dir       string  // directory of the scratch file (removed afterwards)
 	Pattern   Pattern // what to do
@@ -101,6 +103,9 @@ func Run(j Job) (JobResult, error) {
 		if err := layOut(f, blocks*int64(j.Block)); err != nil {
 			return JobResult{}, err
 		}
+	}
+	if j.Pattern == RandReadPattern {
+		return randRead(j, path, ops, blocks, direct)
 	}
 	var (
 		next    atomic.Int64 // I/Os claimed
