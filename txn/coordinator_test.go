@@ -103,6 +103,14 @@ func newCoordinatorCap(t *testing.T, m Meta, f *fsm.FSM, capacity int64) (*Coord
 	t.Helper()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS, cfg.Capacity = memfs.New(), capacity
+	return openCoordinator(t, m, f, cfg)
+}
+
+// openCoordinator opens a recovered coordinator over m and a bucket store of cfg (its
+// Capacity is the coordinator's too).
+func openCoordinator(t *testing.T, m Meta, f *fsm.FSM, cfg bucketstore.Config) (*Coordinator, *bucketstore.Store) {
+	t.Helper()
+	capacity := cfg.Capacity
 	data, err := bucketstore.Open(cfg)
 	if err != nil {
 		t.Fatal(err)

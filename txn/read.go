@@ -38,8 +38,9 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.
 // (a value once it is verified) instead of gathering the batch, so that a caller copying the
 // values elsewhere (a shared-memory region, its own buffers, a stream) overlaps that copy
 // with the reads still in flight. visit(i, r) is called once for each position i of keys, in
-// no particular order and from up to Config.ReadsInFlight goroutines at once; BatchGetEach
-// returns after the last call. A Found r.Value is a recycled read buffer that visit borrows:
+// no particular order, possibly from several goroutines at once (on the real filesystem from
+// the one that submits the reads, so a visit that blocks holds up the reads not yet issued,
+// and a visit must never wait for another); BatchGetEach returns after the last call. A Found r.Value is a recycled read buffer that visit borrows:
 // it is valid until visit returns, or for good if visit returns true (keep). The positions
 // of a repeated key are visited one after another with the same bytes, so kept bytes must
 // not be written to. Errors (those of BatchGet: ErrTooLarge for MaxBatchKeys and
@@ -201,12 +202,19 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 // pread at a time. A read's extent is pinned from just before it is issued until it is
 // verified, and the metadata is checked again after the pin: bytes are freed only after
 // their removal is applied, so an entry still present after the pin cannot be freed under
-// the reader. A corrupt record's repair (a Raft proposal) runs on the delivering goroutine,
-// holding up the batch's other reads for that round trip: a corrupt record is rare.
+// the reader. The keys found corrupt are removed in one proposal once the reads are over, so
+// a repair waiting on Raft never holds up the batch's reads.
 func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fsm.Entry, idx []int, pooled bool, deliver deliverFunc) {
 	depth := c.cfg.ReadsInFlight
 	if depth <= 0 {
 		depth = 32
+	}
+	var mu sync.Mutex
+	var corrupt []fsm.KeyGen
+	found := func(key string, e fsm.Entry) {
+		mu.Lock()
+		corrupt = append(corrupt, fsm.KeyGen{Key: key, Gen: e.Gen})
+		mu.Unlock()
 	}
 	c.data.ReadBatch(len(idx), depth, pooled, func(j int) (bucketstore.Extent, bucketstore.Header, bool) {
 		i := idx[j]
@@ -216,7 +224,8 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 			return bucketstore.Extent{}, bucketstore.Header{}, false
 		}
 		if err := fsm.CheckEntry(e); err != nil {
-			deliver(i, c.corruptEntry(ctx, key, e, err), nil)
+			found(key, e)
+			deliver(i, c.corruptMeta(key, e, err), nil)
 			return bucketstore.Extent{}, bucketstore.Header{}, false
 		}
 		c.reclaim.pin(e.Extent)
@@ -229,14 +238,19 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 	}, func(j int, val []byte, release func(), err error) {
 		i := idx[j]
 		c.reclaim.unpin(entries[i].Extent)
-		deliver(i, c.readResult(ctx, keys[i], entries[i], val, err), release)
+		r := c.readResult(keys[i], entries[i], val, err)
+		if r.Status == kvoffload.Corrupt {
+			found(keys[i], entries[i])
+		}
+		deliver(i, r, release)
 	})
+	c.repair(ctx, corrupt)
 }
 
 // readResult answers a read of key's committed entry e that gave val or err: Found (and the
-// key is touched in the LRU), Unavailable for an I/O error, or Corrupt, removing the key
-// from the metadata, for a record that fails verification.
-func (c *Coordinator) readResult(ctx context.Context, key string, e fsm.Entry, val []byte, err error) kvoffload.GetResult {
+// key is touched in the LRU), Unavailable for an I/O error, or Corrupt for a record that fails
+// verification (the caller removes the key from the metadata).
+func (c *Coordinator) readResult(key string, e fsm.Entry, val []byte, err error) kvoffload.GetResult {
 	if err == nil {
 		c.ev.lru.touch(key)
 		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}
@@ -246,7 +260,6 @@ func (c *Coordinator) readResult(ctx context.Context, key string, e fsm.Entry, v
 	}
 	c.stats.getCorrupt.Add(1)
 	c.lg.Error("corrupt record; removing the key from metadata", "key", key, "extent", e.Extent, "err", err)
-	c.repair(ctx, key, e)
 	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: err.Error()}
 }
 
@@ -355,17 +368,26 @@ func extentLess(a, b bucketstore.Extent) bool {
 // removal through Raft, as for a record that fails verification. Its extent is not freed
 // (OnApplied): it was never a record of this key, and the bytes may be another's.
 func (c *Coordinator) corruptEntry(ctx context.Context, key string, e fsm.Entry, why error) kvoffload.GetResult {
+	r := c.corruptMeta(key, e, why)
+	c.repair(ctx, []fsm.KeyGen{{Key: key, Gen: e.Gen}})
+	return r
+}
+
+// corruptMeta is corruptEntry's answer, counted and logged, without the removal.
+func (c *Coordinator) corruptMeta(key string, e fsm.Entry, why error) kvoffload.GetResult {
 	c.stats.getCorrupt.Add(1)
 	c.lg.Error("corrupt metadata; removing the key from metadata", "key", key, "owner", e.Owner, "extent", e.Extent, "err", why)
-	c.repair(ctx, key, e)
 	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: "corrupt metadata: " + why.Error()}
 }
 
-// repair removes a corrupt key's metadata (only the generation that was read); OnApplied
-// frees its bytes if no other live entry references them.
-func (c *Coordinator) repair(ctx context.Context, key string, e fsm.Entry) {
-	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: key, Gen: e.Gen}}, Reason: "corrupt record"})
+// repair removes corrupt keys' metadata (only the generations that were read) in one
+// proposal; OnApplied frees their bytes if no other live entry references them.
+func (c *Coordinator) repair(ctx context.Context, keys []fsm.KeyGen) {
+	if len(keys) == 0 {
+		return
+	}
+	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys, Reason: "corrupt record"})
 	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
-		c.lg.Warn("repair of a corrupt key failed; it stays kvoffload.Corrupt until retried", "key", key, "err", err)
+		c.lg.Warn("repair of corrupt keys failed; they stay kvoffload.Corrupt until retried", "keys", len(keys), "first", keys[0].Key, "err", err)
 	}
 }

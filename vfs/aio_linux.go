@@ -3,6 +3,7 @@
 package vfs
 
 import (
+	"errors"
 	"io"
 	"os"
 	"runtime"
@@ -46,15 +47,16 @@ var (
 	_ [32 - unsafe.Sizeof(ioEvent{})]byte
 )
 
-// aioMaxEvents bounds the events of all the AIO contexts this process keeps (each context of
-// depth d reserves about 2d of the system's fs.aio-max-nr, 65536 by default, which other
-// processes share); past it a ReadBatch uses goroutines.
+// aioMaxEvents bounds the events of all the AIO contexts this process keeps: the kernel
+// charges a context its size against the system's fs.aio-max-nr (65536 by default, shared
+// with other processes), so this is a quarter of the default. Past it a ReadBatch uses
+// goroutines.
 const aioMaxEvents = 16384
 
 // aioCtx is one io_setup(2) context and the slots of its reads.
 type aioCtx struct {
 	id    uintptr
-	depth int
+	size  int // events
 	slots []aioSlot
 	cbs   []iocb
 	evs   []ioEvent
@@ -69,33 +71,40 @@ type aioSlot struct {
 	off int64
 }
 
-// aioPool keeps idle contexts by depth for reuse: io_setup and io_destroy are too slow to
-// pay per batch, and contexts live as long as the process.
+// aioPool keeps idle contexts for reuse: io_setup and io_destroy are too slow to pay per
+// batch, and contexts live as long as the process.
 var aioPool struct {
 	mu     sync.Mutex
-	idle   map[int][]*aioCtx
-	events int  // events reserved by contexts made so far
-	off    bool // io_setup refused (ENOSYS, EPERM): not tried again
+	idle   []*aioCtx
+	events int  // events of the contexts that exist
+	off    bool // io_setup or io_submit refused outright (ENOSYS, EPERM): not tried again
 }
 
-// getAIOCtx returns an idle context for depth reads (depth rounded up to a power of two, at
-// least 32), or nil when AIO is unavailable or the event bound is reached.
+// getAIOCtx returns a context for depth reads: the smallest idle one that is large enough,
+// else a new one of depth rounded up to a power of two (at least 32); nil when AIO is
+// unavailable or the event bound is reached.
 func getAIOCtx(depth int) *aioCtx {
-	size := 32
-	for size < depth {
-		size *= 2
-	}
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
 	if aioPool.off {
 		return nil
 	}
-	if free := aioPool.idle[size]; len(free) > 0 {
-		c := free[len(free)-1]
-		aioPool.idle[size] = free[:len(free)-1]
+	best := -1
+	for k, c := range aioPool.idle {
+		if c.size >= depth && (best < 0 || c.size < aioPool.idle[best].size) {
+			best = k
+		}
+	}
+	if best >= 0 {
+		c := aioPool.idle[best]
+		aioPool.idle = append(aioPool.idle[:best], aioPool.idle[best+1:]...)
 		return c
 	}
-	if aioPool.events+2*size > aioMaxEvents {
+	size := 32
+	for size < depth {
+		size *= 2
+	}
+	if aioPool.events+size > aioMaxEvents {
 		return nil
 	}
 	var id uintptr
@@ -105,39 +114,62 @@ func getAIOCtx(depth int) *aioCtx {
 		}
 		return nil
 	}
-	aioPool.events += 2 * size
-	return &aioCtx{id: id, depth: size, slots: make([]aioSlot, size), cbs: make([]iocb, size), evs: make([]ioEvent, size)}
+	aioPool.events += size
+	return &aioCtx{id: id, size: size, slots: make([]aioSlot, size), cbs: make([]iocb, size), evs: make([]ioEvent, size)}
 }
 
+// putAIOCtx returns a context with nothing in flight to the pool.
 func putAIOCtx(c *aioCtx) {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
-	if aioPool.idle == nil {
-		aioPool.idle = map[int][]*aioCtx{}
-	}
-	aioPool.idle[c.depth] = append(aioPool.idle[c.depth], c)
+	aioPool.idle = append(aioPool.idle, c)
+}
+
+// dropAIOCtx destroys a context whose batch did not finish (a callback panicked): io_destroy
+// waits for the reads still in flight, so no buffer is written after it returns and no late
+// event reaches another batch.
+func dropAIOCtx(c *aioCtx) {
+	unix.Syscall(unix.SYS_IO_DESTROY, c.id, 0, 0)
+	aioPool.mu.Lock()
+	defer aioPool.mu.Unlock()
+	aioPool.events -= c.size
+}
+
+// aioRefused reports whether an io_submit error means AIO is not allowed here at all.
+func aioRefused(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)
 }
 
 // aioReadBatch is ReadBatch through native AIO. It returns false, having called neither
-// callback, when no context is available.
+// callback, when no context is available. Reads it cannot submit (a file that is not the
+// OSFS's own or not O_DIRECT, an unaligned read: AIO would do those inside io_submit anyway)
+// are read synchronously on the calling goroutine; if io_submit is refused outright, the
+// reads not yet named go to goroutines.
 func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
 	c := getAIOCtx(depth)
 	if c == nil {
 		return false
 	}
-	defer putAIOCtx(c)
 	var pin runtime.Pinner
-	defer pin.Unpin()
+	finished := false
+	defer func() {
+		if finished {
+			putAIOCtx(c)
+		} else {
+			dropAIOCtx(c)
+		}
+		pin.Unpin() // after io_destroy: the kernel may write a pinned buffer until then
+	}()
 	free := make([]int, 0, depth) // idle slot indexes
 	for s := depth - 1; s >= 0; s-- {
 		free = append(free, s)
 	}
 	batch := make([]*iocb, 0, depth)
-	next, inFlight := 0, 0
-	for next < n || inFlight > 0 {
+	next, inFlight, refused := 0, 0, false
+	for (next < n && !refused) || inFlight > 0 {
 		// Fill the free slots, then submit them, a run of one file per io_submit.
 		batch = batch[:0]
-		for next < n && len(free) > 0 {
+		for next < n && !refused && len(free) > 0 {
 			i := next
 			next++
 			f, p, off, ok := prep(i)
@@ -145,7 +177,7 @@ func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
 				continue
 			}
 			of, isOS := f.(*osFile)
-			if !isOS || len(p) == 0 {
+			if !isOS || !of.direct || len(p) == 0 || !ioAligned(p, off, of.readAlign, of.readMemAlign) {
 				readDirect(i, f, p, off, done)
 				continue
 			}
@@ -157,25 +189,22 @@ func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
 			batch = append(batch, &c.cbs[s])
 		}
 		for len(batch) > 0 {
+			file := c.slots[batch[0].data].f
 			run := 1
-			first := &c.slots[batch[0].data]
-			file, err := first.f.fileFor(first.p, first.off, first.f.readAlign, first.f.readMemAlign)
-			for run < len(batch) {
-				sl := &c.slots[batch[run].data]
-				g, _ := sl.f.fileFor(sl.p, sl.off, sl.f.readAlign, sl.f.readMemAlign)
-				if g != file {
-					break
-				}
+			for run < len(batch) && c.slots[batch[run].data].f == file {
 				run++
 			}
-			got := 0
-			if err == nil {
-				got, err = submit(c.id, file, batch[:run])
-			}
+			got, err := submit(c.id, file.f, batch[:run])
 			inFlight += got
 			if err != nil {
-				// Refused (EAGAIN with nothing in flight, EINVAL, EBADF...): read the first of the
-				// rest synchronously, which reports the error as ReadAt would, and go on.
+				// Refused: read the first of the rest synchronously, which reports what ReadAt
+				// would, and go on; if AIO is not allowed at all, stop naming new reads.
+				if aioRefused(err) {
+					refused = true
+					aioPool.mu.Lock()
+					aioPool.off = true
+					aioPool.mu.Unlock()
+				}
 				s := int(batch[got].data)
 				sl := c.slots[s]
 				c.slots[s] = aioSlot{}
@@ -194,8 +223,8 @@ func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
 			continue
 		}
 		if e != 0 {
-			// Unreachable with a valid context; the reads in flight cannot be abandoned while the
-			// kernel may still write their buffers, so wait for them one by one.
+			// Unreachable with a valid context. The reads in flight cannot be abandoned while
+			// the kernel may still write their buffers: the deferred io_destroy waits for them.
 			panic("vfs: io_getevents: " + e.Error())
 		}
 		for _, ev := range c.evs[:k] {
@@ -206,6 +235,11 @@ func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
 			inFlight--
 			finish(sl, ev.res, done)
 		}
+	}
+	finished = true
+	if next < n {
+		readParallel(n-next, depth, func(i int) (File, []byte, int64, bool) { return prep(next + i) },
+			func(i, m int, err error) { done(next+i, m, err) })
 	}
 	return true
 }

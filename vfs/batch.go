@@ -22,23 +22,32 @@ const MaxBatchDepth = 256
 // increasing i; done(i, ...) once per read prep named, as it completes, in any order. Either
 // may be called from several goroutines at once, but never for the same i at the same time.
 //
-// On an OSFS (fs is OSFS or *OSFS) the reads go through Linux native AIO (io_submit(2),
-// io_getevents(2)), as fio's libaio engine does: one goroutine submits and reaps, so depth
-// reads are in the kernel at once without a thread and a scheduler round trip per read (on the
-// 2-core VMs a blocking pread per goroutine reached about 40% of fio's 4 KiB random-read
-// IOPS; docs/benchmarks.md). Where AIO is not available (kernel, seccomp, aio-max-nr), on any
-// other FS (memfs, errorfs), and for a file that is not the OSFS's own, the reads are plain
-// File.ReadAt calls from depth goroutines. Every buffer must stay untouched until its done.
+// On an OSFS with DirectIO (fs is OSFS or *OSFS) the reads go through Linux native AIO
+// (io_submit(2), io_getevents(2)), as fio's libaio engine does: one goroutine submits and
+// reaps, so depth reads are in the kernel at once without a thread and a scheduler round trip
+// per read (on the 2-core VMs a blocking pread per goroutine reached about 40% of fio's 4 KiB
+// random-read IOPS; docs/benchmarks.md); prep and done are then called on the calling
+// goroutine, so a done that blocks holds up the reads not yet submitted. A read AIO would do
+// synchronously anyway (unaligned, on a file without O_DIRECT or not the OSFS's own) is read
+// with ReadAt on that goroutine. Where AIO is not available (kernel, seccomp, aio-max-nr),
+// without O_DIRECT, and on any other FS (memfs, errorfs), the reads are plain File.ReadAt
+// calls from depth goroutines. Every buffer must stay untouched until its done.
 func ReadBatch(fs FS, n, depth int, prep ReadPrep, done ReadDone) {
 	depth = max(1, min(depth, MaxBatchDepth, n))
 	if n <= 0 {
 		return
 	}
-	switch fs.(type) {
-	case OSFS, *OSFS:
-		if aioReadBatch(n, depth, prep, done) {
-			return
-		}
+	var direct bool
+	switch o := fs.(type) {
+	case OSFS:
+		direct = o.DirectIO
+	case *OSFS:
+		direct = o.DirectIO
+	}
+	// Without O_DIRECT (asked for or refused by the filesystem), Linux does an AIO read inside
+	// io_submit, one at a time: goroutines keep several in flight instead.
+	if direct && !directFallbackLogged.Load() && aioReadBatch(n, depth, prep, done) {
+		return
 	}
 	readParallel(n, depth, prep, done)
 }

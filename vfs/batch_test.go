@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -178,17 +179,106 @@ func TestReadBatchClosedFile(t *testing.T) {
 	f, _ := batchFile(t, 1, 1<<20)
 	f.Close()
 	for _, fs := range []FS{OSFS{DirectIO: true}, plainFS{}} {
-		errs := 0
+		var errs atomic.Int64
 		ReadBatch(fs, 4, 4, func(i int) (File, []byte, int64, bool) {
 			return f, AlignedBuffer(4096), int64(i) * 4096, true
 		}, func(i, n int, err error) {
 			if err == nil || n != 0 {
 				t.Errorf("%T: read %d of a closed file: n %d, err %v", fs, i, n, err)
 			}
-			errs++
+			errs.Add(1)
 		})
-		if errs != 4 {
-			t.Errorf("%T: %d of 4 reads reported", fs, errs)
+		if errs.Load() != 4 {
+			t.Errorf("%T: %d of 4 reads reported", fs, errs.Load())
 		}
 	}
+}
+
+// TestReadBatchSurvivesAPanickingCallback checks that a batch whose prep panics with reads
+// in flight does not leave them to the next batch: its context is destroyed (io_destroy
+// waits for them), and the next batch gets every read exactly once with the right bytes.
+func TestReadBatchSurvivesAPanickingCallback(t *testing.T) {
+	const block, blocks = 256 << 10, 64 // reads long enough to be in flight when prep panics
+	f, want := batchFile(t, 3, block*blocks)
+	read := func(panicAt int) (seen []int, bad int) {
+		seen = make([]int, 2*blocks)
+		bufs := make([][]byte, len(seen))
+		defer func() { recover() }()
+		ReadBatch(OSFS{DirectIO: true}, len(seen), 32, func(i int) (File, []byte, int64, bool) {
+			if i == panicAt { // the reads named before it are in flight
+				panic("callback bug")
+			}
+			bufs[i] = AlignedBuffer(block)
+			return f, bufs[i], int64(i%blocks) * block, true
+		}, func(i, n int, err error) {
+			seen[i]++
+			if err != nil || string(bufs[i]) != string(want[(i%blocks)*block:(i%blocks+1)*block]) {
+				bad++
+			}
+		})
+		return seen, bad
+	}
+	for range 3 {
+		read(33)
+		seen, bad := read(-1)
+		for i, k := range seen {
+			if k != 1 {
+				t.Fatalf("after a panicking batch, read %d was done %d times", i, k)
+			}
+		}
+		if bad > 0 {
+			t.Fatalf("after a panicking batch, %d reads had wrong bytes or errors", bad)
+		}
+		if k := staleEvents(); k > 0 {
+			t.Fatalf("%d completions of earlier batches wait in idle contexts for the next batch", k)
+		}
+	}
+}
+
+// TestReadBatchBufferedKeepsReadsInFlight checks that without O_DIRECT, where Linux would do
+// each AIO read inside io_submit, a batch still has several reads in flight at once.
+func TestReadBatchBufferedKeepsReadsInFlight(t *testing.T) {
+	f, err := OSFS{}.OpenFile(filepath.Join(t.TempDir(), "f"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mustWriteAt(t, f, testPayload(1, 1<<20), 0)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	ReadBatch(OSFS{}, 64, 8, func(i int) (File, []byte, int64, bool) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // a slow read
+		return f, make([]byte, 4096), int64(i) * 4096, true
+	}, func(i, n int, err error) {
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	})
+	if most < 2 {
+		t.Fatalf("at most %d read in flight at depth 8 on a buffered file", most)
+	}
+}
+
+// TestAIOPoolBestFit checks that a batch takes the smallest idle context large enough for
+// its depth, so idle small contexts never keep a deeper batch off AIO.
+func TestAIOPoolBestFit(t *testing.T) {
+	small, big := getAIOCtx(32), getAIOCtx(256)
+	if small == nil || big == nil {
+		t.Skip("native AIO is not available here (io_setup refused)")
+	}
+	putAIOCtx(small)
+	putAIOCtx(big)
+	c1, c2 := getAIOCtx(100), getAIOCtx(10)
+	if c1 == nil || c1.size != 256 {
+		t.Fatalf("depth 100 with idle contexts of 32 and 256 events got %v, want one of 256", c1)
+	}
+	if c2 == nil || c2.size != 32 {
+		t.Fatalf("depth 10 with an idle context of 32 events got %v, want it", c2)
+	}
+	putAIOCtx(c1)
+	putAIOCtx(c2)
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // Pattern is the access pattern of a Job.
@@ -75,8 +77,8 @@ func Run(j Job) (JobResult, error) {
 	if j.Block <= 0 || j.Block%4096 != 0 {
 		return JobResult{}, fmt.Errorf("diskbench: block %d bytes is not a positive multiple of 4096 (the O_DIRECT alignment)", j.Block)
 	}
-	if j.Depth < 1 {
-		return JobResult{}, fmt.Errorf("diskbench: depth %d < 1", j.Depth)
+	if j.Depth < 1 || (j.Pattern == RandReadPattern && j.Depth > vfs.MaxBatchDepth) {
+		return JobResult{}, fmt.Errorf("diskbench: depth %d is outside 1..%d", j.Depth, vfs.MaxBatchDepth)
 	}
 	blocks := j.FileSize / int64(j.Block)
 	if blocks < 1 {
