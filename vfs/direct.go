@@ -11,7 +11,17 @@ const DirectIOAlignment = 4096
 
 // AlignedBuffer returns a zeroed buffer of n bytes whose first byte is
 // DirectIOAlignment-aligned in memory, as O_DIRECT requires. Its capacity is n.
+//
+// A plain allocation of a multiple of DirectIOAlignment is usually aligned already (Go's
+// allocator places such objects at multiples of their size class in page-aligned spans,
+// and objects over 32 KiB on pages), so it is tried first and kept when aligned; otherwise
+// n+DirectIOAlignment bytes are allocated and the buffer starts inside them.
 func AlignedBuffer(n int) []byte {
+	if n%DirectIOAlignment == 0 && n > 0 {
+		if b := make([]byte, n); uintptr(unsafe.Pointer(unsafe.SliceData(b)))%DirectIOAlignment == 0 {
+			return b
+		}
+	}
 	raw := make([]byte, n+DirectIOAlignment)
 	skip := 0
 	if rem := int(uintptr(unsafe.Pointer(unsafe.SliceData(raw))) % DirectIOAlignment); rem != 0 {

@@ -170,7 +170,11 @@ func TestOSFSLockAndDir(t *testing.T) {
 }
 
 func TestAlignedBuffer(t *testing.T) {
-	for _, n := range []int{1, DirectIOAlignment, 3*DirectIOAlignment + 7} {
+	sizes := []int{1, 3*DirectIOAlignment + 7, 1 << 20, 8<<20 + DirectIOAlignment}
+	for k := 1; k <= 64; k++ { // every small multiple: the plain allocation is tried first
+		sizes = append(sizes, k*DirectIOAlignment, k*DirectIOAlignment)
+	}
+	for _, n := range sizes {
 		b := AlignedBuffer(n)
 		addr := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 		if len(b) != n || cap(b) != n || addr%DirectIOAlignment != 0 || !allZero(b) {
