@@ -1,6 +1,10 @@
 package bucketstore
 
-import "github.com/kvoffload/kvoffload/vfs"
+import (
+	"sync"
+
+	"github.com/kvoffload/kvoffload/vfs"
+)
 
 // RecordPrep names read i of a ReadBatch: the record's extent and the header it must match
 // (as for Read). ok false skips read i (its done is not called).
@@ -29,12 +33,13 @@ func (s *Store) ReadBatch(n, depth int, pooled bool, prep RecordPrep, done Recor
 		release func()
 	}
 	reads := make([]read, n)
+	sizes := &fileSizes{}
 	vfs.ReadBatch(s.fs, n, depth, func(i int) (vfs.File, []byte, int64, bool) {
 		ext, want, ok := prep(i)
 		if !ok {
 			return nil, nil, 0, false
 		}
-		f, buf, release, err := s.planRead(ext, want, pooled)
+		f, buf, release, err := s.planRead(ext, want, pooled, sizes)
 		if err != nil {
 			done(i, nil, nil, err)
 			return nil, nil, 0, false
@@ -55,4 +60,37 @@ func (s *Store) ReadBatch(n, depth int, pooled bool, prep RecordPrep, done Recor
 			done(i, payload, nil, nil)
 		}
 	})
+}
+
+// fileSizes remembers the file size of each bucket one ReadBatch reads, so that refusing an
+// extent past the end of its file (before allocating for it) costs one fstat per bucket, not
+// one per read. A size taken during the batch covers every record it reads: those were
+// written and synced before their commit, which came before the batch's lookup. A file cut
+// shorter meanwhile (Collect) only makes a read come up short, which is reported corrupt as
+// without the cache.
+type fileSizes struct {
+	mu    sync.Mutex
+	sizes map[*bucket]int64
+}
+
+// of returns b's file size, remembered after the first call for b; a nil fileSizes asks the
+// file each time.
+func (c *fileSizes) of(b *bucket) (int64, error) {
+	if c == nil {
+		return b.f.Size()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if size, ok := c.sizes[b]; ok {
+		return size, nil
+	}
+	size, err := b.f.Size()
+	if err != nil {
+		return 0, err
+	}
+	if c.sizes == nil {
+		c.sizes = map[*bucket]int64{}
+	}
+	c.sizes[b] = size
+	return size, nil
 }

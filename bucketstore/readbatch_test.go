@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -42,6 +43,9 @@ func TestReadBatch(t *testing.T) {
 			reads = append(reads, r)
 		}
 		reads = append(reads, read{ext: Extent{Bucket: 999, Offset: 0, Length: ws[0].ext.Length}, want: ws[0].h, bad: true})
+		pastEnd := len(reads) // a record this long could exist, but not in this bucket: refused before its 1 GiB buffer
+		reads = append(reads, read{ext: Extent{Bucket: ws[0].ext.Bucket, Offset: 0, Length: RecordSize(1, MaxPayloadLen)},
+			want: Header{Key: "k", PayloadLen: MaxPayloadLen}, bad: true})
 		for _, pooled := range []bool{false, true} {
 			for _, depth := range []int{1, 32} {
 				t.Run(fmt.Sprintf("pooled=%v/depth=%d", pooled, depth), func(t *testing.T) {
@@ -57,6 +61,8 @@ func TestReadBatch(t *testing.T) {
 						switch {
 						case r.bad && !IsCorrupt(err):
 							t.Errorf("read %d: %v, want ErrCorrupt", i, err)
+						case i == pastEnd && !strings.Contains(err.Error(), "past the end of the file"):
+							t.Errorf("read past the end of the bucket: %v", err)
 						case !r.bad && err != nil:
 							t.Errorf("read %d: %v", i, err)
 						case !r.bad && string(payload) != string(ws[i].payload):

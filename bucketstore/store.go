@@ -171,7 +171,7 @@ func (s *Store) writableBucket(ext Extent) (*bucket, error) {
 // it is refused before a buffer of its length is allocated. I/O errors are returned wrapped
 // as they are. The payload is a fresh slice owned by the caller.
 func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
-	f, buf, _, err := s.planRead(ext, want, false)
+	f, buf, _, err := s.planRead(ext, want, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -181,8 +181,9 @@ func (s *Store) Read(ext Extent, want Header) ([]byte, error) {
 
 // planRead checks a read of the record at ext against want before any I/O (see Read) and
 // returns the bucket's file and a buffer of ext.Length bytes to read it into: recycled when
-// pooled (release returns it), else fresh (release does nothing).
-func (s *Store) planRead(ext Extent, want Header, pooled bool) (vfs.File, []byte, func(), error) {
+// pooled (release returns it), else fresh (release does nothing). sizes, when not nil, gives
+// the bucket's file size instead of an fstat per read.
+func (s *Store) planRead(ext Extent, want Header, pooled bool, sizes *fileSizes) (vfs.File, []byte, func(), error) {
 	if err := checkExtent(ext); err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
@@ -201,7 +202,7 @@ func (s *Store) planRead(ext Extent, want Header, pooled bool) (vfs.File, []byte
 	if err != nil {
 		return nil, nil, nil, corruptf("read %+v: bucket missing", ext)
 	}
-	if size, err := b.f.Size(); err == nil && ext.End() > size {
+	if size, err := sizes.of(b); err == nil && ext.End() > size {
 		return nil, nil, nil, corruptf("read %+v: past the end of the file (%d bytes)", ext, size)
 	}
 	if !pooled {
