@@ -51,7 +51,7 @@ takes under a minute.`,
 	if def == "" {
 		def = "."
 	}
-	fl.StringVar(&f.dir, "dir", def, "directory on the disk to measure (the bench works in a fresh subdirectory; the default is $TMPDIR when set)")
+	fl.StringVar(&f.dir, "dir", def, "directory on the disk to measure ($TMPDIR when set); the bench works in a fresh subdirectory of it")
 	fl.BoolVar(&f.quick, "quick", false, "small sizes: under a minute, noisier figures")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")

@@ -156,3 +156,19 @@ func TestStatusUnreachable(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// status pointed at a gRPC port that serves no kvoffload API (a member's peer port) says so
+// and asks for the API address, instead of only relaying gRPC's Unimplemented.
+func TestStatusAtAPeerPort(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	go srv.Serve(lis)
+	defer srv.Stop()
+	err = runStatus(context.Background(), statusFlags{addr: lis.Addr().String(), timeout: 3 * time.Second}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--api-addr") {
+		t.Fatalf("status at a port without the API: %v, want it to ask for --api-addr", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -153,6 +154,9 @@ func checkReplayFlags(f replayFlags, block int64) error {
 		if _, err := parseSize(f.baseline); err != nil {
 			return fmt.Errorf("--baseline: %w", err)
 		}
+	}
+	if bare := strings.Trim(f.blockSize, "0123456789 ") == ""; bare && block < 4096 {
+		return fmt.Errorf("--block-size %s is %d bytes; a block is given with a unit (256KiB is a KV block of 256 KiB; write %dB for %d bytes)", f.blockSize, block, block, block)
 	}
 	if lim := txn.DefaultConfig("x").MaxObjectBytes; block > lim {
 		return fmt.Errorf("--block-size %d exceeds the object limit of %d bytes", block, lim)

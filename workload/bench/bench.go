@@ -100,11 +100,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	defer os.RemoveAll(work)
 	b := &runner{o: o, work: work, s: samples{}, r: &r}
 	for round := range o.Rounds {
+		b.prefix = fmt.Sprintf("round %d/%d: ", round+1, o.Rounds)
 		if err := b.round(ctx, round); err != nil {
 			return r, fmt.Errorf("bench: round %d: %w", round+1, err)
 		}
 	}
 	b.s.fill(&r)
+	b.prefix = ""
 	b.logf("start-up: %d keys of %d bytes, then SIGKILL and node.Open", o.StartupKeys, o.StartupValue)
 	st, err := startup(ctx, filepath.Join(work, "startup"), o.StartupKeys, o.StartupValue, o.Seed)
 	if err != nil {
@@ -117,6 +119,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if st.Note != "" {
 		r.Notes = append(r.Notes, "start-up: "+st.Note)
 	}
+	if o.StartupKeys < 1<<20 {
+		r.Notes = append(r.Notes, fmt.Sprintf("start-up with %d keys: the open's fixed costs (Raft start, election) dominate, so its s/GiB and µs/key mean something only with 1M keys (the full run)", o.StartupKeys))
+	}
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
 }
@@ -127,11 +132,12 @@ type runner struct {
 	s       samples
 	r       *Report
 	dropErr bool
+	prefix  string // the round the progress lines belong to
 }
 
 func (b *runner) logf(format string, args ...any) {
 	if b.o.Progress != nil {
-		fmt.Fprintf(b.o.Progress, "bench: "+format+"\n", args...)
+		fmt.Fprintf(b.o.Progress, "bench: "+b.prefix+format+"\n", args...)
 	}
 }
 
@@ -198,7 +204,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	b.s.add("offload_mb_per_s", off.MBPerSec)
 	b.s.addRatio("offload_ratio", off.MBPerSec, lw)
 	b.s.add("offload_p99_ms", float64(off.P99.Microseconds())/1000)
-	b.logf("offload 256 KiB: %.0f MB/s, p99 %v", off.MBPerSec, off.P99)
+	b.logf("offload 256 KiB: %.0f MB/s, p99 %.1f ms per batch", off.MBPerSec, float64(off.P99.Microseconds())/1000)
 	var embeddedGet float64
 	for _, rd := range []struct {
 		name            string

@@ -130,7 +130,7 @@ func (r Report) WriteJSON(w io.Writer) error {
 
 // WriteTable writes r as a table: each figure beside its limit and the ratio.
 func (r Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; each ratio is to the limit measured just before, same round)\n\n", r.Rounds)
+	fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; a ratio is the median of the rounds' ratios, each to the limit measured just before it in its round, so it need not equal the ratio of the medians beside it)\n\n", r.Rounds)
 	fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s |\n", "what", "disk limit", "figure", "ratio")
 	fmt.Fprintf(w, "|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 32), strings.Repeat("-", 9))
 	row := func(what, limit, fig, ratio string) {
@@ -142,7 +142,7 @@ func (r Report) WriteTable(w io.Writer) {
 	lw := mb(r.LimitWriteMBPerS) + " seq 1 MiB"
 	lr := mb(r.LimitReadMBPerS) + " rand 256 KiB"
 	row("offload, 32 writers x 16 x 256 KiB", lw, mb(r.OffloadMBPerS), rt(r.OffloadRatio))
-	row("  p99 batch latency", fmt.Sprintf("%.1f ms per 1 MiB write", r.LimitWriteP99MS), fmt.Sprintf("%.1f ms", r.OffloadP99MS), "")
+	row("  p99 batch latency", fmt.Sprintf("%.1f ms per 1 MiB write", r.LimitWriteP99MS), fmt.Sprintf("%.1f ms per 4 MiB batch of 32", r.OffloadP99MS), "")
 	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalOffloadMBPerS), rt(r.LocalOffloadOverEmbedded))
 	row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(r.StreamOffloadMBPerS), rt(r.StreamOffloadOverEmbedded))
 	row("offload, 32 writers x 16 x 2 MiB", lw, mb(r.Offload2MMBPerS), rt(r.Offload2MRatio))

@@ -19,7 +19,18 @@ CHUNK_BYTES = 1 << 20
 TXN_ID_BYTES = 16
 
 
-class Outcome(enum.IntEnum):
+class _Named(enum.IntEnum):
+    """An IntEnum that prints as its name (STORED), as the Go types' String methods do, and
+    still compares and converts as its wire number."""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return self.name if not spec else format(int(self), spec)
+
+
+class Outcome(_Named):
     """Per-key result of batch_offload (proto Outcome, Go kvoffload.Outcome)."""
 
     UNSPECIFIED = 0
@@ -30,7 +41,7 @@ class Outcome(enum.IntEnum):
     FAILED = 5
 
 
-class GetStatus(enum.IntEnum):
+class GetStatus(_Named):
     """Per-key result of batch_get (proto GetStatus; SHORT_BUFFER never travels)."""
 
     UNSPECIFIED = 0
@@ -42,7 +53,7 @@ class GetStatus(enum.IntEnum):
     SHORT_BUFFER = 6
 
 
-class Presence(enum.IntEnum):
+class Presence(_Named):
     """Per-key answer of batch_exists (proto Presence)."""
 
     UNSPECIFIED = 0
@@ -52,7 +63,7 @@ class Presence(enum.IntEnum):
     UNKNOWN = 4
 
 
-class Code(enum.IntEnum):
+class Code(_Named):
     """Why a key is not stored or not found (proto Code, Go kvoffload.Code, same numbers;
     code.go at the module root documents each). A number this build does not know is kept as
     an int, never read as NONE."""
