@@ -50,16 +50,19 @@ func check(f func() error) http.Handler {
 // shutdownTimeout bounds the graceful shutdown once Serve's context ends.
 const shutdownTimeout = 5 * time.Second
 
-// Limits of the ops listener (adversarial review: idle keep-alive connections were never
-// closed, and 20,000 of them took every file descriptor of the node). A scrape or a probe is
-// one small request: a connection idle for IdleTimeout is closed, a request must arrive and be
-// answered within ReadTimeout and WriteTimeout, and at most MaxConns connections are open at
-// once (more wait in the kernel's accept queue).
+// Limits of the ops listener (adversarial reviews). A scrape or a probe is one small request
+// on its own connection: the node answers it and closes the connection (no keep-alive), a
+// request's headers must arrive within HeaderTimeout and its whole request within ReadTimeout,
+// the answer must go within WriteTimeout, and at most MaxConns connections are open at once
+// (more wait in the kernel's accept queue). Idle keep-alive connections once took every file
+// descriptor of the node; later 256 kept-alive connections, each asking every few seconds,
+// held every slot for good, so that a readiness probe never got one. Now a slot is held for
+// at most one request, and a slow sender for at most HeaderTimeout.
 const (
-	IdleTimeout  = 60 * time.Second
-	ReadTimeout  = 10 * time.Second
-	WriteTimeout = 30 * time.Second
-	MaxConns     = 256
+	HeaderTimeout = 2 * time.Second
+	ReadTimeout   = 10 * time.Second
+	WriteTimeout  = 30 * time.Second
+	MaxConns      = 256
 )
 
 // Serve listens on addr (":0" picks a port) and serves h until ctx ends, then shuts down
@@ -77,7 +80,8 @@ func Serve(ctx context.Context, addr string, h http.Handler, lg *slog.Logger) (n
 		return nil, fmt.Errorf("%w %s: %w", ErrListen, addr, err)
 	}
 	lis = netutil.LimitListener(lis, MaxConns)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: ReadTimeout, ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: HeaderTimeout, ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout}
+	srv.SetKeepAlivesEnabled(false)
 	go func() {
 		lg.Info("ops endpoints serving", "addr", lis.Addr().String())
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

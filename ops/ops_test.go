@@ -103,9 +103,10 @@ func TestServeAndShutdown(t *testing.T) {
 	}
 }
 
-// TestServeCapsConnections: idle keep-alive connections hold at most ops.MaxConns slots; a
-// further client is served once one of them closes (adversarial review: 20,000 idle
-// connections took every file descriptor of the node).
+// TestServeCapsConnections: a client cannot hold the listener's slots. Connections that asked
+// are closed after their answer, so a client that keeps MaxConns of them busy with requests
+// does not keep a probe out; connections that send nothing hold at most MaxConns slots, and
+// only for ops.HeaderTimeout.
 func TestServeCapsConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -113,36 +114,55 @@ func TestServeCapsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var idle []net.Conn
+	url := "http://" + addr.String() + "/healthz"
+	var conns []net.Conn
 	defer func() {
-		for _, c := range idle {
+		for _, c := range conns {
 			_ = c.Close()
 		}
 	}()
-	for range ops.MaxConns {
+	for range ops.MaxConns + 8 { // each asks, as a keep-alive client would, and stays open
 		c, err := net.Dial("tcp", addr.String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		idle = append(idle, c)
+		conns = append(conns, c)
 		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		r := bufio.NewReader(c)
+		resp, err := http.ReadResponse(r, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close() // the connection stays open, idle
+		_, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := r.ReadByte(); err != io.EOF { // the node closed it after the answer
+			t.Fatalf("a connection stayed open after its answer: %v", err)
+		}
 	}
-	url := "http://" + addr.String() + "/healthz"
+	if resp, err := (&http.Client{Timeout: time.Second}).Get(url); err != nil {
+		t.Fatalf("a probe after %d answered connections: %v", ops.MaxConns+8, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+	for range ops.MaxConns { // silent connections: each holds a slot until HeaderTimeout
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
 	if resp, err := (&http.Client{Timeout: 300 * time.Millisecond}).Get(url); err == nil {
 		_ = resp.Body.Close()
 		t.Fatalf("a connection over MaxConns %d was served", ops.MaxConns)
 	}
-	_ = idle[0].Close()
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: ops.HeaderTimeout + 3*time.Second}).Get(url)
 	if err != nil {
-		t.Fatalf("after one idle connection closed: %v", err)
+		t.Fatalf("a probe behind %d silent connections: %v", ops.MaxConns, err)
 	}
 	_ = resp.Body.Close()
+	t.Logf("a probe behind %d silent connections was served after %v", ops.MaxConns, time.Since(start))
 }

@@ -129,3 +129,22 @@ func indexOf(nodes []*Node, x *Node) int {
 	}
 	return -1
 }
+
+// A sole voter issues read indexes without a VerifyLeader round (no one else can have
+// elected a leader); once another voter is in the configuration it needs the round again.
+func TestSoleVoterReadIndex(t *testing.T) {
+	nodes, _ := openCluster(t, 2, false)
+	leader := leaderOf(t, nodes)
+	if !leader.soleVoter() {
+		t.Fatal("a bootstrapped single voter does not see itself as the sole voter")
+	}
+	acked := mustPropose(t, leader, commitCmd(1, "k", 1))
+	index, err := leader.ReadIndex(ctxT(t))
+	if err != nil || index < acked.Index {
+		t.Fatalf("sole voter ReadIndex = %d, %v; want >= %d", index, err, acked.Index)
+	}
+	addAny(t, nodes, "n2", string(nodes[1].trans.LocalAddr()), true)
+	if leader.soleVoter() {
+		t.Fatal("a leader of 2 voters takes itself for the sole voter")
+	}
+}

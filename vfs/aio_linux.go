@@ -49,8 +49,8 @@ var (
 
 // aioMaxEvents bounds the events of all the AIO contexts this process keeps: the kernel
 // charges a context its size against the system's fs.aio-max-nr (65536 by default, shared
-// with other processes), so this is a quarter of the default. Past it a ReadBatch uses
-// goroutines.
+// with other processes), so this is a quarter of the default. Past it a ReadBatch waits for
+// a context (getAIOCtx).
 const aioMaxEvents = 16384
 
 // aioCtx is one io_setup(2) context and the slots of its reads.
@@ -75,37 +75,52 @@ type aioSlot struct {
 // batch, and contexts live as long as the process.
 var aioPool struct {
 	mu     sync.Mutex
+	freed  sync.Cond // signalled when a context goes idle or is destroyed
 	idle   []*aioCtx
 	events int  // events of the contexts that exist
 	off    bool // io_setup or io_submit refused outright (ENOSYS, EPERM): not tried again
 }
 
+func init() { aioPool.freed.L = &aioPool.mu }
+
 // getAIOCtx returns a context for depth reads: the smallest idle one that is large enough,
 // else a new one of depth rounded up to a power of two (at least 32); nil when AIO is
-// unavailable or the event bound is reached.
+// unavailable. At the event bound it destroys idle contexts too small for depth to make room,
+// or else waits for a batch to finish: each batch in progress holds one thread (in
+// io_getevents), so the bound also bounds the threads reads hold, where going on without AIO
+// would take a thread per read in flight (an attack review saw 2,641 threads).
 func getAIOCtx(depth int) *aioCtx {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
-	if aioPool.off {
-		return nil
-	}
-	best := -1
-	for k, c := range aioPool.idle {
-		if c.size >= depth && (best < 0 || c.size < aioPool.idle[best].size) {
-			best = k
-		}
-	}
-	if best >= 0 {
-		c := aioPool.idle[best]
-		aioPool.idle = append(aioPool.idle[:best], aioPool.idle[best+1:]...)
-		return c
-	}
 	size := 32
 	for size < depth {
 		size *= 2
 	}
-	if aioPool.events+size > aioMaxEvents {
-		return nil
+	for {
+		if aioPool.off {
+			return nil
+		}
+		best := -1
+		for k, c := range aioPool.idle {
+			if c.size >= depth && (best < 0 || c.size < aioPool.idle[best].size) {
+				best = k
+			}
+		}
+		if best >= 0 {
+			c := aioPool.idle[best]
+			aioPool.idle = append(aioPool.idle[:best], aioPool.idle[best+1:]...)
+			return c
+		}
+		for len(aioPool.idle) > 0 && aioPool.events+size > aioMaxEvents { // all too small
+			c := aioPool.idle[len(aioPool.idle)-1]
+			aioPool.idle = aioPool.idle[:len(aioPool.idle)-1]
+			unix.Syscall(unix.SYS_IO_DESTROY, c.id, 0, 0)
+			aioPool.events -= c.size
+		}
+		if aioPool.events+size <= aioMaxEvents {
+			break
+		}
+		aioPool.freed.Wait()
 	}
 	var id uintptr
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(size), uintptr(unsafe.Pointer(&id)), 0); e != 0 {
@@ -123,6 +138,7 @@ func putAIOCtx(c *aioCtx) {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
 	aioPool.idle = append(aioPool.idle, c)
+	aioPool.freed.Broadcast()
 }
 
 // dropAIOCtx destroys a context whose batch did not finish (a callback panicked): io_destroy
@@ -133,6 +149,7 @@ func dropAIOCtx(c *aioCtx) {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
 	aioPool.events -= c.size
+	aioPool.freed.Broadcast()
 }
 
 // aioRefused reports whether an io_submit error means AIO is not allowed here at all.
@@ -203,6 +220,7 @@ func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
 					refused = true
 					aioPool.mu.Lock()
 					aioPool.off = true
+					aioPool.freed.Broadcast()
 					aioPool.mu.Unlock()
 				}
 				s := int(batch[got].data)

@@ -282,3 +282,45 @@ func TestAIOPoolBestFit(t *testing.T) {
 	putAIOCtx(c1)
 	putAIOCtx(c2)
 }
+
+// TestAIOPoolWaitsAtItsBound checks that a batch past the pool's event bound waits for a
+// context to be returned instead of going on without AIO (a thread per read in flight).
+func TestAIOPoolWaitsAtItsBound(t *testing.T) {
+	var held []*aioCtx
+	defer func() {
+		for _, c := range held {
+			putAIOCtx(c)
+		}
+	}()
+	for {
+		aioPool.mu.Lock()
+		full := aioPool.events+32 > aioMaxEvents && len(aioPool.idle) == 0
+		aioPool.mu.Unlock()
+		if full {
+			break
+		}
+		c := getAIOCtx(32)
+		if c == nil {
+			t.Skip("native AIO is not available here, or the system's aio-max-nr is reached")
+		}
+		held = append(held, c)
+	}
+	got := make(chan *aioCtx)
+	go func() { got <- getAIOCtx(32) }()
+	select {
+	case c := <-got:
+		t.Fatalf("a batch past the bound got %v at once instead of waiting", c)
+	case <-time.After(100 * time.Millisecond):
+	}
+	putAIOCtx(held[0])
+	held = held[1:]
+	select {
+	case c := <-got:
+		if c == nil {
+			t.Fatal("the waiting batch got no context once one was returned")
+		}
+		held = append(held, c)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting batch was not woken when a context was returned")
+	}
+}
