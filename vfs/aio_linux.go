@@ -49,8 +49,8 @@ var (
 
 // aioMaxEvents bounds the events of all the AIO contexts this process keeps: the kernel
 // charges a context its size against the system's fs.aio-max-nr (65536 by default, shared
-// with other processes), so this is a quarter of the default. Past it a ReadBatch waits for
-// a context (getAIOCtx).
+// with other processes), so this is a quarter of the default. Past it a batch reads one read
+// at a time (getAIOCtx).
 const aioMaxEvents = 16384
 
 // aioCtx is one io_setup(2) context and the slots of its reads.
@@ -75,62 +75,58 @@ type aioSlot struct {
 // batch, and contexts live as long as the process.
 var aioPool struct {
 	mu     sync.Mutex
-	freed  sync.Cond // signalled when a context goes idle or is destroyed
 	idle   []*aioCtx
 	events int  // events of the contexts that exist
 	off    bool // io_setup or io_submit refused outright (ENOSYS, EPERM): not tried again
 }
 
-func init() { aioPool.freed.L = &aioPool.mu }
-
 // getAIOCtx returns a context for depth reads: the smallest idle one that is large enough,
-// else a new one of depth rounded up to a power of two (at least 32); nil when AIO is
-// unavailable. At the event bound it destroys idle contexts too small for depth to make room,
-// or else waits for a batch to finish: each batch in progress holds one thread (in
-// io_getevents), so the bound also bounds the threads reads hold, where going on without AIO
-// would take a thread per read in flight (an attack review saw 2,641 threads).
-func getAIOCtx(depth int) *aioCtx {
+// else a new one of depth rounded up to a power of two (at least 32), else, at the event
+// bound, the largest idle one (smaller than asked: the batch keeps fewer reads in flight).
+// It returns nil when AIO is unavailable, and nil with busy when every context of the bound
+// is in use: the caller then reads on its own goroutine, one read at a time, so that a batch
+// past the bound holds one thread as a batch on AIO does, rather than one per read in flight
+// (an attack review saw 2,641 threads), and never waits for another batch (whose callback
+// might be the one asking).
+func getAIOCtx(depth int) (c *aioCtx, busy bool) {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
+	if aioPool.off {
+		return nil, false
+	}
+	best, largest := -1, -1
+	for k, c := range aioPool.idle {
+		if c.size >= depth && (best < 0 || c.size < aioPool.idle[best].size) {
+			best = k
+		}
+		if largest < 0 || c.size > aioPool.idle[largest].size {
+			largest = k
+		}
+	}
 	size := 32
 	for size < depth {
 		size *= 2
 	}
-	for {
-		if aioPool.off {
-			return nil
+	if best < 0 && aioPool.events+size > aioMaxEvents {
+		best = largest // -1 when none is idle
+		if best < 0 {
+			return nil, true
 		}
-		best := -1
-		for k, c := range aioPool.idle {
-			if c.size >= depth && (best < 0 || c.size < aioPool.idle[best].size) {
-				best = k
-			}
-		}
-		if best >= 0 {
-			c := aioPool.idle[best]
-			aioPool.idle = append(aioPool.idle[:best], aioPool.idle[best+1:]...)
-			return c
-		}
-		for len(aioPool.idle) > 0 && aioPool.events+size > aioMaxEvents { // all too small
-			c := aioPool.idle[len(aioPool.idle)-1]
-			aioPool.idle = aioPool.idle[:len(aioPool.idle)-1]
-			unix.Syscall(unix.SYS_IO_DESTROY, c.id, 0, 0)
-			aioPool.events -= c.size
-		}
-		if aioPool.events+size <= aioMaxEvents {
-			break
-		}
-		aioPool.freed.Wait()
+	}
+	if best >= 0 {
+		c := aioPool.idle[best]
+		aioPool.idle = append(aioPool.idle[:best], aioPool.idle[best+1:]...)
+		return c, false
 	}
 	var id uintptr
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(size), uintptr(unsafe.Pointer(&id)), 0); e != 0 {
 		if e == unix.ENOSYS || e == unix.EPERM {
 			aioPool.off = true
 		}
-		return nil
+		return nil, false
 	}
 	aioPool.events += size
-	return &aioCtx{id: id, size: size, slots: make([]aioSlot, size), cbs: make([]iocb, size), evs: make([]ioEvent, size)}
+	return &aioCtx{id: id, size: size, slots: make([]aioSlot, size), cbs: make([]iocb, size), evs: make([]ioEvent, size)}, false
 }
 
 // putAIOCtx returns a context with nothing in flight to the pool.
@@ -138,7 +134,6 @@ func putAIOCtx(c *aioCtx) {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
 	aioPool.idle = append(aioPool.idle, c)
-	aioPool.freed.Broadcast()
 }
 
 // dropAIOCtx destroys a context whose batch did not finish (a callback panicked): io_destroy
@@ -149,7 +144,6 @@ func dropAIOCtx(c *aioCtx) {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()
 	aioPool.events -= c.size
-	aioPool.freed.Broadcast()
 }
 
 // aioRefused reports whether an io_submit error means AIO is not allowed here at all.
@@ -158,15 +152,21 @@ func aioRefused(err error) bool {
 }
 
 // aioReadBatch is ReadBatch through native AIO. It returns false, having called neither
-// callback, when no context is available. Reads it cannot submit (a file that is not the
-// OSFS's own or not O_DIRECT, an unaligned read: AIO would do those inside io_submit anyway)
-// are read synchronously on the calling goroutine; if io_submit is refused outright, the
-// reads not yet named go to goroutines.
+// callback, when AIO is unavailable. When every context of the pool's bound is in use it
+// reads the batch on the calling goroutine, one read at a time (getAIOCtx). Reads it cannot
+// submit (a file that is not the OSFS's own or not O_DIRECT, an unaligned read: AIO would do
+// those inside io_submit anyway) are read synchronously on the calling goroutine; if
+// io_submit is refused outright, the reads not yet named go to goroutines.
 func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
-	c := getAIOCtx(depth)
+	c, busy := getAIOCtx(depth)
+	if busy {
+		readParallel(n, 1, prep, done)
+		return true
+	}
 	if c == nil {
 		return false
 	}
+	depth = min(depth, c.size)
 	var pin runtime.Pinner
 	finished := false
 	defer func() {
@@ -220,7 +220,6 @@ func aioReadBatch(n, depth int, prep ReadPrep, done ReadDone) bool {
 					refused = true
 					aioPool.mu.Lock()
 					aioPool.off = true
-					aioPool.freed.Broadcast()
 					aioPool.mu.Unlock()
 				}
 				s := int(batch[got].data)

@@ -127,7 +127,7 @@ func TestReadBatchMatchesReadAt(t *testing.T) {
 // contexts instead of making one each time.
 func TestReadBatchUsesAIO(t *testing.T) {
 	f, want := batchFile(t, 1, 1<<20)
-	c := getAIOCtx(32)
+	c, _ := getAIOCtx(32)
 	if c == nil {
 		t.Skip("native AIO is not available here (io_setup refused)")
 	}
@@ -266,13 +266,15 @@ func TestReadBatchBufferedKeepsReadsInFlight(t *testing.T) {
 // TestAIOPoolBestFit checks that a batch takes the smallest idle context large enough for
 // its depth, so idle small contexts never keep a deeper batch off AIO.
 func TestAIOPoolBestFit(t *testing.T) {
-	small, big := getAIOCtx(32), getAIOCtx(256)
+	small, _ := getAIOCtx(32)
+	big, _ := getAIOCtx(256)
 	if small == nil || big == nil {
 		t.Skip("native AIO is not available here (io_setup refused)")
 	}
 	putAIOCtx(small)
 	putAIOCtx(big)
-	c1, c2 := getAIOCtx(100), getAIOCtx(10)
+	c1, _ := getAIOCtx(100)
+	c2, _ := getAIOCtx(10)
 	if c1 == nil || c1.size != 256 {
 		t.Fatalf("depth 100 with idle contexts of 32 and 256 events got %v, want one of 256", c1)
 	}
@@ -283,9 +285,12 @@ func TestAIOPoolBestFit(t *testing.T) {
 	putAIOCtx(c2)
 }
 
-// TestAIOPoolWaitsAtItsBound checks that a batch past the pool's event bound waits for a
-// context to be returned instead of going on without AIO (a thread per read in flight).
-func TestAIOPoolWaitsAtItsBound(t *testing.T) {
+// TestAIOPoolAtItsBound checks what a batch gets once the pool's event bound is reached:
+// the largest idle context when one is idle, even if smaller than asked, and, with every
+// context in use, no context (busy), so that ReadBatch reads on the calling goroutine, one
+// read at a time; such a batch still reads every byte right, and a read started from inside
+// a read's callback does not wait for the batch that holds the context.
+func TestAIOPoolAtItsBound(t *testing.T) {
 	var held []*aioCtx
 	defer func() {
 		for _, c := range held {
@@ -299,28 +304,42 @@ func TestAIOPoolWaitsAtItsBound(t *testing.T) {
 		if full {
 			break
 		}
-		c := getAIOCtx(32)
+		c, _ := getAIOCtx(32)
 		if c == nil {
 			t.Skip("native AIO is not available here, or the system's aio-max-nr is reached")
 		}
 		held = append(held, c)
 	}
-	got := make(chan *aioCtx)
-	go func() { got <- getAIOCtx(32) }()
-	select {
-	case c := <-got:
-		t.Fatalf("a batch past the bound got %v at once instead of waiting", c)
-	case <-time.After(100 * time.Millisecond):
+	if c, busy := getAIOCtx(32); c != nil || !busy {
+		t.Fatalf("with every context in use: %v, busy %v; want none, busy", c, busy)
 	}
 	putAIOCtx(held[0])
 	held = held[1:]
-	select {
-	case c := <-got:
-		if c == nil {
-			t.Fatal("the waiting batch got no context once one was returned")
+	c, busy := getAIOCtx(256)
+	if c == nil || busy || c.size != 32 {
+		t.Fatalf("a deep batch at the bound with one idle context of 32 events got %v, busy %v", c, busy)
+	}
+	held = append(held, c)
+	f, want := batchFile(t, 5, 1<<20)
+	var inner, outer atomic.Int64
+	ReadBatch(OSFS{DirectIO: true}, 16, 8, func(i int) (File, []byte, int64, bool) {
+		return f, AlignedBuffer(4096), int64(i) * 4096, true
+	}, func(i, n int, err error) {
+		outer.Add(1)
+		if err != nil || n != 4096 {
+			t.Errorf("read %d past the bound: n %d, %v", i, n, err)
 		}
-		held = append(held, c)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting batch was not woken when a context was returned")
+		if i == 0 { // a read from inside a callback, with no context to be had
+			buf := AlignedBuffer(4096)
+			ReadBatch(OSFS{DirectIO: true}, 1, 1, func(int) (File, []byte, int64, bool) { return f, buf, 8192, true },
+				func(_, n int, err error) {
+					if err == nil && string(buf) == string(want[8192:12288]) {
+						inner.Add(1)
+					}
+				})
+		}
+	})
+	if outer.Load() != 16 || inner.Load() != 1 {
+		t.Fatalf("past the bound: %d of 16 reads done, the nested read done %d times", outer.Load(), inner.Load())
 	}
 }

@@ -27,7 +27,11 @@ class _Named(enum.IntEnum):
         return self.name
 
     def __format__(self, spec: str) -> str:
-        return self.name if not spec else format(int(self), spec)
+        # A numeric presentation type (d, x, 5d, ...) formats the number; any other spec
+        # (width, alignment) formats the name.
+        if spec and spec[-1] in "bcdoxXneEfFgG%":
+            return format(int(self), spec)
+        return format(self.name, spec)
 
 
 class Outcome(_Named):
