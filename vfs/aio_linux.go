@@ -320,12 +320,3 @@ func finish(sl aioSlot, res int64, done ReadDone) {
 		done(sl.i, len(sl.p), nil)
 	}
 }
-
-// readDirect is one read of a batch done synchronously with File.ReadAt.
-func readDirect(i int, f File, p []byte, off int64, done ReadDone) {
-	n, err := f.ReadAt(p, off)
-	if err == nil && n < len(p) {
-		err = io.ErrUnexpectedEOF
-	}
-	done(i, n, err)
-}

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"io"
 	"sync"
 	"sync/atomic"
 )
@@ -72,10 +73,16 @@ func readParallel(n, depth int, prep ReadPrep, done ReadDone) {
 
 // readOne is read i of a batch done synchronously with File.ReadAt.
 func readOne(i int, prep ReadPrep, done ReadDone) {
-	f, p, off, ok := prep(i)
-	if !ok {
-		return
+	if f, p, off, ok := prep(i); ok {
+		readDirect(i, f, p, off, done)
 	}
+}
+
+// readDirect is read i, named, done synchronously with File.ReadAt.
+func readDirect(i int, f File, p []byte, off int64, done ReadDone) {
 	n, err := f.ReadAt(p, off)
+	if err == nil && n < len(p) {
+		err = io.ErrUnexpectedEOF
+	}
 	done(i, n, err)
 }
