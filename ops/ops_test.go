@@ -67,14 +67,21 @@ func TestHandlerNilChecksPass(t *testing.T) {
 	}
 }
 
-func TestServeAndShutdown(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// serveOps serves ops endpoints with no checks on a free loopback port until ctx ends and
+// returns the address and the URL of /healthz.
+func serveOps(t *testing.T, ctx context.Context) (net.Addr, string) {
+	t.Helper()
 	addr, err := ops.Serve(ctx, "127.0.0.1:0", ops.Handler(prometheus.NewRegistry(), ops.Checks{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "http://" + addr.String() + "/healthz"
+	return addr, "http://" + addr.String() + "/healthz"
+}
+
+func TestServeAndShutdown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, url := serveOps(t, ctx)
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -110,11 +117,7 @@ func TestServeAndShutdown(t *testing.T) {
 func TestServeCapsConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := ops.Serve(ctx, "127.0.0.1:0", ops.Handler(prometheus.NewRegistry(), ops.Checks{}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + addr.String() + "/healthz"
+	addr, url := serveOps(t, ctx)
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {

@@ -245,10 +245,7 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 		return 0, n.classify(raft.ErrNotLeader)
 	}
 	term, index := n.raft.CurrentTerm(), n.raft.LastIndex()
-	for range 2 {
-		if n.soleVoter() {
-			break // no other voter can have elected a leader: nothing to confirm
-		}
+	for k := 0; k < 2 && !n.soleVoter(); k++ { // a sole voter has no one to confirm with
 		if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
 			return 0, fmt.Errorf("raftmeta: read index: %w", err)
 		}

@@ -196,7 +196,8 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 	return nil
 }
 
-// readLocal reads the records of keys[i] for i in idx (in extent order) and delivers each
+// readLocal reads the records of keys[i] for i in idx (in extent order; entries that pass
+// fsm.CheckEntry, which the callers check first) and delivers each
 // as it is verified, with up to Config.ReadsInFlight reads in flight on the device
 // (bucketstore.Store.ReadBatch), so the device sees a queue of nearby reads rather than one
 // pread at a time. A read's extent is pinned from just before it is issued until it is
@@ -221,11 +222,6 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 		key, e := keys[i], entries[i]
 		if err := ctx.Err(); err != nil {
 			deliver(i, kvoffload.GetResult{Key: key, Status: kvoffload.Unavailable, Code: kvoffload.CodeCanceled, Reason: err.Error()}, nil)
-			return bucketstore.Extent{}, bucketstore.Header{}, false
-		}
-		if err := fsm.CheckEntry(e); err != nil {
-			found(key, e)
-			deliver(i, c.corruptMeta(key, e, err), nil)
 			return bucketstore.Extent{}, bucketstore.Header{}, false
 		}
 		c.reclaim.pin(e.Extent)
@@ -344,6 +340,8 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.NotFound}
 		case e.Owner != c.cfg.NodeID:
 			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: "not owned by node " + c.cfg.NodeID}
+		case fsm.CheckEntry(e) != nil:
+			out[i] = c.corruptEntry(ctx, k, e, fsm.CheckEntry(e))
 		default:
 			entries[i] = e
 			local = append(local, i)
@@ -368,15 +366,9 @@ func extentLess(a, b bucketstore.Extent) bool {
 // removal through Raft, as for a record that fails verification. Its extent is not freed
 // (OnApplied): it was never a record of this key, and the bytes may be another's.
 func (c *Coordinator) corruptEntry(ctx context.Context, key string, e fsm.Entry, why error) kvoffload.GetResult {
-	r := c.corruptMeta(key, e, why)
-	c.repair(ctx, []fsm.KeyGen{{Key: key, Gen: e.Gen}})
-	return r
-}
-
-// corruptMeta is corruptEntry's answer, counted and logged, without the removal.
-func (c *Coordinator) corruptMeta(key string, e fsm.Entry, why error) kvoffload.GetResult {
 	c.stats.getCorrupt.Add(1)
 	c.lg.Error("corrupt metadata; removing the key from metadata", "key", key, "owner", e.Owner, "extent", e.Extent, "err", why)
+	c.repair(ctx, []fsm.KeyGen{{Key: key, Gen: e.Gen}})
 	return kvoffload.GetResult{Key: key, Status: kvoffload.Corrupt, Reason: "corrupt metadata: " + why.Error()}
 }
 

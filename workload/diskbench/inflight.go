@@ -173,14 +173,19 @@ func Run(j Job) (JobResult, error) {
 	for _, l := range lats {
 		all = append(all, l...)
 	}
-	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	return result(j, ops, el, direct, all), nil
+}
+
+// result is what j measured: ops I/Os in el, with each I/O's latency in lats (sorted here).
+func result(j Job, ops int64, el time.Duration, direct bool, lats []time.Duration) JobResult {
+	sort.Slice(lats, func(a, b int) bool { return lats[a] < lats[b] })
 	r := JobResult{Job: j, Ops: ops, Bytes: ops * int64(j.Block), Elapsed: el, Direct: direct}
 	r.MBPerSec = float64(r.Bytes) / 1e6 / el.Seconds()
 	r.IOPS = float64(r.Ops) / el.Seconds()
-	if len(all) > 0 {
-		r.P99 = all[min(len(all)-1, len(all)*99/100)]
+	if len(lats) > 0 {
+		r.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
 	}
-	return r, nil
+	return r
 }
 
 // openDirect opens path with O_DIRECT, or buffered if the filesystem refuses O_DIRECT.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/kvoffload/kvoffload/vfs"
@@ -32,8 +31,7 @@ func randRead(j Job, path string, ops, blocks int64, direct bool) (JobResult, er
 	bufs := make([][]byte, ops)
 	t0 := make([]time.Time, ops)
 	lats := make([]time.Duration, ops)
-	var firstErr error
-	errs := make(chan error, 1)
+	errs := make(chan error, 1) // the first read error
 	start := time.Now()
 	vfs.ReadBatch(fs, int(ops), j.Depth, func(i int) (vfs.File, []byte, int64, bool) {
 		bufs[i] = <-free
@@ -51,14 +49,9 @@ func randRead(j Job, path string, ops, blocks int64, direct bool) (JobResult, er
 	})
 	el := time.Since(start)
 	select {
-	case firstErr = <-errs:
-		return JobResult{}, firstErr
+	case err := <-errs:
+		return JobResult{}, err
 	default:
 	}
-	sort.Slice(lats, func(a, b int) bool { return lats[a] < lats[b] })
-	r := JobResult{Job: j, Ops: ops, Bytes: ops * int64(j.Block), Elapsed: el, Direct: direct}
-	r.MBPerSec = float64(r.Bytes) / 1e6 / el.Seconds()
-	r.IOPS = float64(r.Ops) / el.Seconds()
-	r.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
-	return r, nil
+	return result(j, ops, el, direct, lats), nil
 }
