@@ -80,6 +80,41 @@ func TestReadBatchUsesAIO(t *testing.T) {
 	}
 }
 
+// TestReadBatchStartsBeforeItsFill checks that a batch's first read is on the device before
+// the rest of its first depth reads are prepared: prep(1) waits (up to 5 s) for read 0's bytes
+// to land in its buffer, which they never do if nothing was submitted yet.
+func TestReadBatchStartsBeforeItsFill(t *testing.T) {
+	f, want := batchFile(t, 1, 64<<10)
+	c, _ := getAIOCtx(32)
+	if c == nil {
+		t.Skip("native AIO is not available here (io_setup refused)")
+	}
+	putAIOCtx(c)
+	bufs := make([][]byte, 16)
+	landed := false
+	ReadBatch(OSFS{DirectIO: true}, len(bufs), 16, func(i int) (File, []byte, int64, bool) {
+		bufs[i] = AlignedBuffer(4096)
+		if i == 0 {
+			for k := range bufs[0] {
+				bufs[0][k] = ^want[k] // differs from the file in every byte until the read lands
+			}
+		}
+		if i == 1 {
+			for deadline := time.Now().Add(5 * time.Second); !landed && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				landed = string(bufs[0]) == string(want[:4096])
+			}
+		}
+		return f, bufs[i], int64(i) * 4096, true
+	}, func(i, n int, err error) {
+		if err != nil || string(bufs[i]) != string(want[i*4096:(i+1)*4096]) {
+			t.Errorf("read %d: n %d err %v or wrong bytes", i, n, err)
+		}
+	})
+	if !landed {
+		t.Error("read 0 had not landed 5 s after it was prepared: the batch waited for its whole fill before submitting")
+	}
+}
+
 // TestAIOPoolBestFit checks that a batch takes the smallest idle context large enough for
 // its depth, so idle small contexts never keep a deeper batch off AIO.
 func TestAIOPoolBestFit(t *testing.T) {
