@@ -29,16 +29,22 @@ func staleEvents() int {
 	return n
 }
 
-// TestReadBatchUsesAIO checks that a batch on an OSFS goes through native AIO on this
-// machine, keeps at most depth reads in flight, and that concurrent batches share pooled
-// contexts instead of making one each time.
-func TestReadBatchUsesAIO(t *testing.T) {
-	f, want := batchFile(t, 1, 1<<20)
+// needAIO skips t where native AIO is not available (io_setup refused).
+func needAIO(t *testing.T) {
+	t.Helper()
 	c, _ := getAIOCtx(32)
 	if c == nil {
 		t.Skip("native AIO is not available here (io_setup refused)")
 	}
 	putAIOCtx(c)
+}
+
+// TestReadBatchUsesAIO checks that a batch on an OSFS goes through native AIO on this
+// machine, keeps at most depth reads in flight, and that concurrent batches share pooled
+// contexts instead of making one each time.
+func TestReadBatchUsesAIO(t *testing.T) {
+	f, want := batchFile(t, 1, 1<<20)
+	needAIO(t)
 	batch := func(depth int) (maxInFlight int) {
 		inFlight := 0
 		bufs := make([][]byte, 64)
@@ -85,11 +91,7 @@ func TestReadBatchUsesAIO(t *testing.T) {
 // to land in its buffer, which they never do if nothing was submitted yet.
 func TestReadBatchStartsBeforeItsFill(t *testing.T) {
 	f, want := batchFile(t, 1, 64<<10)
-	c, _ := getAIOCtx(32)
-	if c == nil {
-		t.Skip("native AIO is not available here (io_setup refused)")
-	}
-	putAIOCtx(c)
+	needAIO(t)
 	bufs := make([][]byte, 16)
 	landed := false
 	ReadBatch(OSFS{DirectIO: true}, len(bufs), 16, func(i int) (File, []byte, int64, bool) {
