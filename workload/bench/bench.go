@@ -191,11 +191,22 @@ func (b *runner) round(ctx context.Context, round int) error {
 	if err != nil {
 		return err
 	}
+	l256 := Load{Prefix: "b256k", Keys: int(o.OffloadBytes / (256 << 10)), Value: 256 << 10, Writers: o.Writers, Batch: 16, Seed: seed}
+	// The limit's batches: as many as the offload's, up to four per writer (enough for every
+	// writer's batches to queue together on the device, as the offload's do), at least
+	// LimitBytes' worth.
+	perWriters := int64(l256.Writers) * int64(l256.Batch) * int64(l256.Value)
+	lb, err := limitBatches(b.work, min(o.OffloadBytes, max(o.LimitBytes, 4*perWriters)), l256.Value, l256.Writers, l256.Batch)
+	if err != nil {
+		return err
+	}
+	b.direct(lb.Direct)
+	b.s.add("limit_batch_p99_ms", float64(lb.P99.Microseconds())/1000)
+	b.logf("limit: %d writers x batches of %d x 256 KiB, each fdatasync'd: %.0f MB/s, p99 %.1f ms per batch", l256.Writers, l256.Batch, lb.MBPerSec, float64(lb.P99.Microseconds())/1000)
 	kv, err := openStore(ctx, dir("kv256k"))
 	if err != nil {
 		return err
 	}
-	l256 := Load{Prefix: "b256k", Keys: int(o.OffloadBytes / (256 << 10)), Value: 256 << 10, Writers: o.Writers, Batch: 16, Seed: seed}
 	off, err := Offload(ctx, kv, l256)
 	if err != nil {
 		_ = kv.Close()
@@ -204,6 +215,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	b.s.add("offload_mb_per_s", off.MBPerSec)
 	b.s.addRatio("offload_ratio", off.MBPerSec, lw)
 	b.s.add("offload_p99_ms", float64(off.P99.Microseconds())/1000)
+	b.s.addRatio("offload_p99_ratio", off.P99.Seconds(), lb.P99.Seconds())
 	b.logf("offload 256 KiB: %.0f MB/s, p99 %.1f ms per batch", off.MBPerSec, float64(off.P99.Microseconds())/1000)
 	var embeddedGet float64
 	for _, rd := range []struct {

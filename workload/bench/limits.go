@@ -27,6 +27,19 @@ func limitWrite(dir string, bytes int64) (diskbench.JobResult, error) {
 	return best, nil
 }
 
+// limitBatches is the offload's own shape on the bare disk: writers goroutines, each writing
+// batches of batch blocks of block bytes (O_DIRECT, sequential in one file) and fdatasyncing
+// each, bytes in all; its P99 is per batch, the like-for-like limit of the offload's p99
+// batch latency (diskbench.Job.Batch).
+func limitBatches(dir string, bytes int64, block, writers, batch int) (diskbench.JobResult, error) {
+	r, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.SeqWritePattern, Block: block,
+		Depth: writers, FileSize: bytes, Batch: int64(batch)})
+	if err != nil {
+		return r, fmt.Errorf("limit: batches of %d x %d bytes, %d writers: %w", batch, block, writers, err)
+	}
+	return r, nil
+}
+
 // limitRead is O_DIRECT random reads of 256 KiB with 32 in flight over a file of fileBytes
 // laid out first, as many reads as the file has blocks (fio --rw=randread --bs=256k
 // --iodepth=32).

@@ -55,6 +55,7 @@ type Job struct {
 	FileSize  int64   // bytes of the scratch file (random patterns: laid out before the timing starts)
 	Ops       int64   // I/Os to time; for SeqWritePattern 0 means FileSize/Block
 	SyncEvery int64   // RandWritePattern: an fdatasync after every SyncEvery writes (fio --fsync=N); 0: none
+	Batch     int64   // SeqWritePattern: each goroutine writes runs of Batch blocks, each run then fdatasync'd, and P99 is per run (batches.go); 0: per write
 	EndSync   bool    // write patterns: one fdatasync after the last write, inside the timing (fio --end_fsync=1)
 	Seed      uint64  // random offsets (random patterns)
 }
@@ -71,7 +72,8 @@ type JobResult struct {
 	P99      time.Duration
 }
 
-// Run performs j and reports its throughput and per-I/O p99 latency. The timing includes the
+// Run performs j and reports its throughput and per-I/O p99 latency (per run of Batch writes
+// when Batch is set). The timing includes the
 // fdatasyncs j asks for; laying out the file for the random patterns is not timed.
 func Run(j Job) (JobResult, error) {
 	if j.Block <= 0 || j.Block%4096 != 0 {
@@ -79,6 +81,9 @@ func Run(j Job) (JobResult, error) {
 	}
 	if j.Depth < 1 || (j.Pattern == RandReadPattern && j.Depth > vfs.MaxBatchDepth) {
 		return JobResult{}, fmt.Errorf("diskbench: depth %d is outside 1..%d", j.Depth, vfs.MaxBatchDepth)
+	}
+	if j.Batch < 0 {
+		return JobResult{}, fmt.Errorf("diskbench: batch %d writes is negative", j.Batch)
 	}
 	blocks := j.FileSize / int64(j.Block)
 	if blocks < 1 {
@@ -109,15 +114,74 @@ func Run(j Job) (JobResult, error) {
 	if j.Pattern == RandReadPattern {
 		return randRead(j, path, ops, blocks, direct)
 	}
+	if j.Pattern == SeqWritePattern && j.Batch > 0 {
+		return seqBatches(j, f, ops, direct)
+	}
 	var (
-		next    atomic.Int64 // I/Os claimed
-		writes  atomic.Int64 // writes done (for SyncEvery)
+		next   atomic.Int64 // I/Os claimed
+		writes atomic.Int64 // writes done (for SyncEvery)
+	)
+	start := time.Now()
+	all, err := writers(j, func(g int, buf []byte, failed func() bool) ([]time.Duration, error) {
+		rng := rand.New(rand.NewPCG(j.Seed, uint64(g)+1))
+		lat := make([]time.Duration, 0, ops/int64(j.Depth)+1)
+		for !failed() {
+			i := next.Add(1) - 1
+			if i >= ops {
+				break
+			}
+			off := i * int64(j.Block)
+			if j.Pattern != SeqWritePattern {
+				off = rng.Int64N(blocks) * int64(j.Block)
+			}
+			t0 := time.Now()
+			if err := writeAt(f, j, buf, off); err != nil {
+				return lat, err
+			}
+			if j.Pattern == RandWritePattern && j.SyncEvery > 0 && writes.Add(1)%j.SyncEvery == 0 {
+				if err := datasync(f); err != nil {
+					return lat, err
+				}
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		return lat, nil
+	})
+	if err != nil {
+		return JobResult{}, err
+	}
+	if j.EndSync {
+		if err := datasync(f); err != nil {
+			return JobResult{}, err
+		}
+	}
+	return result(j, ops, time.Since(start), direct, all), nil
+}
+
+// writeAt writes buf at off, naming j's pattern and the offset in an error.
+func writeAt(f *os.File, j Job, buf []byte, off int64) error {
+	if _, err := f.WriteAt(buf, off); err != nil {
+		return fmt.Errorf("diskbench: %s at %d: %w", j.Pattern, off, err)
+	}
+	return nil
+}
+
+func datasync(f *os.File) error {
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("diskbench: fdatasync: %w", err)
+	}
+	return nil
+}
+
+// writers runs work on j.Depth goroutines, each with an O_DIRECT buffer of j.Block bytes of
+// its own pattern (byte i is i*7+g+1 for writer g), and returns every latency they recorded
+// and the first error; a writer returns once failed() reports another's error.
+func writers(j Job, work func(g int, buf []byte, failed func() bool) ([]time.Duration, error)) ([]time.Duration, error) {
+	var (
 		firstEr atomic.Pointer[error]
 		wg      sync.WaitGroup
 		lats    = make([][]time.Duration, j.Depth)
 	)
-	fail := func(err error) { firstEr.CompareAndSwap(nil, &err) }
-	start := time.Now()
 	for g := range j.Depth {
 		wg.Add(1)
 		go func() {
@@ -126,54 +190,22 @@ func Run(j Job) (JobResult, error) {
 			for i := range buf {
 				buf[i] = byte(i*7 + g + 1)
 			}
-			rng := rand.New(rand.NewPCG(j.Seed, uint64(g)+1))
-			lat := make([]time.Duration, 0, ops/int64(j.Depth)+1)
-			for firstEr.Load() == nil {
-				i := next.Add(1) - 1
-				if i >= ops {
-					break
-				}
-				off := i * int64(j.Block)
-				if j.Pattern != SeqWritePattern {
-					off = rng.Int64N(blocks) * int64(j.Block)
-				}
-				t0 := time.Now()
-				var err error
-				if j.Pattern == RandReadPattern {
-					_, err = f.ReadAt(buf, off)
-				} else {
-					_, err = f.WriteAt(buf, off)
-				}
-				if err != nil {
-					fail(fmt.Errorf("diskbench: %s at %d: %w", j.Pattern, off, err))
-					break
-				}
-				if j.Pattern == RandWritePattern && j.SyncEvery > 0 && writes.Add(1)%j.SyncEvery == 0 {
-					if err := unix.Fdatasync(int(f.Fd())); err != nil {
-						fail(fmt.Errorf("diskbench: fdatasync: %w", err))
-						break
-					}
-				}
-				lat = append(lat, time.Since(t0))
+			lat, err := work(g, buf, func() bool { return firstEr.Load() != nil })
+			if err != nil {
+				firstEr.CompareAndSwap(nil, &err)
 			}
 			lats[g] = lat
 		}()
 	}
 	wg.Wait()
 	if e := firstEr.Load(); e != nil {
-		return JobResult{}, *e
+		return nil, *e
 	}
-	if j.Pattern != RandReadPattern && j.EndSync {
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return JobResult{}, fmt.Errorf("diskbench: fdatasync: %w", err)
-		}
-	}
-	el := time.Since(start)
 	var all []time.Duration
 	for _, l := range lats {
 		all = append(all, l...)
 	}
-	return result(j, ops, el, direct, all), nil
+	return all, nil
 }
 
 // result is what j measured: ops I/Os in el, with each I/O's latency in lats (sorted here).

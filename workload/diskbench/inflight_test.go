@@ -1,6 +1,10 @@
 package diskbench
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // TestRunPatterns runs each pattern on a few MiB and checks the counts it reports.
 func TestRunPatterns(t *testing.T) {
@@ -9,6 +13,7 @@ func TestRunPatterns(t *testing.T) {
 	dir := t.TempDir()
 	for _, j := range []Job{
 		{Pattern: SeqWritePattern, Block: 1 << 20, Depth: 8, FileSize: 8 << 20, EndSync: true},
+		{Pattern: SeqWritePattern, Block: 256 << 10, Depth: 4, FileSize: 9 << 20, Batch: 5},
 		{Pattern: RandReadPattern, Block: 256 << 10, Depth: 32, FileSize: 8 << 20, Ops: 64},
 		{Pattern: RandWritePattern, Block: 4096, Depth: 32, FileSize: 4 << 20, Ops: 1024, SyncEvery: 256, EndSync: true},
 	} {
@@ -28,5 +33,42 @@ func TestRunPatterns(t *testing.T) {
 	}
 	if _, err := Run(Job{Dir: dir, Pattern: RandReadPattern, Block: 1000, Depth: 1, FileSize: 1 << 20, Ops: 1}); err == nil {
 		t.Error("a 1000-byte block was accepted")
+	}
+}
+
+// TestSeqBatchesWritesEveryBlock runs the batched sequential write on a file of 36 blocks in
+// runs of 5 (the last run short) and checks that every block holds one writer's pattern and
+// that nothing was written past the last block.
+func TestSeqBatchesWritesEveryBlock(t *testing.T) {
+	const block, blocks = 256 << 10, 36
+	path := filepath.Join(t.TempDir(), "f")
+	f, direct, err := openDirect(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	j := Job{Pattern: SeqWritePattern, Block: block, Depth: 4, FileSize: blocks * block, Batch: 5}
+	r, err := seqBatches(j, f, blocks, direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops != blocks || r.P99 <= 0 {
+		t.Errorf("%d ops, p99 %v; want %d ops and a latency", r.Ops, r.P99, blocks)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != blocks*block {
+		t.Fatalf("file is %d bytes, want %d", len(got), blocks*block)
+	}
+	for b := range blocks {
+		p := got[b*block : (b+1)*block]
+		g := int(p[0]) - 1 // the writer: byte i of its buffer is i*7+g+1
+		for i := range p {
+			if g < 0 || g >= j.Depth || p[i] != byte(i*7+g+1) {
+				t.Fatalf("block %d byte %d is %d: not a writer's pattern", b, i, p[i])
+			}
+		}
 	}
 }
