@@ -170,3 +170,27 @@ func TestLeaseAfterIndeterminateEviction(t *testing.T) {
 		t.Fatalf("%s after the late REMOVE: %s", keys[0], g[0].Status)
 	}
 }
+
+// A read is a use: after a BatchGet of the two oldest keys (and one absent), the keys not
+// read are evicted first.
+func TestReadsRefreshTheLRU(t *testing.T) {
+	c, _ := newTestCoordinator(t, &flakyMeta{f: fsm.New()})
+	ctx := context.Background()
+	keys := []string{"k0", "k1", "k2", "k3"}
+	for _, k := range keys { // one transaction each, so k0 is the oldest
+		if r, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: k, Value: []byte(k)}}); err != nil || !r[0].Outcome.OK() {
+			t.Fatalf("offload %s: %+v %v", k, r, err)
+		}
+	}
+	if got, err := c.BatchGet(ctx, []string{"k1", "absent", "k0"}); err != nil || got[0].Status != kvoffload.Found || got[2].Status != kvoffload.Found {
+		t.Fatalf("BatchGet: %+v %v", got, err)
+	}
+	var order []string
+	for _, e := range c.ev.lru.oldest(1 << 40) {
+		order = append(order, e.key)
+	}
+	// The batch's keys are touched together, in the order they were read (extent order).
+	if len(order) != 4 || order[0] != "k2" || order[1] != "k3" {
+		t.Errorf("eviction order %v after reading k1 and k0, want k2, k3, then the two read", order)
+	}
+}

@@ -51,7 +51,7 @@ func TestLRUOrderModel(t *testing.T) {
 				it := model[j]
 				model = append(slices.Delete(model, j, j+1), it)
 			}
-			l.touch(k)
+			l.touchAll([]string{k})
 		case 3: // drop, by generation or any
 			gen := uint64(rng.IntN(5))
 			if j := find(k); j >= 0 && (gen == 0 || model[j].gen == gen) {
