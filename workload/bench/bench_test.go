@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,6 +66,30 @@ func TestSmoke(t *testing.T) {
 	}
 	if !rep.StartupCrashed {
 		t.Errorf("the start-up writer was not killed: %v", rep.Notes)
+	}
+	for _, k := range []string{"limit_batch_p99_ms", "offload_p99_ratio"} {
+		if f, _ := m[k].(float64); f <= 0 {
+			t.Errorf("%s = %v, want a positive number", k, m[k])
+		}
+	}
+	// The round's first write limit tries 1 and 8 in flight; the later ones run at its winner.
+	var runs []string
+	for _, line := range strings.Split(progress.String(), "\n") {
+		if _, how, ok := strings.Cut(line, "limit: sequential write "); ok {
+			runs = append(runs, how)
+		}
+	}
+	first, rest := "", "the round's depth"
+	if len(runs) > 0 {
+		first = runs[0][strings.Index(runs[0], "(")+1 : strings.Index(runs[0], " in flight")]
+	}
+	for i, how := range runs {
+		if i == 0 && !strings.Contains(how, "the better of 1 and 8") || i > 0 && !strings.Contains(how, "("+first+" in flight, "+rest) {
+			t.Errorf("sequential-write limit %d of the round: %q, want the first to try 1 and 8 and the rest to run at its %s", i, how, first)
+		}
+	}
+	if len(runs) < 3 {
+		t.Errorf("%d sequential-write limits in the round, want at least 3", len(runs))
 	}
 	var table bytes.Buffer
 	rep.WriteTable(&table)

@@ -10,11 +10,11 @@ import (
 // bench directory (the fio equivalents are in docs/benchmarks.md).
 
 // limitWrite is the O_DIRECT sequential write of 1 MiB blocks with one fdatasync at the end,
-// the better of 1 and 8 writes in flight (fio --rw=write --bs=1M --iodepth=1|8 --end_fsync=1).
-// It returns the better result.
-func limitWrite(dir string, bytes int64) (diskbench.JobResult, error) {
+// the best of depths writes in flight (the bench gives 1 and 8: fio --rw=write --bs=1M
+// --iodepth=1|8 --end_fsync=1). It returns the best result.
+func limitWrite(dir string, bytes int64, depths []int) (diskbench.JobResult, error) {
 	var best diskbench.JobResult
-	for _, depth := range []int{1, 8} {
+	for _, depth := range depths {
 		r, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.SeqWritePattern, Block: 1 << 20,
 			Depth: depth, FileSize: bytes, EndSync: true})
 		if err != nil {
