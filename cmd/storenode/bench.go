@@ -68,7 +68,7 @@ takes under a minute.`,
 		{"limit-bytes", "sequential-write limit: bytes per run", full.LimitBytes, quick.LimitBytes},
 		{"read-file-bytes", "random 256 KiB read limit: file size", full.ReadFileBytes, quick.ReadFileBytes},
 		{"iops-file-bytes", "4 KiB IOPS limits: file size", full.IOPSFileBytes, quick.IOPSFileBytes},
-		{"offload-bytes", "256 KiB offload, its reads and the peers: payload bytes per run", full.OffloadBytes, quick.OffloadBytes},
+		{"offload-bytes", "256 KiB offload, its reads and the peers (half of it through the local and the stream path): payload bytes per run", full.OffloadBytes, quick.OffloadBytes},
 		{"offload-2m-bytes", "2 MiB offload: payload bytes per run", full.Offload2MBytes, quick.Offload2MBytes},
 	} {
 		f.sizes[s.name] = fl.String(s.name, "", fmt.Sprintf("%s (default %s, --quick %s)", s.help, human(s.full), human(s.q)))
