@@ -228,7 +228,7 @@ func intoRegion(r *region, d *pb.Desc, g kvoffload.GetResult) *pb.LocalGetResult
 	size := uint64(len(g.Value))
 	if size > d.Length {
 		return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_SHORT_BUFFER, Size: size,
-			Reason: fmt.Sprintf("descriptor of %d bytes for a value of %d bytes", d.Length, size)}
+			Reason: fmt.Sprintf("buffer of %d bytes for a value of %d bytes", d.Length, size)}
 	}
 	if err := safeCopy(r.mem[d.Offset:d.Offset+size], g.Value); err != nil {
 		return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_IO, Reason: err.Error()}

@@ -154,10 +154,10 @@ func runBench(ctx context.Context, fl *pflag.FlagSet, f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range rep.Notes {
-		fmt.Fprintln(os.Stderr, "bench: warning:", n)
-	}
-	if f.json {
+	if f.json { // the table lists the notes itself; the JSON holds them where a reader may not look
+		for _, n := range rep.Notes {
+			fmt.Fprintln(os.Stderr, "bench: warning:", n)
+		}
 		return rep.WriteJSON(os.Stdout)
 	}
 	rep.WriteTable(os.Stdout)

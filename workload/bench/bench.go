@@ -174,7 +174,7 @@ func (b *runner) limitW() (float64, error) {
 	b.direct(l.Direct)
 	b.s.add("limit_write_mb_per_s", l.MBPerSec)
 	b.s.add("limit_write_p99_ms", float64(l.P99.Microseconds())/1000)
-	how := fmt.Sprintf("%d in flight, the round's depth", l.Job.Depth)
+	how := fmt.Sprintf("%d in flight, the depth chosen at the round's start", l.Job.Depth)
 	if len(depths) > 1 {
 		how = fmt.Sprintf("%d in flight, the better of 1 and 8", l.Job.Depth)
 	}

@@ -79,7 +79,7 @@ func TestSmoke(t *testing.T) {
 			runs = append(runs, how)
 		}
 	}
-	first, rest := "", "the round's depth"
+	first, rest := "", "the depth chosen at the round's start"
 	if len(runs) > 0 {
 		first = runs[0][strings.Index(runs[0], "(")+1 : strings.Index(runs[0], " in flight")]
 	}
