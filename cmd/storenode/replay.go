@@ -102,6 +102,7 @@ func runReplay(ctx context.Context, f replayFlags) error {
 	if err != nil {
 		return err
 	}
+	sum.Store = storeName(f.addr, f.data)
 	baseline := f.addr == "" || f.dataSet // the disk's limit is measured in a local data directory
 	if ctx.Err() != nil {
 		printSummary(os.Stdout, sum, f.json, false)
@@ -226,6 +227,18 @@ func logger(verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
+// storeName says what a replay of --addr addr (or of the embedded node in data) drives.
+func storeName(addr, data string) string {
+	switch {
+	case addr == "":
+		return "embedded node in " + data
+	case strings.HasPrefix(addr, "unix://"):
+		return "local path: " + addr + " (unix socket and shared memory)"
+	default:
+		return "stream path: gRPC to " + addr
+	}
+}
+
 // printSummary prints s as text or JSON; baseline says whether the disk's limit was to be
 // measured (a local data directory), so that its absence is explained.
 func printSummary(w io.Writer, s replay.Summary, asJSON, baseline bool) {
@@ -233,6 +246,9 @@ func printSummary(w io.Writer, s replay.Summary, asJSON, baseline bool) {
 		enc := json.NewEncoder(w)
 		_ = enc.Encode(s)
 		return
+	}
+	if s.Store != "" {
+		fmt.Fprintf(w, "store           %s\n", s.Store)
 	}
 	fmt.Fprintf(w, "requests        %d\n", s.Requests)
 	fmt.Fprintf(w, "keys            %d (%d unique)\n", s.Keys, s.UniqueKeys)

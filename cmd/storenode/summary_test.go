@@ -23,8 +23,10 @@ func TestPrintSummary(t *testing.T) {
 			[]string{"not verified"}, []string{"missing         0", "disk limit"}},
 		{"warm embedded", replay.Summary{Keys: 10, AlreadyStored: 10, Verified: true}, true,
 			[]string{"not measured", "missing         0"}, nil},
-		{"warm remote", replay.Summary{Keys: 10, AlreadyStored: 10, Verified: true}, false,
-			[]string{"missing         0"}, []string{"disk limit"}},
+		{"warm remote", replay.Summary{Store: storeName("unix:///run/kv.sock", ""), Keys: 10, AlreadyStored: 10, Verified: true}, false,
+			[]string{"missing         0", "store           local path: unix:///run/kv.sock"}, []string{"disk limit"}},
+		{"stream", replay.Summary{Store: storeName("10.0.0.1:7400,10.0.0.2:7400", ""), Keys: 1, Verified: true}, false,
+			[]string{"store           stream path: gRPC to 10.0.0.1:7400,10.0.0.2:7400"}, nil},
 		{"failed batches", replay.Summary{Keys: 10, BatchErrors: 2, Verified: true, Missing: 10}, true,
 			[]string{"missing         10"}, []string{"already stored)"}},
 	} {

@@ -39,6 +39,7 @@ type Options struct {
 
 // Summary is the replay's result. Field names are the --json contract.
 type Summary struct {
+	Store         string  `json:"store,omitempty"` // what was driven (set by the caller): the embedded node, the local path or the stream
 	Requests      int     `json:"requests"`
 	Keys          int     `json:"keys"`
 	UniqueKeys    int     `json:"unique_keys"`
