@@ -207,8 +207,10 @@ func (n *Node) readable(ctx context.Context, keys []string) (send []string, pos 
 	return send, pos, nil
 }
 
-// validKeys returns the keys CheckKey accepts and their positions in keys.
+// validKeys returns the keys CheckKey accepts and their positions in keys; pos is nil only
+// when every key is accepted (not when none is: the callers answer the others InvalidKey).
 func validKeys(keys []string) (send []string, pos []int) {
+	pos = []int{}
 	for i, k := range keys {
 		if kvoffload.CheckKey(k) == "" {
 			send, pos = append(send, k), append(pos, i)

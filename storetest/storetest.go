@@ -153,6 +153,20 @@ func perKeyValidation(t *testing.T, s kvoffload.Store) {
 	if err != nil || len(rm) != 2 || rm[0].Removed || rm[1].Removed {
 		t.Fatalf("Remove of invalid keys: %+v %v", rm, err)
 	}
+	// A batch of invalid keys only is answered per key too, one result per key.
+	all := []string{"", "ctl\x01"}
+	g, err := s.BatchGet(ctx(t), all)
+	if err != nil || len(g) != 2 || g[0].Status != kvoffload.InvalidKey || g[1].Status != kvoffload.InvalidKey {
+		t.Fatalf("BatchGet of invalid keys only: %+v %v", g, err)
+	}
+	g, err = s.BatchGetInto(ctx(t), all, [][]byte{make([]byte, 8), make([]byte, 8)})
+	if err != nil || len(g) != 2 || g[0].Status != kvoffload.InvalidKey || g[1].Status != kvoffload.InvalidKey {
+		t.Fatalf("BatchGetInto of invalid keys only: %+v %v", g, err)
+	}
+	ex, err = s.BatchExists(ctx(t), all, 0)
+	if err != nil || len(ex.Keys) != 2 || ex.Keys[0] != kvoffload.Absent || ex.Keys[1] != kvoffload.Absent {
+		t.Fatalf("BatchExists of invalid keys only: %+v %v", ex, err)
+	}
 }
 
 func duplicatesInBatch(t *testing.T, s kvoffload.Store) {
