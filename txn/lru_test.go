@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
@@ -189,8 +191,47 @@ func TestReadsRefreshTheLRU(t *testing.T) {
 	for _, e := range c.ev.lru.oldest(1 << 40) {
 		order = append(order, e.key)
 	}
-	// The batch's keys are touched together, in the order they were read (extent order).
+	// The batch's keys are touched together, in the order they are read (extent order).
 	if len(order) != 4 || order[0] != "k2" || order[1] != "k3" {
 		t.Errorf("eviction order %v after reading k1 and k0, want k2, k3, then the two read", order)
+	}
+}
+
+// A key a running batch has read is a use at once: an eviction while the batch still runs
+// (an offload at the quota while the batch's last value is being delivered) takes the keys
+// nobody read, not the batch's.
+func TestReadKeysNotEvictedDuringTheirBatch(t *testing.T) {
+	f := fsm.New()
+	c, _ := newCoordinatorCap(t, &flakyMeta{f: f}, f, 4*bucketstore.RecordSize(2, 1000))
+	ctx := context.Background()
+	for _, k := range []string{"k0", "k1", "k2", "k3"} { // k0 oldest
+		if r, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: k, Value: make([]byte, 1000)}}); err != nil || !r[0].Outcome.OK() {
+			t.Fatalf("offload %s: %+v %v", k, r, err)
+		}
+	}
+	var visits atomic.Int32 // visits may run on several goroutines
+	release := make(chan struct{})
+	err := c.BatchGetEach(ctx, []string{"k0", "k1"}, nil, func(i int, r kvoffload.GetResult) bool {
+		if r.Status != kvoffload.Found {
+			t.Errorf("position %d: %s", i, r.Status)
+		}
+		if visits.Add(1) == 2 { // both read; evict while the batch has not returned
+			go func() {
+				defer close(release)
+				if r, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: "k4", Value: make([]byte, 1000)}}); err != nil || !r[0].Outcome.OK() {
+					t.Errorf("offload at the quota during the batch: %+v %v", r, err)
+				}
+			}()
+			<-release
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]bool{"k0": true, "k1": true, "k2": false, "k4": true} {
+		if _, ok := f.Lookup(k); ok != want {
+			t.Errorf("%s present %v, want %v (the unread k2 is the oldest, so evicted first)", k, ok, want)
+		}
 	}
 }

@@ -217,7 +217,15 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 		corrupt = append(corrupt, fsm.KeyGen{Key: key, Gen: e.Gen})
 		mu.Unlock()
 	}
-	read := make([]bool, len(idx)) // read[j]: keys[idx[j]] was found, to be touched in the LRU
+	// The keys are used now: touched in the LRU once, before the reads, so that an eviction
+	// while the batch runs takes other keys first (touched per read as each was verified, a
+	// batch held one lock per key; touched after the batch, its keys stayed oldest until it
+	// ended: adversarial review).
+	touched := make([]string, len(idx))
+	for j, i := range idx {
+		touched[j] = keys[i]
+	}
+	c.ev.lru.touchAll(touched)
 	c.data.ReadBatch(len(idx), depth, pooled, func(j int) (bucketstore.Extent, bucketstore.Header, bool) {
 		i := idx[j]
 		key, e := keys[i], entries[i]
@@ -236,26 +244,16 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 		i := idx[j]
 		c.reclaim.unpin(entries[i].Extent)
 		r := c.readResult(keys[i], entries[i], val, err)
-		switch r.Status {
-		case kvoffload.Found:
-			read[j] = true
-		case kvoffload.Corrupt:
+		if r.Status == kvoffload.Corrupt {
 			found(keys[i], entries[i])
 		}
 		deliver(i, r, release)
 	})
-	touched := make([]string, 0, len(idx))
-	for j, ok := range read {
-		if ok {
-			touched = append(touched, keys[idx[j]])
-		}
-	}
-	c.ev.lru.touchAll(touched)
 	c.repair(ctx, corrupt)
 }
 
 // readResult answers a read of key's committed entry e that gave val or err: Found (the
-// caller touches the key in the LRU), Unavailable for an I/O error, or Corrupt for a record
+// caller touched the key in the LRU before the read), Unavailable for an I/O error, or Corrupt for a record
 // that fails verification (the caller removes the key from the metadata).
 func (c *Coordinator) readResult(key string, e fsm.Entry, val []byte, err error) kvoffload.GetResult {
 	if err == nil {
