@@ -262,8 +262,9 @@ func (b *runner) round(ctx context.Context, round int) error {
 	}
 	// The served paths run half the keys (still 256 batches in the full run): their figures
 	// are ratios of rates to the embedded node's, and the full sizes took a third of a round.
+	// Never fewer than a batch per writer, so that they run as many writers as it (--quick).
 	half := l256
-	half.Keys = max(1, l256.Keys/2)
+	half.Keys = min(l256.Keys, max(l256.Keys/2, l256.Writers*l256.Batch))
 	if err := b.served(ctx, "local", "local path", openLocalStore, dir("local256k"), half, off.MBPerSec, embeddedGet); err != nil {
 		return err
 	}
