@@ -12,7 +12,7 @@ Each round runs both with fresh keys (a model name per side and round), alternat
 goes first. Offload MB/s is bytes Stored / offload seconds, read MB/s bytes read / read
 seconds (10^6 bytes), as replay's summary defines them.
 
-Differences in the workload, named: the Go payload is a ChaCha8 stream per key
+Differences in the workload, named: the Go payload is an AES-CTR keystream per key
 (trace.Payload), the Python payload the key's SHA-256 repeated (cheaper to make; both are
 made inside the timed loop).
 

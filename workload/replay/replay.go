@@ -258,7 +258,7 @@ func uniqueKeys(model string, reqs []trace.Request) []string {
 
 // verify reads every key back, opt.Readers batches at a time, and compares each value with
 // the payload its key derives; a reader checks its batch while the others' reads are in
-// flight, so the check (a ChaCha8 stream per key) does not add to the time the reads take.
+// flight, so the check (an AES-CTR keystream per key) does not add to the time the reads take.
 func verify(ctx context.Context, t Target, keys []string, opt Options, s *Summary) int64 {
 	var mu sync.Mutex // guards s and read
 	var read int64

@@ -12,13 +12,14 @@ package trace
 import (
 	"bufio"
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"strconv"
 )
@@ -100,8 +101,11 @@ func Keys(model string, req Request) []string {
 	return keys
 }
 
-// Payload returns size deterministic bytes for key: a ChaCha8 stream seeded with
-// sha256(seed || key), so any reader can recompute what a writer stored.
+// Payload returns size deterministic bytes for key: the AES-128-CTR keystream (zero IV)
+// under the first 16 bytes of sha256(seed || key), so any reader can recompute what a writer
+// stored. AES-CTR, which the CPU does in hardware, makes them at about 4 GB/s on one core of
+// the 2-core VMs, where a ChaCha8 stream made 0.8 GB/s: a replay of 1.45 GB offered spent
+// 1.8 s of CPU of a 5 s run generating payloads, CPU the store it measures did not get.
 func Payload(seed uint64, key string, size int) []byte {
 	buf := make([]byte, size)
 	FillPayload(buf, seed, key)
@@ -118,7 +122,11 @@ func FillPayload(buf []byte, seed uint64, key string) {
 	h.Write(s[:])
 	h.Write([]byte(key))
 	var k [32]byte
-	copy(k[:], h.Sum(nil))
-	rng := rand.NewChaCha8(k)
-	_, _ = rng.Read(buf) // ChaCha8.Read never fails
+	block, err := aes.NewCipher(h.Sum(k[:0])[:16])
+	if err != nil {
+		panic("trace: " + err.Error()) // unreachable: the key is 16 bytes
+	}
+	var iv [aes.BlockSize]byte
+	clear(buf)
+	cipher.NewCTR(block, iv[:]).XORKeyStream(buf, buf)
 }

@@ -41,6 +41,12 @@ func TestPayloadDeterministic(t *testing.T) {
 	if bytes.Equal(a, Payload(2, "k", 4096)) || bytes.Equal(a, Payload(1, "j", 4096)) {
 		t.Fatal("different seed or key gave the same payload")
 	}
+	// A reused buffer (the read-back's) is filled with the same bytes, whatever it held, and
+	// a shorter payload is a prefix of a longer one.
+	dirty := bytes.Repeat([]byte{0xff}, 4096)
+	if FillPayload(dirty, 1, "k"); !bytes.Equal(dirty, a) || !bytes.Equal(Payload(1, "k", 100), a[:100]) {
+		t.Fatal("FillPayload into a used buffer, or a shorter payload, differs")
+	}
 }
 
 func TestParseRequiresHashIDs(t *testing.T) {
