@@ -130,10 +130,10 @@ func (l *lru) add(key string, gen uint64, bytes int64) {
 	l.pushBack(i)
 }
 
-// touchAll marks the tracked ones of keys as just used, in order (the last the most recent), under one hold of
-// the lock: a BatchGet touches the keys it reads once, before its reads, not once per key
-// (with 32 concurrent readers of 4 KiB objects, per-key touches were half the mutex wait of a
-// profile).
+// touchAll marks the tracked ones of keys as just used, in order (the last the most recent),
+// under one hold of the lock: a BatchGet touches the keys it reads once, before its reads,
+// not once per key (with 32 concurrent readers of 4 KiB objects, per-key touches were half
+// the mutex wait of a profile).
 func (l *lru) touchAll(keys []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -253,8 +253,9 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 }
 
 // readResult answers a read of key's committed entry e that gave val or err: Found (the
-// caller touched the key in the LRU before the read), Unavailable for an I/O error, or Corrupt for a record
-// that fails verification (the caller removes the key from the metadata).
+// caller touched the key in the LRU before the read), Unavailable for an I/O error, or
+// Corrupt for a record that fails verification (the caller removes the key from the
+// metadata).
 func (c *Coordinator) readResult(key string, e fsm.Entry, val []byte, err error) kvoffload.GetResult {
 	if err == nil {
 		return kvoffload.GetResult{Key: key, Status: kvoffload.Found, Value: val}

@@ -12,7 +12,7 @@ import (
 // contract (issue 9); MB is 10^6 bytes, ratios are the store's figure over the disk limit
 // measured just before it in the same round (median of the per-round ratios).
 type Report struct {
-	LimitWriteMBPerS     float64  `json:"limit_write_mb_per_s"`     // O_DIRECT sequential 1 MiB write, one fdatasync: the better of 1 and 8 in flight before the 256 KiB offload, the round's winning depth before the others
+	LimitWriteMBPerS     float64  `json:"limit_write_mb_per_s"`     // O_DIRECT sequential 1 MiB write + fdatasync, best of 1 and 8 in flight (later in a round: its winner)
 	LimitReadMBPerS      float64  `json:"limit_read_mb_per_s"`      // O_DIRECT random 256 KiB read, 32 in flight
 	LimitWriteIOPS       float64  `json:"limit_write_iops"`         // O_DIRECT random 4 KiB write, 32 in flight, fdatasync every 256
 	LimitReadIOPS        float64  `json:"limit_read_iops"`          // O_DIRECT random 4 KiB read, 32 in flight
