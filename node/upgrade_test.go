@@ -5,16 +5,35 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/workload/trace"
 )
+
+// fixturePayload is trace.Payload as it was when the fixture was written (304a460): a ChaCha8
+// stream seeded with sha256(seed || key). trace.Payload has changed since; the fixture's
+// bytes have not.
+func fixturePayload(seed uint64, key string, size int) []byte {
+	h := sha256.New()
+	var s [8]byte
+	for i := range s {
+		s[i] = byte(seed >> (8 * i))
+	}
+	h.Write(s[:])
+	h.Write([]byte(key))
+	var k [32]byte
+	copy(k[:], h.Sum(nil))
+	buf := make([]byte, size)
+	_, _ = rand.NewChaCha8(k).Read(buf)
+	return buf
+}
 
 // untar extracts the gzip'd tar archive at path into dir.
 func untar(t *testing.T, path, dir string) {
@@ -56,7 +75,7 @@ func untar(t *testing.T, path, dir string) {
 
 // TestOpensDataDirectoryOfTheLastRelease opens testdata/datadir-304a460.tar.gz: a cluster
 // member's data directory written by the last landed binary (304a460) — 20 keys of
-// 4096+i bytes (trace.Payload seed 7), a snapshot after the 16th (snapshot version 2, MEMBER
+// 4096+i bytes (fixturePayload seed 7), a snapshot after the 16th (snapshot version 2, MEMBER
 // commands version 1, no peer address), fixture@03 removed, JSON INTENT bodies in its WAL, no
 // CLUSTER_ID. This binary must serve every key with its bytes, record a cluster ID, and
 // restart again (issue 8: "an existing data directory written by today's code opens and
@@ -79,7 +98,7 @@ func TestOpensDataDirectoryOfTheLastRelease(t *testing.T) {
 		for i, r := range res {
 			switch {
 			case i == 3 && r.Status == kvoffload.NotFound:
-			case i != 3 && r.Status == kvoffload.Found && bytes.Equal(r.Value, trace.Payload(7, keys[i], 4096+i)):
+			case i != 3 && r.Status == kvoffload.Found && bytes.Equal(r.Value, fixturePayload(7, keys[i], 4096+i)):
 			default:
 				t.Errorf("%s: %s %q (%d bytes)", keys[i], r.Status, r.Reason, len(r.Value))
 			}
