@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -15,23 +14,15 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
 // fixturePayload is trace.Payload as it was when the fixture was written (304a460): a ChaCha8
-// stream seeded with sha256(seed || key). trace.Payload has changed since; the fixture's
-// bytes have not.
+// stream seeded with trace.PayloadSeed. trace.Payload has changed since; the fixture's bytes
+// have not.
 func fixturePayload(seed uint64, key string, size int) []byte {
-	h := sha256.New()
-	var s [8]byte
-	for i := range s {
-		s[i] = byte(seed >> (8 * i))
-	}
-	h.Write(s[:])
-	h.Write([]byte(key))
-	var k [32]byte
-	copy(k[:], h.Sum(nil))
 	buf := make([]byte, size)
-	_, _ = rand.NewChaCha8(k).Read(buf)
+	_, _ = rand.NewChaCha8(trace.PayloadSeed(seed, key)).Read(buf)
 	return buf
 }
 

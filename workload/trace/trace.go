@@ -112,8 +112,9 @@ func Payload(seed uint64, key string, size int) []byte {
 	return buf
 }
 
-// FillPayload fills buf with the payload of key (see Payload).
-func FillPayload(buf []byte, seed uint64, key string) {
+// PayloadSeed is sha256(seed || key), seed as 8 little-endian bytes: what key's payload is
+// derived from (Payload keys AES-128 with its first 16 bytes).
+func PayloadSeed(seed uint64, key string) [32]byte {
 	h := sha256.New()
 	var s [8]byte
 	for i := range s {
@@ -122,7 +123,14 @@ func FillPayload(buf []byte, seed uint64, key string) {
 	h.Write(s[:])
 	h.Write([]byte(key))
 	var k [32]byte
-	block, err := aes.NewCipher(h.Sum(k[:0])[:16])
+	h.Sum(k[:0])
+	return k
+}
+
+// FillPayload fills buf with the payload of key (see Payload).
+func FillPayload(buf []byte, seed uint64, key string) {
+	k := PayloadSeed(seed, key)
+	block, err := aes.NewCipher(k[:16])
 	if err != nil {
 		panic("trace: " + err.Error()) // unreachable: the key is 16 bytes
 	}
