@@ -167,6 +167,9 @@ func perKeyValidation(t *testing.T, s kvoffload.Store) {
 	if err != nil || len(ex.Keys) != 2 || ex.Keys[0] != kvoffload.Absent || ex.Keys[1] != kvoffload.Absent {
 		t.Fatalf("BatchExists of invalid keys only: %+v %v", ex, err)
 	}
+	for _, r := range offload(t, s, obj("", "v"), obj("ctl\x01", "v")) {
+		want(t, r, kvoffload.Rejected, kvoffload.CodeInvalidKey)
+	}
 }
 
 func duplicatesInBatch(t *testing.T, s kvoffload.Store) {
