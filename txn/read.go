@@ -382,7 +382,10 @@ func (c *Coordinator) corruptEntry(ctx context.Context, key string, e fsm.Entry,
 }
 
 // repair removes corrupt keys' metadata (only the generations that were read) in one
-// proposal; OnApplied frees their bytes if no other live entry references them.
+// proposal; OnApplied frees their bytes if no other live entry references them, and repair
+// waits for the reclaimer to have done so (as Remove does), so that a read that answered
+// Corrupt returns with the bytes' accounting settled: a check of live bytes against the
+// metadata right after it (TestC12BucketBitFlip's) found the record's bytes still counted.
 func (c *Coordinator) repair(ctx context.Context, keys []fsm.KeyGen) {
 	if len(keys) == 0 {
 		return
@@ -390,5 +393,7 @@ func (c *Coordinator) repair(ctx context.Context, keys []fsm.KeyGen) {
 	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys, Reason: "corrupt record"})
 	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
 		c.lg.Warn("repair of corrupt keys failed; they stay kvoffload.Corrupt until retried", "keys", len(keys), "first", keys[0].Key, "err", err)
+		return
 	}
+	c.reclaim.flush(ctx)
 }

@@ -3,6 +3,9 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
@@ -244,5 +248,56 @@ func TestResolverAfterPruneKeepsCommittedBytes(t *testing.T) {
 	got, err := c.BatchGet(ctx, []string{"k"})
 	if err != nil || got[0].Status != kvoffload.Found {
 		t.Fatalf("a committed key lost its bytes: %v %+v", err, got)
+	}
+}
+
+// A read that answers Corrupt returns only once the record's bytes are freed: with the hole
+// punch stalled, the BatchGet waits for it, and when it returns the bytes are no longer live.
+func TestCorruptReadReturnsWithItsBytesFreed(t *testing.T) {
+	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
+	dir := t.TempDir()
+	cfg := bucketstore.DefaultConfig(dir)
+	cfg.FS = errorfs.Wrap(vfs.OSFS{}, d.inject)
+	f := fsm.New()
+	c, data := openCoordinator(t, &flakyMeta{f: f}, f, cfg)
+	t.Cleanup(d.release)
+	offloadNamed(t, c, "good", "bad")
+	e, _ := f.Lookup("bad")
+	fh, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("bucket-%010d.kvb", e.Extent.Bucket)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt([]byte{0xff, 0xfe}, e.Extent.Offset+200); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	d.stall.Store(true)
+	done := make(chan []kvoffload.GetResult, 1)
+	go func() {
+		got, _ := c.BatchGet(context.Background(), []string{"good", "bad"})
+		done <- got
+	}()
+	select {
+	case <-d.stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the corrupt record's bytes were never punched")
+	}
+	select {
+	case got := <-done:
+		t.Fatalf("BatchGet returned (%s, %s) while its corrupt record's hole punch was stalled", got[0].Status, got[1].Status)
+	case <-time.After(100 * time.Millisecond):
+	}
+	d.release()
+	got := <-done
+	if got[0].Status != kvoffload.Found || got[1].Status != kvoffload.Corrupt {
+		t.Fatalf("good %s, bad %s; want Found and Corrupt", got[0].Status, got[1].Status)
+	}
+	st, err := data.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := f.Lookup("good")
+	if st.LiveBytes != good.Extent.Length {
+		t.Errorf("live bytes %d after the read, want %d (only the good record's)", st.LiveBytes, good.Extent.Length)
 	}
 }
