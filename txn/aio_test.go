@@ -13,6 +13,19 @@ import (
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
+// damageOnDisk overwrites two bytes of e's record (200 bytes in) in its bucket file under dir.
+func damageOnDisk(t *testing.T, dir string, e fsm.Entry) {
+	t.Helper()
+	fh, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("bucket-%010d.kvb", e.Extent.Bucket)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.WriteAt([]byte{0xff, 0xfe}, e.Extent.Offset+200); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReadsOnTheRealFilesystem runs the read fan-out on OSFS, where bucketstore.ReadBatch
 // takes the native AIO path (the other txn tests run on memfs): two records damaged on disk
 // come back Corrupt and are removed from the metadata by the time the call returns, every
@@ -32,14 +45,7 @@ func TestReadsOnTheRealFilesystem(t *testing.T) {
 	damaged := map[string]bool{"k010": true, "k100": true}
 	for k := range damaged {
 		e, _ := f.Lookup(k)
-		fh, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("bucket-%010d.kvb", e.Extent.Bucket)), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fh.WriteAt([]byte{0xff, 0xfe}, e.Extent.Offset+200); err != nil {
-			t.Fatal(err)
-		}
-		fh.Close()
+		damageOnDisk(t, dir, e)
 	}
 	pins := func() int {
 		c.reclaim.mu.Lock()

@@ -3,9 +3,6 @@ package txn
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,14 +260,7 @@ func TestCorruptReadReturnsWithItsBytesFreed(t *testing.T) {
 	t.Cleanup(d.release)
 	offloadNamed(t, c, "good", "bad")
 	e, _ := f.Lookup("bad")
-	fh, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("bucket-%010d.kvb", e.Extent.Bucket)), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fh.WriteAt([]byte{0xff, 0xfe}, e.Extent.Offset+200); err != nil {
-		t.Fatal(err)
-	}
-	fh.Close()
+	damageOnDisk(t, dir, e)
 	d.stall.Store(true)
 	done := make(chan []kvoffload.GetResult, 1)
 	go func() {
