@@ -383,9 +383,11 @@ func (c *Coordinator) corruptEntry(ctx context.Context, key string, e fsm.Entry,
 
 // repair removes corrupt keys' metadata (only the generations that were read) in one
 // proposal; OnApplied frees their bytes if no other live entry references them, and repair
-// waits for the reclaimer to have done so (as Remove does), so that a read that answered
-// Corrupt returns with the bytes' accounting settled: a check of live bytes against the
-// metadata right after it (TestC12BucketBitFlip's) found the record's bytes still counted.
+// waits for the reclaimer to have done so (as Remove and eviction do), so that a read that
+// answered Corrupt returns with the bytes' accounting settled: a check of live bytes against
+// the metadata right after it (TestC12BucketBitFlip's) found the record's bytes still
+// counted. A stalled disk bounds the wait by CommitTimeout, as for eviction: an embedded
+// read may have no deadline of its own.
 func (c *Coordinator) repair(ctx context.Context, keys []fsm.KeyGen) {
 	if len(keys) == 0 {
 		return
@@ -395,5 +397,9 @@ func (c *Coordinator) repair(ctx context.Context, keys []fsm.KeyGen) {
 		c.lg.Warn("repair of corrupt keys failed; they stay kvoffload.Corrupt until retried", "keys", len(keys), "first", keys[0].Key, "err", err)
 		return
 	}
-	c.reclaim.flush(ctx)
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
+	defer cancel()
+	if err := c.reclaim.flush(fctx); err != nil {
+		c.lg.Warn("corrupt keys removed; their bytes are not freed yet (disk stalled?)", "keys", len(keys), "first", keys[0].Key, "err", err)
+	}
 }

@@ -291,3 +291,27 @@ func TestCorruptReadReturnsWithItsBytesFreed(t *testing.T) {
 		t.Errorf("live bytes %d after the read, want %d (only the good record's)", st.LiveBytes, good.Extent.Length)
 	}
 }
+
+// A stalled disk does not hold a read that answered Corrupt past CommitTimeout (300 ms
+// here), even without a deadline of its own: the wait for its bytes to be freed is bounded.
+func TestCorruptReadOnAStalledDiskReturns(t *testing.T) {
+	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
+	dir := t.TempDir()
+	cfg := bucketstore.DefaultConfig(dir)
+	cfg.FS = errorfs.Wrap(vfs.OSFS{}, d.inject)
+	f := fsm.New()
+	c, _ := openCoordinator(t, &flakyMeta{f: f}, f, cfg)
+	t.Cleanup(d.release)
+	offloadNamed(t, c, "bad")
+	e, _ := f.Lookup("bad")
+	damageOnDisk(t, dir, e)
+	d.stall.Store(true)
+	start := time.Now()
+	got, err := c.BatchGet(context.Background(), []string{"bad"})
+	if err != nil || got[0].Status != kvoffload.Corrupt {
+		t.Fatalf("BatchGet: %+v %v, want Corrupt", got, err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("the read took %s with the disk stalled, want about CommitTimeout (300 ms)", el)
+	}
+}
