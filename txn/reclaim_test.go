@@ -23,6 +23,10 @@ type stallingDisk struct {
 	stalled chan struct{} // a punch or file removal is waiting on gate
 }
 
+func newStallingDisk() *stallingDisk {
+	return &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
+}
+
 func (d *stallingDisk) release() {
 	select {
 	case <-d.gate:
@@ -53,7 +57,7 @@ func newStallingCoordinator(t *testing.T) (*Coordinator, *flakyMeta, *bucketstor
 // none) and a 300 ms CommitTimeout.
 func newStallingCoordinatorCap(t *testing.T, capacity int64) (*Coordinator, *flakyMeta, *bucketstore.Store, *stallingDisk) {
 	t.Helper()
-	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
+	d := newStallingDisk()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS, cfg.Capacity = errorfs.Wrap(memfs.New(), d.inject), capacity
 	data, err := bucketstore.Open(cfg)
@@ -248,20 +252,29 @@ func TestResolverAfterPruneKeepsCommittedBytes(t *testing.T) {
 	}
 }
 
-// A read that answers Corrupt returns only once the record's bytes are freed: with the hole
-// punch stalled, the BatchGet waits for it, and when it returns the bytes are no longer live.
-func TestCorruptReadReturnsWithItsBytesFreed(t *testing.T) {
-	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
+// stalledWithDamage opens a coordinator on the real filesystem behind a stallingDisk, offloads
+// keys (one transaction each), damages the record of "bad" on disk, and stalls the disk's
+// hole punches and file removals until d.release (called at cleanup too).
+func stalledWithDamage(t *testing.T, keys ...string) (*Coordinator, *bucketstore.Store, *fsm.FSM, *stallingDisk) {
+	t.Helper()
+	d := newStallingDisk()
 	dir := t.TempDir()
 	cfg := bucketstore.DefaultConfig(dir)
 	cfg.FS = errorfs.Wrap(vfs.OSFS{}, d.inject)
 	f := fsm.New()
 	c, data := openCoordinator(t, &flakyMeta{f: f}, f, cfg)
 	t.Cleanup(d.release)
-	offloadNamed(t, c, "good", "bad")
+	offloadNamed(t, c, keys...)
 	e, _ := f.Lookup("bad")
 	damageOnDisk(t, dir, e)
 	d.stall.Store(true)
+	return c, data, f, d
+}
+
+// A read that answers Corrupt returns only once the record's bytes are freed: with the hole
+// punch stalled, the BatchGet waits for it, and when it returns the bytes are no longer live.
+func TestCorruptReadReturnsWithItsBytesFreed(t *testing.T) {
+	c, data, f, d := stalledWithDamage(t, "good", "bad")
 	done := make(chan []kvoffload.GetResult, 1)
 	go func() {
 		got, _ := c.BatchGet(context.Background(), []string{"good", "bad"})
@@ -295,17 +308,7 @@ func TestCorruptReadReturnsWithItsBytesFreed(t *testing.T) {
 // A stalled disk does not hold a read that answered Corrupt past CommitTimeout (300 ms
 // here), even without a deadline of its own: the wait for its bytes to be freed is bounded.
 func TestCorruptReadOnAStalledDiskReturns(t *testing.T) {
-	d := &stallingDisk{gate: make(chan struct{}), stalled: make(chan struct{}, 1)}
-	dir := t.TempDir()
-	cfg := bucketstore.DefaultConfig(dir)
-	cfg.FS = errorfs.Wrap(vfs.OSFS{}, d.inject)
-	f := fsm.New()
-	c, _ := openCoordinator(t, &flakyMeta{f: f}, f, cfg)
-	t.Cleanup(d.release)
-	offloadNamed(t, c, "bad")
-	e, _ := f.Lookup("bad")
-	damageOnDisk(t, dir, e)
-	d.stall.Store(true)
+	c, _, _, _ := stalledWithDamage(t, "bad")
 	start := time.Now()
 	got, err := c.BatchGet(context.Background(), []string{"bad"})
 	if err != nil || got[0].Status != kvoffload.Corrupt {
