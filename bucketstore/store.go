@@ -90,15 +90,21 @@ func (s *Store) Reserve(size int64) (Extent, error) {
 	return ext, s.addLiveLocked(b, ext)
 }
 
-// preallocStep is how far ahead of the write frontier a bucket file is allocated.
-const preallocStep = 64 << 20
+// preallocStep is how far ahead of the write frontier a bucket file is allocated: a whole
+// default bucket (DefaultBucketSize), at its first reservation.
+const preallocStep = 1 << 30
 
 // preallocateLocked allocates the open bucket's file ahead of its tail (fallocate, mode 0),
 // so record writes land inside the file instead of extending it: ext4 serializes O_DIRECT
 // writes that extend a file under the inode lock, and allocated-ahead writes run in
-// parallel (measured here: ~1.6x for 32 concurrent 256 KiB writers). The allocated tail
-// reads as zeros, which Scan skips and Collect truncates. Best effort: an error or an FS
-// without the capability just leaves writes extending the file.
+// parallel (measured here: ~1.6x for 32 concurrent 256 KiB writers). It allocates
+// preallocStep at a time, so a default bucket is allocated whole at its first reservation,
+// before any write to it is in flight: on ext4 a fallocate waits for every O_DIRECT write in
+// flight on the file (inode_dio_wait) and holds new ones, and it runs under s.mu, so the
+// earlier steps of 64 MiB stalled every writer once per 64 MiB (docs/benchmarks.md: 5-10%
+// of the offload rate). The allocated tail reads as zeros, which Scan skips and Collect
+// truncates. Best effort: an error or an FS without the capability just leaves writes
+// extending the file.
 func (s *Store) preallocateLocked(b *bucket) {
 	if b.prealloc < 0 || b.tail <= b.prealloc {
 		return
