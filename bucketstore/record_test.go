@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,6 +88,30 @@ func TestEncodeRecordRejects(t *testing.T) {
 				t.Fatal("EncodeRecord succeeded")
 			}
 		})
+	}
+}
+
+// TestEncodeRecordVerifiesTheCopy: a payload of several hash chunks encodes into a record
+// that decodes to it, and one whose last chunk differs from the bytes the header's sum was
+// taken of is refused, leaving the buffer zeroed (no record), not a record that a read would
+// find corrupt.
+func TestEncodeRecordVerifiesTheCopy(t *testing.T) {
+	payload := testPayload(7, 3*hashChunk+100)
+	h := testHeader("key", 1, payload)
+	buf := make([]byte, RecordSize(len(h.Key), len(payload)))
+	if err := EncodeRecord(buf, h, payload); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := DecodeRecord(buf); err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("DecodeRecord: %v (payload equal: %v)", err, bytes.Equal(got, payload))
+	}
+	changed := append([]byte(nil), payload...)
+	changed[len(changed)-1] ^= 1
+	if err := EncodeRecord(buf, h, changed); err == nil {
+		t.Fatal("EncodeRecord of a changed payload succeeded")
+	}
+	if i := slices.IndexFunc(buf, func(b byte) bool { return b != 0 }); i >= 0 {
+		t.Fatalf("after the refusal byte %d of the buffer is %#x, want the buffer zeroed", i, buf[i])
 	}
 }
 
