@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -36,14 +37,15 @@ func (f allocFile) Allocate(off, length int64) error {
 	return nil
 }
 
-// TestBucketAllocatedWholeAtFirstReserve: a default-size bucket is allocated once, whole, at
-// its first reservation, not step by step while writes to it are in flight (on ext4 each
-// fallocate waits for them all under the store's lock).
-func TestBucketAllocatedWholeAtFirstReserve(t *testing.T) {
+// TestBucketAllocationDoubles: a default-size bucket is allocated 64 MiB at its first
+// reservation and then by doubling what is allocated, so a GiB costs 5 fallocates (on ext4
+// each waits for the writes in flight on the file, under the store's lock), not one per
+// 64 MiB, and never more than the bucket holds plus 64 MiB ahead.
+func TestBucketAllocationDoubles(t *testing.T) {
 	fsys := &allocFS{FS: memfs.New()}
 	s := mustOpen(t, Config{Dir: testDir, FS: fsys, BucketSize: DefaultBucketSize})
 	const size = 1 << 20
-	for i := range 300 { // 300 MiB: several of the earlier 64 MiB steps
+	for i := range 1020 { // a whole bucket, less room for the run below
 		if _, err := s.Reserve(size); err != nil {
 			t.Fatalf("reserve %d: %v", i, err)
 		}
@@ -53,7 +55,8 @@ func TestBucketAllocatedWholeAtFirstReserve(t *testing.T) {
 	}
 	fsys.mu.Lock()
 	defer fsys.mu.Unlock()
-	if want := [][2]int64{{0, DefaultBucketSize}}; len(fsys.calls) != 1 || fsys.calls[0] != want[0] {
-		t.Fatalf("Allocate calls %v, want %v", fsys.calls, want)
+	want := [][2]int64{{0, 64 << 20}, {64 << 20, 64 << 20}, {128 << 20, 128 << 20}, {256 << 20, 256 << 20}, {512 << 20, 512 << 20}}
+	if !slices.Equal(fsys.calls, want) {
+		t.Fatalf("Allocate calls (offset, length) %v, want %v", fsys.calls, want)
 	}
 }

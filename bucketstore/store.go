@@ -90,21 +90,23 @@ func (s *Store) Reserve(size int64) (Extent, error) {
 	return ext, s.addLiveLocked(b, ext)
 }
 
-// preallocStep is how far ahead of the write frontier a bucket file is allocated: a whole
-// default bucket (DefaultBucketSize), at its first reservation.
-const preallocStep = 1 << 30
+// preallocFirst is how much of a fresh bucket file is allocated at its first reservation;
+// each later allocation doubles what is allocated (up to BucketSize).
+const preallocFirst = 64 << 20
 
 // preallocateLocked allocates the open bucket's file ahead of its tail (fallocate, mode 0),
 // so record writes land inside the file instead of extending it: ext4 serializes O_DIRECT
 // writes that extend a file under the inode lock, and allocated-ahead writes run in
-// parallel (measured here: ~1.6x for 32 concurrent 256 KiB writers). It allocates
-// preallocStep at a time, so a default bucket is allocated whole at its first reservation,
-// before any write to it is in flight: on ext4 a fallocate waits for every O_DIRECT write in
-// flight on the file (inode_dio_wait) and holds new ones, and it runs under s.mu, so the
-// earlier steps of 64 MiB stalled every writer once per 64 MiB (docs/benchmarks.md: 5-10%
-// of the offload rate). The allocated tail reads as zeros, which Scan skips and Collect
-// truncates. Best effort: an error or an FS without the capability just leaves writes
-// extending the file.
+// parallel (measured here: ~1.6x for 32 concurrent 256 KiB writers). When the tail passes
+// the allocated end, the allocation doubles (64 MiB, 128, 256, ...: 5 fallocates for a
+// default 1 GiB bucket), because on ext4 a fallocate waits for every O_DIRECT write in flight
+// on the file (inode_dio_wait) and holds new ones, and it runs under s.mu: the earlier fixed
+// steps of 64 MiB stalled every writer 16 times per GiB (docs/benchmarks.md: 5-10% of the
+// offload rate), while allocating a whole bucket at once held up to 1 GiB of disk that a
+// small store never used. The unused allocation is at most what the bucket holds (and
+// preallocFirst). The allocated tail reads as zeros, which Scan skips and Collect truncates.
+// Best effort: an error or an FS without the capability just leaves writes extending the
+// file.
 func (s *Store) preallocateLocked(b *bucket) {
 	if b.prealloc < 0 || b.tail <= b.prealloc {
 		return
@@ -118,7 +120,7 @@ func (s *Store) preallocateLocked(b *bucket) {
 		b.prealloc = -1
 		return
 	}
-	end := min(max(b.tail, b.prealloc+preallocStep), s.cfg.BucketSize)
+	end := min(max(b.tail, 2*b.prealloc, preallocFirst), s.cfg.BucketSize)
 	if err := a.Allocate(b.prealloc, end-b.prealloc); err != nil {
 		s.log.Debug("preallocation failed; writes will extend the file", "bucket", b.id, "err", err)
 		b.prealloc = -1
