@@ -45,8 +45,9 @@ func replayCmd() *cobra.Command {
 		Long: `replay opens an embedded single node in --data, offloads one batch per trace request
 from --writers concurrent writers (each block's payload derived from its key), then reads every
 key back and verifies it. Without --trace it replays the embedded sample (the first 200
-requests of Mooncake's conversation trace). The exit status is non-zero if any key is missing
-or corrupt. Run it twice on the same directory: the second run finds every key AlreadyStored.
+requests of Mooncake's conversation trace). The exit status is non-zero if any key is missing,
+corrupt or unavailable, or if the replay was interrupted or stopped (the store could not take a
+batch). Run it twice on the same directory: the second run finds every key AlreadyStored.
 
 With --addr it drives a running cluster through the Go client instead (same workload, same
 summary); the disk baseline is then skipped unless --data names a directory on the disk to

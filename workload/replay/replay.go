@@ -201,6 +201,11 @@ func (w *writer) progress(start time.Time) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
+	line := func() {
+		el := time.Since(start).Seconds()
+		fmt.Fprintf(w.opt.Progress, "offload: %d/%d requests, %.0f MB written, %.0f MB/s\n",
+			w.doneReqs.Load(), len(w.reqs), float64(w.bytes.Load())/1e6, float64(w.bytes.Load())/1e6/el)
+	}
 	go func() {
 		defer wg.Done()
 		tick := time.NewTicker(time.Second)
@@ -208,11 +213,10 @@ func (w *writer) progress(start time.Time) (stop func()) {
 		for {
 			select {
 			case <-done:
+				line() // the last one: where the offload ended
 				return
 			case <-tick.C:
-				el := time.Since(start).Seconds()
-				fmt.Fprintf(w.opt.Progress, "offload: %d/%d requests, %.0f MB written, %.0f MB/s\n",
-					w.doneReqs.Load(), len(w.reqs), float64(w.bytes.Load())/1e6, float64(w.bytes.Load())/1e6/el)
+				line()
 			}
 		}
 	}()
