@@ -265,10 +265,10 @@ func (b *runner) round(ctx context.Context, round int) error {
 	// Never fewer than a batch per writer, so that they run as many writers as it (--quick).
 	half := l256
 	half.Keys = min(l256.Keys, max(l256.Keys/2, l256.Writers*l256.Batch))
-	if err := b.served(ctx, "local", "local path", openLocalStore, dir("local256k"), half, off.MBPerSec, embeddedGet); err != nil {
+	if err := b.served(ctx, "local", "local path", serveLocal, dir("local256k"), half, off.MBPerSec, embeddedGet); err != nil {
 		return err
 	}
-	if err := b.served(ctx, "stream", "stream path (loopback TCP)", openStreamStore, dir("stream256k"), half, off.MBPerSec, embeddedGet); err != nil {
+	if err := b.served(ctx, "stream", "stream path (loopback TCP)", serveStream, dir("stream256k"), half, off.MBPerSec, embeddedGet); err != nil {
 		return err
 	}
 
@@ -368,33 +368,34 @@ func (b *runner) round(ctx context.Context, round int) error {
 	return nil
 }
 
-// served runs the 256 KiB offload and the 32-reader BatchGet through a client of a node
-// served in this process (the local path, or the stream path over loopback TCP: open) and
-// records each figure, under the names prefix+"_offload_mb_per_s", prefix+"_offload_over_embedded",
-// prefix+"_get_mb_per_s" and prefix+"_get_over_embedded", with each ratio to the embedded
-// node's in the same round (issue 10).
-func (b *runner) served(ctx context.Context, prefix, what string, open func(context.Context, string) (*servedStore, error),
+// served runs the 256 KiB offload and the 32-reader BatchGet through a client, in a child
+// process (served.go), of a node served in this process (the local path, or the stream path
+// over loopback TCP: open) and records each figure, under the names
+// prefix+"_offload_mb_per_s", prefix+"_offload_over_embedded", prefix+"_get_mb_per_s" and
+// prefix+"_get_over_embedded", with each ratio to the embedded node's in the same round
+// (issue 10).
+func (b *runner) served(ctx context.Context, prefix, what string, open func(context.Context, string) (*servedNode, error),
 	dir string, l Load, embeddedOffload, embeddedGet float64) error {
-	ss, err := open(ctx, dir)
+	sn, err := open(ctx, dir)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	defer ss.Close()
-	off, err := Offload(ctx, ss, l)
+	defer sn.Close()
+	off, err := runServed(ctx, servedJob{Addr: sn.addr, Load: l})
 	if err != nil {
 		return err
 	}
 	b.s.add(prefix+"_offload_mb_per_s", off.MBPerSec)
 	b.s.addRatio(prefix+"_offload_over_embedded", off.MBPerSec, embeddedOffload)
 	b.drop()
-	g, err := readAll(ctx, ss, read{Keys: l.keys(), Readers: 32, Batch: 16, Seed: l.Seed})
+	g, err := runServed(ctx, servedJob{Addr: sn.addr, Get: true, Load: l, Readers: 32, Batch: 16})
 	if err != nil {
 		return err
 	}
 	b.s.add(prefix+"_get_mb_per_s", g.MBPerSec)
 	b.s.addRatio(prefix+"_get_over_embedded", g.MBPerSec, embeddedGet)
-	b.logf("%s: offload 256 KiB %.0f MB/s (%.2fx embedded), BatchGet %.0f MB/s (%.2fx embedded)",
+	b.logf("%s, client in another process: offload 256 KiB %.0f MB/s (%.2fx embedded), BatchGet %.0f MB/s (%.2fx embedded)",
 		what, off.MBPerSec, off.MBPerSec/embeddedOffload, g.MBPerSec, g.MBPerSec/max(embeddedGet, 1e-9))
 	return nil
 }

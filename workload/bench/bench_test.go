@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,22 @@ func TestSmoke(t *testing.T) {
 	if len(runs) < 3 {
 		t.Errorf("%d sequential-write limits in the round, want at least 3", len(runs))
 	}
+	if got := strings.Count(progress.String(), ", client in another process: "); got != 2 {
+		t.Errorf("%d served-path runs with the client in another process, want 2 (local and stream)", got)
+	}
 	var table bytes.Buffer
 	rep.WriteTable(&table)
 	t.Log("\n" + table.String())
+}
+
+// TestServedChildFailure: a served-path client that cannot reach its node fails the run with
+// the child's own reason, not a hang or a zero rate.
+func TestServedChildFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sock := filepath.Join(t.TempDir(), "no-node")
+	_, err := runServed(ctx, servedJob{Addr: "unix://" + sock, Load: Load{Prefix: "x", Keys: 16, Value: 4096, Writers: 1, Batch: 16, Seed: 1}})
+	if err == nil || !strings.Contains(err.Error(), "served-path client") || !strings.Contains(err.Error(), "served child") {
+		t.Fatalf("runServed against no node: %v, want the child's error", err)
+	}
 }

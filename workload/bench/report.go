@@ -44,13 +44,13 @@ type Report struct {
 	LimitWriteP99MS    float64  `json:"limit_write_p99_ms"` // per 1 MiB write
 	LimitBatchP99MS    float64  `json:"limit_batch_p99_ms"` // per batch of the offload's shape on the bare disk (limitBatches)
 	OffloadP99Ratio    float64  `json:"offload_p99_ratio"`  // offload_p99_ms / limit_batch_p99_ms (issue 9's target: <= 1.3)
-	// The local path (a client on the node's local socket, in this process), and each figure
-	// over the embedded node's in the same round.
+	// The local path (a client, in a child process, on the local socket of a node in this
+	// process: served.go), and each figure over the embedded node's in the same round.
 	LocalOffloadMBPerS       float64 `json:"local_offload_mb_per_s"`
 	LocalOffloadOverEmbedded float64 `json:"local_offload_over_embedded"`
 	LocalGetMBPerS           float64 `json:"local_get_mb_per_s"`
 	LocalGetOverEmbedded     float64 `json:"local_get_over_embedded"`
-	// The stream path: the same through gRPC over loopback TCP to a node in this process.
+	// The stream path: the same through gRPC over loopback TCP, the client in a child process.
 	StreamOffloadMBPerS       float64  `json:"stream_offload_mb_per_s"`
 	StreamOffloadOverEmbedded float64  `json:"stream_offload_over_embedded"`
 	StreamGetMBPerS           float64  `json:"stream_get_mb_per_s"`

@@ -28,10 +28,14 @@ const (
 	childReady    = "committed"
 )
 
-// MaybeChild runs the start-up child and exits when this process was started as one (its
-// environment names a data directory); otherwise it returns at once. A program that runs the
+// MaybeChild runs the start-up child or a served-path client (served.go) and exits when this
+// process was started as one (its environment names a data directory or a served job);
+// otherwise it returns at once. A program that runs the
 // bench calls it first thing in main (and a test binary in TestMain).
 func MaybeChild() {
+	if spec := os.Getenv(servedEnv); spec != "" {
+		os.Exit(servedChild(spec))
+	}
 	dir := os.Getenv(childEnv)
 	if dir == "" {
 		return

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -90,65 +89,67 @@ func (s *kvStore) get(ctx context.Context, keys []string) (int64, error) {
 
 func (s *kvStore) Close() error { return s.n.Close() }
 
-// servedStore is a node served in this process and a client dialing it: at unix:// on its
-// local socket (the shared-memory path, docs/design.md "The local path"), or at its API
-// address on loopback TCP (the gRPC stream path).
-type servedStore struct {
+// servedNode is a node served in this process for a client in another (served.go): on its
+// local socket (the shared-memory path, docs/design.md "The local path"), or with its API on
+// loopback TCP (the gRPC stream path). addr is what the client dials.
+type servedNode struct {
 	n    *node.Node
-	c    *client.Client
+	addr string
 	sock string // the local socket's directory (a short path: sun_path holds 107 bytes); "" on TCP
 }
 
-// openLocalStore opens a node in dir with a local socket and dials it at unix://.
-func openLocalStore(ctx context.Context, dir string) (*servedStore, error) {
+// serveLocal opens a node in dir with a local socket, dialed at unix://.
+func serveLocal(ctx context.Context, dir string) (*servedNode, error) {
 	sock, err := os.MkdirTemp("", "kvb")
 	if err != nil {
 		return nil, err
 	}
 	cfg := node.DefaultConfig(dir)
 	cfg.Local.Socket = filepath.Join(sock, "s")
-	s, err := serve(ctx, cfg, func(*node.Node) string { return "unix://" + cfg.Local.Socket })
+	n, err := node.Open(ctx, cfg)
 	if err != nil {
 		_ = os.RemoveAll(sock)
 		return nil, err
 	}
-	s.sock = sock
-	return s, nil
+	return &servedNode{n: n, addr: "unix://" + cfg.Local.Socket, sock: sock}, nil
 }
 
-// openStreamStore opens a node in dir with its API on a loopback port and dials it there.
-func openStreamStore(ctx context.Context, dir string) (*servedStore, error) {
+// serveStream opens a node in dir with its API on a loopback port.
+func serveStream(ctx context.Context, dir string) (*servedNode, error) {
 	cfg := node.DefaultConfig(dir)
 	cfg.APIAddr = "127.0.0.1:0"
-	return serve(ctx, cfg, (*node.Node).APIAddr)
-}
-
-// serve opens a node with cfg and dials the address addr gives.
-func serve(ctx context.Context, cfg node.Config, addr func(*node.Node) string) (*servedStore, error) {
 	n, err := node.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.Dial(ctx, addr(n))
-	if err != nil {
-		_ = n.Close()
-		return nil, err
-	}
-	return &servedStore{n: n, c: c}, nil
+	return &servedNode{n: n, addr: n.APIAddr()}, nil
 }
 
-func (s *servedStore) Put(ctx context.Context, objs []Pair) (int, error) {
-	return (&kvStore{s: s.c}).Put(ctx, objs)
-}
-
-func (s *servedStore) get(ctx context.Context, keys []string) (int64, error) {
-	return (&kvStore{s: s.c}).get(ctx, keys)
-}
-
-func (s *servedStore) Close() error {
-	err := errors.Join(s.c.Close(), s.n.Close())
+func (s *servedNode) Close() error {
+	err := s.n.Close()
 	if s.sock != "" {
 		_ = os.RemoveAll(s.sock)
 	}
 	return err
 }
+
+// clientStore is a client of a served node: the served-path child's Sink and source.
+type clientStore struct{ c *client.Client }
+
+func dialStore(ctx context.Context, addr string) (*clientStore, error) {
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &clientStore{c: c}, nil
+}
+
+func (s *clientStore) Put(ctx context.Context, objs []Pair) (int, error) {
+	return (&kvStore{s: s.c}).Put(ctx, objs)
+}
+
+func (s *clientStore) get(ctx context.Context, keys []string) (int64, error) {
+	return (&kvStore{s: s.c}).get(ctx, keys)
+}
+
+func (s *clientStore) Close() error { return s.c.Close() }
