@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/kvoffload/kvoffload/vfs"
@@ -15,6 +16,9 @@ type allocFS struct {
 	vfs.FS
 	mu    sync.Mutex
 	calls [][2]int64 // off, length
+	full  bool       // Allocate grows the file by half the range, then fails with ENOSPC (as ext4 can)
+	grow  bool       // Allocate grows the file over the range, as fallocate mode 0 does
+	read  int64      // bytes read through the FS's files
 }
 
 type allocFile struct {
@@ -30,10 +34,27 @@ func (a *allocFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, e
 	return allocFile{File: f, fs: a}, nil
 }
 
+func (f allocFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	f.fs.mu.Lock()
+	f.fs.read += int64(n)
+	f.fs.mu.Unlock()
+	return n, err
+}
+
 func (f allocFile) Allocate(off, length int64) error {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
 	f.fs.calls = append(f.fs.calls, [2]int64{off, length})
+	if f.fs.grow {
+		return f.Truncate(off + length)
+	}
+	if f.fs.full {
+		if err := f.Truncate(off + length/2); err != nil {
+			return err
+		}
+		return syscall.ENOSPC
+	}
 	return nil
 }
 
@@ -58,5 +79,51 @@ func TestBucketAllocationDoubles(t *testing.T) {
 	want := [][2]int64{{0, 64 << 20}, {64 << 20, 64 << 20}, {128 << 20, 128 << 20}, {256 << 20, 256 << 20}, {512 << 20, 512 << 20}}
 	if !slices.Equal(fsys.calls, want) {
 		t.Fatalf("Allocate calls (offset, length) %v, want %v", fsys.calls, want)
+	}
+}
+
+// TestFailedAllocationCutBack: a preallocation that fails after taking part of the range (ext4
+// keeps what it got on ENOSPC) is cut back, so the disk it took is free again for the WAL and
+// the Raft log, and the bucket is not preallocated again: its writes extend the file.
+func TestFailedAllocationCutBack(t *testing.T) {
+	fsys := &allocFS{FS: memfs.New(), full: true}
+	s := mustOpen(t, Config{Dir: testDir, FS: fsys, BucketSize: DefaultBucketSize})
+	w := mustPut(t, s, "k", 1, 1000)
+	st := mustStats(t, s)
+	if st.FileBytes != w.ext.End() || st.AllocatedBytes != w.ext.Length {
+		t.Fatalf("after a failed preallocation: file %d bytes, allocated %d, want the record's %d", st.FileBytes, st.AllocatedBytes, w.ext.End())
+	}
+	mustRead(t, s, w)
+	mustPut(t, s, "k2", 1, 1000)
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	if len(fsys.calls) != 1 {
+		t.Fatalf("Allocate calls %v, want one: a failed bucket is not preallocated again", fsys.calls)
+	}
+}
+
+// TestScanStopsAtTheTail: Scan of a bucket being written reads its records, not the 64 MiB
+// of zeros allocated ahead of them.
+func TestScanStopsAtTheTail(t *testing.T) {
+	fsys := &allocFS{FS: memfs.New(), grow: true}
+	s := mustOpen(t, Config{Dir: testDir, FS: fsys, BucketSize: DefaultBucketSize})
+	w := mustPut(t, s, "k", 1, 1000)
+	if st := mustStats(t, s); st.FileBytes != preallocFirst {
+		t.Fatalf("file %d bytes, want %d allocated ahead", st.FileBytes, preallocFirst)
+	}
+	records := 0
+	if err := s.Scan(func(ext Extent, h Header, err error) error {
+		if err != nil {
+			return err
+		}
+		records++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	if records != 1 || fsys.read > 2*w.ext.End() { // a block to find the record, then the record
+		t.Fatalf("Scan found %d records reading %d bytes, want 1 record and at most twice the tail's %d bytes", records, fsys.read, w.ext.End())
 	}
 }

@@ -15,10 +15,16 @@ import (
 // boundary that holds a verifiable header or an all-zero block. All-zero blocks (holes and
 // unwritten space) are skipped silently. If fn returns an error, Scan stops and returns it.
 // Scan should run on a quiescent store: concurrent Free or Collect may make it report damage.
+// A bucket this store is writing is scanned up to its tail, not through the zeros allocated
+// ahead of it.
 func (s *Store) Scan(fn func(ext Extent, h Header, err error) error) error {
 	for _, id := range s.Buckets() {
 		s.mu.Lock()
 		b, err := s.bucketLocked(id)
+		end := int64(-1) // a bucket this store writes holds nothing past its tail (preallocated zeros)
+		if err == nil && b.fresh {
+			end = b.tail
+		}
 		s.mu.Unlock()
 		if errors.Is(err, ErrClosed) {
 			return err
@@ -26,7 +32,7 @@ func (s *Store) Scan(fn func(ext Extent, h Header, err error) error) error {
 		if err != nil {
 			continue // removed since Buckets
 		}
-		if err := scanBucket(id, b.f, fn); err != nil {
+		if err := scanBucket(id, b.f, end, fn); err != nil {
 			return err
 		}
 	}
@@ -42,10 +48,14 @@ type scanner struct {
 	buf   []byte // record buffer, reused
 }
 
-func scanBucket(id uint32, f vfs.File, fn func(Extent, Header, error) error) error {
+// scanBucket scans f up to its size, or up to end when end >= 0 and smaller.
+func scanBucket(id uint32, f vfs.File, end int64, fn func(Extent, Header, error) error) error {
 	size, err := f.Size()
 	if err != nil {
 		return fmt.Errorf("bucketstore: scan bucket %d: %w", id, err)
+	}
+	if end >= 0 {
+		size = min(size, end)
 	}
 	sc := &scanner{id: id, f: f, size: size, block: vfs.AlignedBuffer(Alignment)}
 	for off := int64(0); off < size; {

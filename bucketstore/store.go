@@ -122,7 +122,12 @@ func (s *Store) preallocateLocked(b *bucket) {
 	}
 	end := min(max(b.tail, 2*b.prealloc, preallocFirst), s.cfg.BucketSize)
 	if err := a.Allocate(b.prealloc, end-b.prealloc); err != nil {
-		s.log.Debug("preallocation failed; writes will extend the file", "bucket", b.id, "err", err)
+		// A failed fallocate may keep the blocks it got (ext4 does on ENOSPC), which would
+		// leave the disk full for the WAL and the Raft log: cut the file back to where the last
+		// allocation ended. Nothing past it is written yet: the reservation past it is this
+		// call's, under s.mu.
+		terr := b.f.Truncate(b.prealloc)
+		s.log.Warn("preallocation failed; writes will extend the file", "bucket", b.id, "err", err, "cut_back_err", terr)
 		b.prealloc = -1
 		return
 	}
