@@ -1,6 +1,7 @@
 package bucketstore
 
 import (
+	"cmp"
 	"os"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ type allocFS struct {
 	full  bool       // Allocate grows the file by half the range, then fails with ENOSPC (as ext4 can)
 	grow  bool       // Allocate grows the file over the range, as fallocate mode 0 does
 	read  int64      // bytes read through the FS's files
+	free  int64      // FreeBytes; 0 means 1 TiB
 }
 
 type allocFile struct {
@@ -40,6 +42,12 @@ func (f allocFile) ReadAt(p []byte, off int64) (int, error) {
 	f.fs.read += int64(n)
 	f.fs.mu.Unlock()
 	return n, err
+}
+
+func (f allocFile) FreeBytes() (int64, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	return cmp.Or(f.fs.free, 1<<40), nil
 }
 
 func (f allocFile) Allocate(off, length int64) error {
@@ -125,5 +133,33 @@ func TestScanStopsAtTheTail(t *testing.T) {
 	defer fsys.mu.Unlock()
 	if records != 1 || fsys.read > 2*w.ext.End() { // a block to find the record, then the record
 		t.Fatalf("Scan found %d records reading %d bytes, want 1 record and at most twice the tail's %d bytes", records, fsys.read, w.ext.End())
+	}
+}
+
+// TestNoPreallocationOnANearlyFullDisk: an allocation ahead that would take more than half of
+// the free space is not made (the bucket's writes extend the file instead), so a nearly full
+// disk keeps room for the WAL and the Raft log.
+func TestNoPreallocationOnANearlyFullDisk(t *testing.T) {
+	fsys := &allocFS{FS: memfs.New(), free: 130 << 20}
+	s := mustOpen(t, Config{Dir: testDir, FS: fsys, BucketSize: DefaultBucketSize})
+	for i := range 40 { // the first 64 MiB fits in half of 130 MiB free; the next 64, in 66 MiB free, does not
+		if _, err := s.Reserve(1 << 20); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			fsys.mu.Lock()
+			fsys.free -= 64 << 20
+			fsys.mu.Unlock()
+		}
+	}
+	for range 40 {
+		if _, err := s.Reserve(1 << 20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	if want := [][2]int64{{0, 64 << 20}}; !slices.Equal(fsys.calls, want) {
+		t.Fatalf("Allocate calls %v, want %v: none past half of the free space", fsys.calls, want)
 	}
 }

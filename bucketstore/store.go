@@ -91,7 +91,8 @@ func (s *Store) Reserve(size int64) (Extent, error) {
 }
 
 // preallocFirst is how much of a fresh bucket file is allocated at its first reservation;
-// each later allocation doubles what is allocated (up to BucketSize).
+// each later allocation doubles what is allocated (up to BucketSize), while it is at most half
+// of the filesystem's free space.
 const preallocFirst = 64 << 20
 
 // preallocateLocked allocates the open bucket's file ahead of its tail (fallocate, mode 0),
@@ -121,6 +122,14 @@ func (s *Store) preallocateLocked(b *bucket) {
 		return
 	}
 	end := min(max(b.tail, 2*b.prealloc, preallocFirst), s.cfg.BucketSize)
+	if free, err := a.FreeBytes(); err != nil || end-b.prealloc > free/2 {
+		// Allocating ahead must not take the room the WAL and the Raft log need on a nearly
+		// full disk (an attack review filled a 600 MB disk with one allocation, and the next
+		// WAL append fail-stopped the node): at most half of what is free, else not at all.
+		s.log.Info("not preallocating: the disk is nearly full; writes will extend the file", "bucket", b.id, "want", end-b.prealloc, "free", free, "err", err)
+		b.prealloc = -1
+		return
+	}
 	if err := a.Allocate(b.prealloc, end-b.prealloc); err != nil {
 		// A failed fallocate may keep the blocks it got (ext4 does on ENOSPC), which would
 		// leave the disk full for the WAL and the Raft log: cut the file back to where the last

@@ -62,4 +62,7 @@ var (
 // new range reads as zeros).
 type Allocator interface {
 	Allocate(off, length int64) error
+	// FreeBytes returns the bytes still free on the file's filesystem, so that an allocation
+	// ahead can leave room for the files that must not run out of it (the WAL, the Raft log).
+	FreeBytes() (int64, error)
 }

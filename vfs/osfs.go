@@ -216,4 +216,14 @@ func (f *osFile) Allocate(off, length int64) error {
 	return os.NewSyscallError("fallocate", unix.Fallocate(f.fd, 0, off, length))
 }
 
+// FreeBytes implements Allocator with fstatfs(2): the bytes an unprivileged writer may still
+// allocate on the file's filesystem (f_bavail x f_bsize).
+func (f *osFile) FreeBytes() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(f.fd, &st); err != nil {
+		return 0, os.NewSyscallError("fstatfs", err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
 var _ Allocator = (*osFile)(nil)
