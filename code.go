@@ -22,7 +22,9 @@ const (
 	// CodeInvalidKey: the key can never be stored: empty, over the store's MaxKeyBytes, not
 	// UTF-8, or holding a control character (CheckKey). Rejected; never retry it.
 	CodeInvalidKey
-	// CodeInvalidValue: the value can never be stored (it is empty). Rejected; never retry it.
+	// CodeInvalidValue: the value can never be stored as it is: it is empty, or it changed
+	// while the call was writing it (a value must not be modified until the call returns).
+	// Rejected; never retry it as it is.
 	CodeInvalidValue
 	// CodeTooLarge: the value is over the store's MaxObjectBytes (the Reason names the limit
 	// and its value). Rejected; never retry it on this store.

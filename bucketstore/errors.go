@@ -20,6 +20,10 @@ var (
 	// ErrNotLive reports a Free of an extent the accounting does not hold (freed already,
 	// collected as an orphan, or in a bucket that no longer exists).
 	ErrNotLive = errors.New("bucketstore: not a live extent")
+	// ErrPayloadChanged reports a record not written because its payload, as copied into the
+	// record buffer, does not have the checksum its header was given: the caller changed it
+	// after hashing it (EncodeRecord).
+	ErrPayloadChanged = errors.New("bucketstore: payload changed after it was hashed")
 	// ErrClosed reports use of a Store after Close.
 	ErrClosed = errors.New("bucketstore: store closed")
 )

@@ -69,7 +69,7 @@ func alignUp(n int64) int64 { return (n + Alignment - 1) &^ (Alignment - 1) }
 // len(payload)). It verifies h.PayloadLen, and h.PayloadSum against the payload bytes as
 // copied into buf, so that a payload changed after it was hashed (by a caller that did not
 // keep it still, or a region a local client wrote into meanwhile) is never written: the error
-// says so, and buf is left zeroed (no record). The copy is hashed chunk by chunk while the
+// wraps ErrPayloadChanged, and buf is left zeroed (no record). The copy is hashed chunk by chunk while the
 // chunk is in the CPU's cache (copyHashed), one pass over the caller's payload instead of two.
 func EncodeRecord(buf []byte, h Header, payload []byte) error {
 	if err := checkEncodable(buf, h, payload); err != nil {
@@ -78,7 +78,7 @@ func EncodeRecord(buf []byte, h Header, payload []byte) error {
 	n := copy(buf[headerLen:], h.Key)
 	if sum := copyHashed(buf[headerLen+n:], payload); sum != h.PayloadSum {
 		clear(buf)
-		return fmt.Errorf("bucketstore: header payload checksum %#x does not match payload (%#x)", h.PayloadSum, sum)
+		return fmt.Errorf("%w: header checksum %#x, the bytes copied %#x", ErrPayloadChanged, h.PayloadSum, sum)
 	}
 	n += len(payload)
 	copy(buf[0:4], recordMagic[:])

@@ -107,8 +107,8 @@ func TestEncodeRecordVerifiesTheCopy(t *testing.T) {
 	}
 	changed := append([]byte(nil), payload...)
 	changed[len(changed)-1] ^= 1
-	if err := EncodeRecord(buf, h, changed); err == nil {
-		t.Fatal("EncodeRecord of a changed payload succeeded")
+	if err := EncodeRecord(buf, h, changed); !errors.Is(err, ErrPayloadChanged) {
+		t.Fatalf("EncodeRecord of a changed payload: %v, want ErrPayloadChanged", err)
 	}
 	if i := slices.IndexFunc(buf, func(b byte) bool { return b != 0 }); i >= 0 {
 		t.Fatalf("after the refusal byte %d of the buffer is %#x, want the buffer zeroed", i, buf[i])

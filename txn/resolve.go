@@ -2,9 +2,11 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/wal"
@@ -42,6 +44,9 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 		switch {
 		case res.Aborted:
 			w.outcome, w.code, w.reason = kvoffload.Failed, abortCode, "aborted: "+abortReason
+		case errors.Is(w.err, bucketstore.ErrPayloadChanged):
+			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeInvalidValue,
+				"the value changed while it was being written (a value must not be modified during the call): "+w.err.Error()
 		case w.err != nil:
 			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeIO, w.err.Error()
 		case !ok:
