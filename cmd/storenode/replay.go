@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -101,7 +102,7 @@ func runReplay(ctx context.Context, f replayFlags) error {
 	if baseline {
 		// The disk line is measured on both sides of the replay (as storenode bench alternates
 		// limit and store runs), so that the disk's drift cancels in the ratio to their mean.
-		if before, err = diskLine(f); err != nil {
+		if before, err = diskLine(ctx, f); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
 			baseline = false
 		}
@@ -123,7 +124,7 @@ func runReplay(ctx context.Context, f replayFlags) error {
 		return fmt.Errorf("stopped after %d of %d requests: the store could not take a batch (%s); keys not verified", sum.Requests, len(reqs), sum.FirstProblem)
 	}
 	if baseline && sum.Bytes > 0 {
-		if err := addBaseline(&sum, f, before); err != nil {
+		if err := addBaseline(ctx, &sum, f, before); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
 		}
 	}
@@ -161,10 +162,8 @@ func checkReplayFlags(f replayFlags, block int64) error {
 	if f.requests < 0 {
 		return fmt.Errorf("--requests must be 0 (all) or positive, got %d", f.requests)
 	}
-	if f.baseline != "0" {
-		if _, err := parseSize(f.baseline); err != nil {
-			return fmt.Errorf("--baseline: %w", err)
-		}
+	if _, err := baselineBytes(f.baseline); err != nil {
+		return err
 	}
 	if bare := strings.Trim(f.blockSize, "0123456789 ") == ""; bare && block < 4096 {
 		return fmt.Errorf("--block-size %s is %d bytes; a block is given with a unit (256KiB is a KV block of 256 KiB; write %dB for %d bytes)", f.blockSize, block, block, block)
@@ -207,31 +206,48 @@ func loadTrace(path string, limit int) ([]trace.Request, error) {
 	return reqs, nil
 }
 
-// diskLine measures the disk's sequential-write limit in the data directory: --baseline bytes
-// of 1 MiB O_DIRECT writes, one in flight, and one fdatasync (diskbench.SeqWrite). It returns
-// a zero Result, and no error, with --baseline 0.
-func diskLine(f replayFlags) (diskbench.Result, error) {
-	if f.baseline == "0" {
-		return diskbench.Result{}, nil
+// minBaseline is the smallest disk line: a few writes would measure the first write's
+// latency, not the disk's rate.
+const minBaseline = 64 << 20
+
+// baselineBytes parses --baseline: 0 (in any unit) skips the disk line, else at least
+// minBaseline bytes.
+func baselineBytes(s string) (int64, error) {
+	if num := strings.TrimSpace(strings.TrimRightFunc(strings.TrimSpace(s), unicode.IsLetter)); num != "" && strings.Trim(num, "0") == "" {
+		return 0, nil // "0", "00", "0MiB", ...
 	}
-	total, err := parseSize(f.baseline)
+	n, err := parseSize(s)
 	if err != nil {
-		return diskbench.Result{}, fmt.Errorf("--baseline: %w", err)
+		return 0, fmt.Errorf("--baseline: %w", err)
+	}
+	if n < minBaseline {
+		return 0, fmt.Errorf("--baseline %s is %d bytes: give 0 (no disk line) or at least %d (64MiB)", s, n, minBaseline)
+	}
+	return n, nil
+}
+
+// diskLine measures the disk's sequential-write limit in the data directory: --baseline bytes
+// of 1 MiB O_DIRECT writes, one in flight, and one fdatasync (diskbench.SeqWrite), stopping
+// early when ctx ends. It returns a zero Result, and no error, with --baseline 0.
+func diskLine(ctx context.Context, f replayFlags) (diskbench.Result, error) {
+	total, err := baselineBytes(f.baseline)
+	if err != nil || total == 0 {
+		return diskbench.Result{}, err
 	}
 	if err := os.MkdirAll(f.data, 0o750); err != nil {
 		return diskbench.Result{}, fmt.Errorf("--data: %w", err)
 	}
-	return diskbench.SeqWrite(f.data, total)
+	return diskbench.SeqWrite(ctx, f.data, total)
 }
 
 // addBaseline measures the disk line again after the replay and sets the replay's ratio to
 // the mean of the two lines, before and after. It is called only when the replay wrote
 // something: a warm run (every key AlreadyStored) has no rate to compare.
-func addBaseline(s *replay.Summary, f replayFlags, before diskbench.Result) error {
+func addBaseline(ctx context.Context, s *replay.Summary, f replayFlags, before diskbench.Result) error {
 	if before.MBPerSec <= 0 {
 		return nil // --baseline 0
 	}
-	after, err := diskLine(f)
+	after, err := diskLine(ctx, f)
 	if err != nil {
 		return err
 	}

@@ -25,3 +25,27 @@ func TestReplayRefusesABareSmallBlockSize(t *testing.T) {
 		}
 	}
 }
+
+// TestBaselineBytes: --baseline 0 in any unit skips the disk line; a size below 64 MiB, which
+// would time a few writes rather than the disk, is refused with the limit named (the attack
+// review found "0MiB" refused as "must be positive" and "1" accepted).
+func TestBaselineBytes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{"0", 0, ""}, {"00", 0, ""}, {"0MiB", 0, ""}, {" 0 GiB", 0, ""},
+		{"64MiB", 64 << 20, ""}, {"512MiB", 512 << 20, ""},
+		{"1", 0, "at least 67108864"}, {"1MiB", 0, "at least 67108864"},
+		{"MiB", 0, "invalid size"}, {"garbage", 0, "invalid size"}, {"-5", 0, "must be positive"},
+	} {
+		got, err := baselineBytes(c.in)
+		switch {
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("baselineBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("baselineBytes(%q) = %d, %v; want an error with %q", c.in, got, err, c.err)
+		}
+	}
+}

@@ -4,6 +4,7 @@
 package diskbench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,7 +25,7 @@ type Result struct {
 // SeqWrite writes total bytes in 1 MiB blocks to a scratch file in dir with O_DIRECT (buffered
 // if the filesystem refuses O_DIRECT), then fdatasyncs it, and removes the file. It reports
 // MB/s (10^6 bytes per second) including the final fdatasync.
-func SeqWrite(dir string, total int64) (Result, error) {
+func SeqWrite(ctx context.Context, dir string, total int64) (Result, error) {
 	const block = 1 << 20
 	path := filepath.Join(dir, fmt.Sprintf(".diskbench-%d", os.Getpid()))
 	defer os.Remove(path)
@@ -44,6 +45,9 @@ func SeqWrite(dir string, total int64) (Result, error) {
 	start := time.Now()
 	var off int64
 	for ; off < total; off += block {
+		if err := ctx.Err(); err != nil {
+			return Result{}, fmt.Errorf("diskbench: %w", err)
+		}
 		if _, err := f.WriteAt(buf, off); err != nil {
 			return Result{}, fmt.Errorf("diskbench: write: %w", err)
 		}
