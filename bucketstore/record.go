@@ -68,9 +68,9 @@ func alignUp(n int64) int64 { return (n + Alignment - 1) &^ (Alignment - 1) }
 // EncodeRecord writes the record into buf, whose length must be RecordSize(len(h.Key),
 // len(payload)). It verifies h.PayloadLen, and h.PayloadSum against the payload bytes as
 // copied into buf, so that a payload changed after it was hashed (by a caller that did not
-// keep it still, or a region a local client wrote into meanwhile) is never written: the error
-// wraps ErrPayloadChanged, and buf is left zeroed (no record). The copy is hashed chunk by chunk while the
-// chunk is in the CPU's cache (copyHashed), one pass over the caller's payload instead of two.
+// keep it still) is never written: the error wraps ErrPayloadChanged, and buf is left zeroed
+// (no record). The copy is hashed chunk by chunk while the chunk is in the CPU's cache
+// (copyHashed), one pass over the caller's payload instead of two.
 func EncodeRecord(buf []byte, h Header, payload []byte) error {
 	if err := checkEncodable(buf, h, payload); err != nil {
 		return err

@@ -102,8 +102,7 @@ const preallocFirst = 64 << 20
 // the allocated end, the allocation doubles (64 MiB, 128, 256, ...: 5 fallocates for a
 // default 1 GiB bucket), because on ext4 a fallocate waits for every O_DIRECT write in flight
 // on the file (inode_dio_wait) and holds new ones, and it runs under s.mu: the earlier fixed
-// steps of 64 MiB stalled every writer 16 times per GiB (docs/benchmarks.md: 5-10% of the
-// offload rate), while allocating a whole bucket at once held up to 1 GiB of disk that a
+// steps of 64 MiB stalled every writer 16 times per GiB (docs/benchmarks.md), while allocating a whole bucket at once held up to 1 GiB of disk that a
 // small store never used. The unused allocation is at most what the bucket holds (and
 // preallocFirst). The allocated tail reads as zeros, which Scan skips and Collect truncates.
 // Best effort: an error or an FS without the capability just leaves writes extending the
@@ -122,11 +121,12 @@ func (s *Store) preallocateLocked(b *bucket) {
 		return
 	}
 	end := min(max(b.tail, 2*b.prealloc, preallocFirst), s.cfg.BucketSize)
+	// Allocating ahead must not take the room the WAL and the Raft log need on a nearly full
+	// disk (an attack review filled a 600 MB disk with one allocation, and the next WAL append
+	// fail-stopped the node): at most half of what is free, else not at all.
 	if free, err := a.FreeBytes(); err != nil || end-b.prealloc > free/2 {
-		// Allocating ahead must not take the room the WAL and the Raft log need on a nearly
-		// full disk (an attack review filled a 600 MB disk with one allocation, and the next
-		// WAL append fail-stopped the node): at most half of what is free, else not at all.
-		s.log.Info("not preallocating: the disk is nearly full; writes will extend the file", "bucket", b.id, "want", end-b.prealloc, "free", free, "err", err)
+		s.log.Info("not preallocating: the free space is unknown or short; writes will extend the file",
+			"bucket", b.id, "want", end-b.prealloc, "free", free, "err", err)
 		b.prealloc = -1
 		return
 	}
