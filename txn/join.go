@@ -25,6 +25,13 @@ func (c *Coordinator) awaitJoins(ctx context.Context, p *plan) {
 			r.Outcome, r.Code, r.Reason = kvoffload.Rejected, kvoffload.CodeStaleGeneration, "stored by the in-flight offload this call joined, then removed concurrently"
 			continue
 		}
+		if j.fl.code == kvoffload.CodeInvalidValue && j.fl.outcome == kvoffload.Rejected {
+			// The joined caller's own value changed during its call: this caller's bytes may
+			// be sound, so it is told to resend, not that its value can never be stored.
+			r.Outcome, r.Code, r.Reason = kvoffload.Failed, kvoffload.CodeAborted,
+				"the in-flight offload this key joined did not store it (that caller's value changed during its call); resend it"
+			continue
+		}
 		r.Outcome, r.Code, r.Reason = kvoffload.Failed, j.fl.code, "the in-flight offload this key joined failed: "+j.fl.reason
 	}
 }

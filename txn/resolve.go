@@ -42,11 +42,11 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 	for _, w := range ws {
 		ko, ok := byKey[w.key]
 		switch {
-		case res.Aborted:
-			w.outcome, w.code, w.reason = kvoffload.Failed, abortCode, "aborted: "+abortReason
-		case errors.Is(w.err, bucketstore.ErrPayloadChanged):
+		case errors.Is(w.err, bucketstore.ErrPayloadChanged): // before Aborted: a batch of only such keys aborts
 			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeInvalidValue,
 				"the value changed while it was being written (a value must not be modified during the call): "+w.err.Error()
+		case res.Aborted:
+			w.outcome, w.code, w.reason = kvoffload.Failed, abortCode, "aborted: "+abortReason
 		case w.err != nil:
 			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeIO, w.err.Error()
 		case !ok:
