@@ -213,7 +213,11 @@ const minBaseline = 64 << 20
 // baselineBytes parses --baseline: 0 (in any unit) skips the disk line, else at least
 // minBaseline bytes.
 func baselineBytes(s string) (int64, error) {
-	if num := strings.TrimSpace(strings.TrimRightFunc(strings.TrimSpace(s), unicode.IsLetter)); num != "" && strings.Trim(num, "0") == "" {
+	t := strings.TrimSpace(s)
+	if num := strings.TrimSpace(strings.TrimRightFunc(t, unicode.IsLetter)); num != "" && strings.Trim(num, "0") == "" {
+		if _, err := parseSize("1" + strings.TrimPrefix(t, num)); err != nil { // the unit must be one
+			return 0, fmt.Errorf("--baseline: %w", err)
+		}
 		return 0, nil // "0", "00", "0MiB", ...
 	}
 	n, err := parseSize(s)

@@ -38,7 +38,7 @@ func TestBaselineBytes(t *testing.T) {
 		{"0", 0, ""}, {"00", 0, ""}, {"0MiB", 0, ""}, {" 0 GiB", 0, ""},
 		{"64MiB", 64 << 20, ""}, {"512MiB", 512 << 20, ""},
 		{"1", 0, "at least 67108864"}, {"1MiB", 0, "at least 67108864"},
-		{"MiB", 0, "invalid size"}, {"garbage", 0, "invalid size"}, {"-5", 0, "must be positive"},
+		{"MiB", 0, "invalid size"}, {"garbage", 0, "invalid size"}, {"-5", 0, "must be positive"}, {"0garbage", 0, "invalid size"},
 	} {
 		got, err := baselineBytes(c.in)
 		switch {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,5 +110,21 @@ func TestServedChildFailure(t *testing.T) {
 	_, err := runServed(ctx, servedJob{Addr: "unix://" + sock, Load: Load{Prefix: "x", Keys: 16, Value: 4096, Writers: 1, Batch: 16, Seed: 1}})
 	if err == nil || !strings.Contains(err.Error(), "served-path client") || !strings.Contains(err.Error(), "served child") {
 		t.Fatalf("runServed against no node: %v, want the child's error", err)
+	}
+}
+
+// TestChildNeedsNoArguments: the child variables act only on a process started with no
+// arguments, as the bench starts its children, so a variable left in a shell does not turn
+// another command into a bench child (here: this test binary, run for no test, exits 0
+// instead of 2 for a garbled job).
+func TestChildNeedsNoArguments(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), servedEnv+"=garbled")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("with %s set and an argument: %v\n%s", servedEnv, err, out)
 	}
 }

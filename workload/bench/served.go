@@ -55,7 +55,11 @@ func servedChild(spec string) int {
 		fmt.Fprintln(os.Stderr, "bench served child:", err)
 		return 4
 	}
-	out, _ := json.Marshal(r)
+	out, err := json.Marshal(r)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench served child: the rate:", err)
+		return 5
+	}
 	fmt.Printf("%s%s\n", servedRate, out)
 	return 0
 }

@@ -29,10 +29,13 @@ const (
 )
 
 // MaybeChild runs the start-up child or a served-path client (served.go) and exits when this
-// process was started as one (its environment names a data directory or a served job);
-// otherwise it returns at once. A program that runs the
+// process was started as one (no arguments, and its environment names a data directory or a
+// served job); otherwise it returns at once. A program that runs the
 // bench calls it first thing in main (and a test binary in TestMain).
 func MaybeChild() {
+	if len(os.Args) > 1 {
+		return // a child is started with no arguments: a variable left in a shell does not turn every subcommand into one
+	}
 	if spec := os.Getenv(servedEnv); spec != "" {
 		os.Exit(servedChild(spec))
 	}
