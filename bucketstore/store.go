@@ -102,8 +102,8 @@ const preallocFirst = 64 << 20
 // the allocated end, the allocation doubles (64 MiB, 128, 256, ...: 5 fallocates for a
 // default 1 GiB bucket), because on ext4 a fallocate waits for every O_DIRECT write in flight
 // on the file (inode_dio_wait) and holds new ones, and it runs under s.mu: the earlier fixed
-// steps of 64 MiB stalled every writer 16 times per GiB (docs/benchmarks.md), while allocating a whole bucket at once held up to 1 GiB of disk that a
-// small store never used. The unused allocation is at most what the bucket holds (and
+// steps of 64 MiB stalled every writer 16 times per GiB (docs/benchmarks.md), while
+// allocating a whole bucket at once held up to 1 GiB of disk that a small store never used. The unused allocation is at most what the bucket holds (and
 // preallocFirst). The allocated tail reads as zeros, which Scan skips and Collect truncates.
 // Best effort: an error or an FS without the capability just leaves writes extending the
 // file.

@@ -39,22 +39,10 @@ func newScribbled(t *testing.T, s scribbler) (*Coordinator, *bucketstore.Store) 
 	m := &flakyMeta{f: fsm.New()}
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS = memfs.New()
-	data, err := bucketstore.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Store = data
-	c, err := New(DefaultConfig("n1"), &memLog{}, s, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.f.Watch(c.OnApplied)
-	m.f.WatchRestore(c.OnRestored)
-	if _, err := c.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); data.Close() })
-	return c, data
+	return openCoordinatorOver(t, m, m.f, cfg, func(data *bucketstore.Store) Buckets {
+		s.Store = data
+		return s
+	})
 }
 
 // TestValueChangedDuringTheWrite: a value that changes after it was hashed is refused for its

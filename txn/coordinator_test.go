@@ -110,6 +110,13 @@ func newCoordinatorCap(t *testing.T, m Meta, f *fsm.FSM, capacity int64) (*Coord
 // Capacity is the coordinator's too).
 func openCoordinator(t *testing.T, m Meta, f *fsm.FSM, cfg bucketstore.Config) (*Coordinator, *bucketstore.Store) {
 	t.Helper()
+	return openCoordinatorOver(t, m, f, cfg, func(s *bucketstore.Store) Buckets { return s })
+}
+
+// openCoordinatorOver is openCoordinator with the coordinator's data seam made by wrap from
+// the bucket store (a test double around it).
+func openCoordinatorOver(t *testing.T, m Meta, f *fsm.FSM, cfg bucketstore.Config, wrap func(*bucketstore.Store) Buckets) (*Coordinator, *bucketstore.Store) {
+	t.Helper()
 	capacity := cfg.Capacity
 	data, err := bucketstore.Open(cfg)
 	if err != nil {
@@ -117,7 +124,7 @@ func openCoordinator(t *testing.T, m Meta, f *fsm.FSM, cfg bucketstore.Config) (
 	}
 	tc := DefaultConfig("n1")
 	tc.CommitTimeout, tc.Capacity = 300*time.Millisecond, capacity
-	c, err := New(tc, &memLog{}, data, m)
+	c, err := New(tc, &memLog{}, wrap(data), m)
 	if err != nil {
 		t.Fatal(err)
 	}
