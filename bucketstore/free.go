@@ -130,9 +130,17 @@ func (s *Store) replaceLiveLocked(b *bucket, sorted []Extent) {
 	s.live += b.liveBytes
 }
 
-// sortedLive validates the live extents of bucket id and returns them sorted by offset.
+// sortedLive validates the live extents of bucket id and returns them sorted by offset: live
+// itself when it is sorted already (start-up collection hands them over in offset order),
+// else a sorted copy; live is never modified. (slices.SortedFunc over slices.Values grew its
+// copy extent by extent: 0.18 s of CPU per start-up at 1M keys.)
 func sortedLive(id uint32, live []Extent) ([]Extent, error) {
-	sorted := slices.SortedFunc(slices.Values(live), func(a, b Extent) int { return cmp.Compare(a.Offset, b.Offset) })
+	byOffset := func(a, b Extent) int { return cmp.Compare(a.Offset, b.Offset) }
+	sorted := live
+	if !slices.IsSortedFunc(live, byOffset) {
+		sorted = slices.Clone(live)
+		slices.SortFunc(sorted, byOffset)
+	}
 	for i, e := range sorted {
 		if err := checkExtent(e); err != nil {
 			return nil, err

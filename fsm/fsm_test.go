@@ -317,16 +317,13 @@ func TestStatsForEach(t *testing.T) {
 	if len(keys) != 1 {
 		t.Fatalf("ForEach did not stop: %v", keys)
 	}
-	var all []Entry
-	f.ForEachUnsorted(func(e Entry) bool { all = append(all, e); return true })
+	all := f.LiveOf("n1")
 	slices.SortFunc(all, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 	if len(all) != 2 || all[0] != mustLookup(t, f, "a") || all[1] != mustLookup(t, f, "c") {
-		t.Fatalf("ForEachUnsorted entries %+v", all)
+		t.Fatalf("LiveOf entries %+v", all)
 	}
-	keys = nil
-	f.ForEachUnsorted(func(e Entry) bool { keys = append(keys, e.Key); return false })
-	if len(keys) != 1 {
-		t.Fatalf("ForEachUnsorted did not stop: %v", keys)
+	if other := f.LiveOf("n2"); len(other) != 0 {
+		t.Fatalf("LiveOf another owner: %+v", other)
 	}
 }
 

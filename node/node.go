@@ -141,7 +141,9 @@ func newNode(cfg Config) (*Node, error) {
 // startEmbedded starts a single node without a cluster: Raft bootstraps over an in-memory
 // transport, the API is served if configured, and recovery runs once Raft leads.
 // embeddedRaftTimeout is the Raft heartbeat and election timeout of an embedded single node.
-const embeddedRaftTimeout = 50 * time.Millisecond
+// Raft refuses timeouts under 5 ms. A single voter's lease never lapses (it is its own
+// quorum), so a short one costs a timer tick, not leadership under load.
+const embeddedRaftTimeout = 10 * time.Millisecond
 
 func (n *Node) startEmbedded(ctx context.Context, _ bool) (err error) {
 	rcfg := n.raftConfig()
@@ -149,8 +151,8 @@ func (n *Node) startEmbedded(ctx context.Context, _ bool) (err error) {
 	// The only voter, with no transport to anyone: no other node can start an election or
 	// need a heartbeat, so the wait before it elects itself (HeartbeatTimeout, then
 	// ElectionTimeout, each randomized up to twice) is pure start-up time. Cut them to
-	// embeddedRaftTimeout: a start-up then waits about 0.1 s instead of 0.5 to 1 s
-	// (docs/benchmarks.md, start-up).
+	// embeddedRaftTimeout: a start-up then waits about 20-40 ms instead of 0.5 to 1 s
+	// (docs/benchmarks.md, start-up; 0.1 s at 50 ms).
 	rcfg.HeartbeatTimeout, rcfg.ElectionTimeout = embeddedRaftTimeout, embeddedRaftTimeout
 	rcfg.LeaderLeaseTimeout = min(rcfg.LeaderLeaseTimeout, embeddedRaftTimeout)
 	if err := n.openRaft(rcfg); err != nil {
@@ -341,7 +343,7 @@ func (m meta) ReadIndex(context.Context) error            { return nil } // the 
 func (m meta) Lookup(key string) (fsm.Entry, bool)        { return m.f.Lookup(key) }
 func (m meta) Generation(key string) uint64               { return m.f.Generation(key) }
 func (m meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
-func (m meta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEachUnsorted(fn) }
+func (m meta) LiveOf(owner string) []fsm.Entry            { return m.f.LiveOf(owner) }
 
 // clusterMeta is txn.Meta for a cluster member: local FSM reads, and proposals, barriers
 // and read indexes forwarded to the leader when this node is not it.

@@ -28,7 +28,11 @@ type Coordinator struct {
 	inflight flightTable // keys being written and calls in progress
 	intents  intentTable // unresolved intents; orders WAL truncation after intent appends
 	ev       *evictor    // the quota: the LRU of this node's keys and the evictions
-	reclaim  *reclaimer  // pins, deferred frees, and the goroutine that frees applied removals
+	// lruFollows is set by start-up collection just before it reads the metadata it loads
+	// the LRU from; until then the FSM hooks leave the LRU alone (hooks.go), so the Raft log
+	// replayed at start-up does not build an LRU that collection then rebuilds.
+	lruFollows atomic.Bool
+	reclaim    *reclaimer // pins, deferred frees, and the goroutine that frees applied removals
 
 	remote Remote // reads of keys other nodes own; nil on a single node
 

@@ -85,7 +85,7 @@ func (m *flakyMeta) ReadIndex(context.Context) error            { return nil }
 func (m *flakyMeta) Lookup(k string) (fsm.Entry, bool)          { return m.f.Lookup(k) }
 func (m *flakyMeta) Generation(k string) uint64                 { return m.f.Generation(k) }
 func (m *flakyMeta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
-func (m *flakyMeta) ForEach(fn func(fsm.Entry) bool)            { m.f.ForEach(fn) }
+func (m *flakyMeta) LiveOf(owner string) []fsm.Entry            { return m.f.LiveOf(owner) }
 
 func newTestCoordinator(t *testing.T, m *flakyMeta) (*Coordinator, *bucketstore.Store) {
 	t.Helper()

@@ -25,13 +25,14 @@ func (m *ghostMeta) Lookup(k string) (fsm.Entry, bool) {
 	return m.flakyMeta.Lookup(k)
 }
 
-func (m *ghostMeta) ForEach(fn func(fsm.Entry) bool) {
+func (m *ghostMeta) LiveOf(owner string) []fsm.Entry {
+	var live []fsm.Entry
 	for _, e := range m.extra {
-		if !fn(e) {
-			return
+		if e.Owner == owner {
+			live = append(live, e)
 		}
 	}
-	m.flakyMeta.ForEach(fn)
+	return append(live, m.flakyMeta.LiveOf(owner)...)
 }
 
 // Start-up over metadata holding an entry that names another key's record and one with a

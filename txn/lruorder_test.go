@@ -14,11 +14,7 @@ var lruSeed = flag.Uint64("lru-seed", 0, "seed of TestLRUOrderModel (0: time-bas
 // The LRU's order, generations and leases agree with a plain slice model over random adds,
 // touches, drops (freed nodes are reused), leases and evictions.
 func TestLRUOrderModel(t *testing.T) {
-	seed := *lruSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun: go test ./txn -run TestLRUOrderModel -lru-seed %d)", seed, seed)
+	seed := testSeed(t, *lruSeed, "TestLRUOrderModel", "lru-seed")
 	rng := rand.New(rand.NewPCG(seed, 9))
 	type item struct {
 		key      string
@@ -113,4 +109,15 @@ func TestLRUOrderModel(t *testing.T) {
 	if !slices.Equal(order, want) {
 		t.Fatalf("final order %q, model %q", order, want)
 	}
+}
+
+// testSeed returns seed, or a time-based one when it is 0, and logs it with the command that
+// reruns test with it (its flag named flagName).
+func testSeed(t *testing.T, seed uint64, test, flagName string) uint64 {
+	t.Helper()
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun: go test ./txn -run %s -%s %d)", seed, test, flagName, seed)
+	return seed
 }

@@ -66,17 +66,18 @@ func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
 	}
 }
 
-// removeAfterForEach applies then to the metadata right after the first ForEach: a removal
-// that lands between start-up collection's metadata copy and the end of recovery.
-type removeAfterForEach struct {
+// removeAfterCopy applies then to the metadata right after the first LiveOf: a removal that
+// lands between start-up collection's metadata copy and the end of recovery.
+type removeAfterCopy struct {
 	*flakyMeta
 	once sync.Once
 	then func()
 }
 
-func (m *removeAfterForEach) ForEach(fn func(fsm.Entry) bool) {
-	m.flakyMeta.ForEach(fn)
+func (m *removeAfterCopy) LiveOf(owner string) []fsm.Entry {
+	live := m.flakyMeta.LiveOf(owner)
 	m.once.Do(m.then)
+	return live
 }
 
 // TestRemoveDuringRecoveryIsFreed: a REMOVE applied while recovery runs, after collection
@@ -111,7 +112,7 @@ func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	c.Close()
 	data.Close()
 
-	meta := &removeAfterForEach{flakyMeta: m, then: func() {
+	meta := &removeAfterCopy{flakyMeta: m, then: func() {
 		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
 	}}
 	c, data = open(meta)

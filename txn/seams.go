@@ -62,9 +62,9 @@ type Meta interface {
 	Lookup(key string) (fsm.Entry, bool)
 	Generation(key string) uint64
 	TxnResult(id fsm.TxnID) (*fsm.Result, bool)
-	// ForEach calls fn for each live entry, in any order, until fn returns false; fn may
-	// call the other methods. Recovery orders the entries itself (ownSorted).
-	ForEach(fn func(fsm.Entry) bool)
+	// LiveOf returns a copy of the live entries whose bytes owner holds, in any order; the
+	// caller owns the slice. Recovery orders the entries itself (ownSorted).
+	LiveOf(owner string) []fsm.Entry
 }
 
 // Remote reads keys whose bytes another node owns (cluster mode). It returns one result per

@@ -1,0 +1,104 @@
+package txn
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
+)
+
+// recordingMeta is flakyMeta that keeps every command it applied: the Raft log.
+type recordingMeta struct {
+	flakyMeta
+	mu   sync.Mutex
+	cmds [][]byte
+}
+
+func (m *recordingMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	res, err := m.flakyMeta.Propose(ctx, cmd)
+	if err == nil {
+		m.mu.Lock()
+		m.cmds = append(m.cmds, cmd)
+		m.mu.Unlock()
+	}
+	return res, err
+}
+
+// TestLRUAfterLogReplay: a restart replays the Raft log into a fresh FSM before recovery
+// (the FSM's hooks see every command, but leave the LRU to start-up collection), and after
+// recovery the LRU holds exactly this node's live keys at their live generations, and follows
+// the metadata again.
+func TestLRUAfterLogReplay(t *testing.T) {
+	ctx := context.Background()
+	cfg := bucketstore.DefaultConfig("/b")
+	cfg.FS = memfs.New()
+	m := &recordingMeta{flakyMeta: flakyMeta{f: fsm.New()}}
+	c, data := openCoordinator(t, m, m.f, cfg)
+	for i := range 6 {
+		if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(fmt.Sprintf("k%d", i), byte(i))}); err != nil || res[0].Outcome != kvoffload.Stored {
+			t.Fatalf("offload k%d: %v %+v", i, err, res)
+		}
+	}
+	if _, err := c.Remove(ctx, []string{"k1", "k2"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k2", 9)}); err != nil || res[0].Outcome != kvoffload.Stored {
+		t.Fatalf("k2 again, a later generation: %v %+v", err, res)
+	}
+	c.Close()
+	data.Close()
+
+	// The restart: a fresh FSM, the hooks installed, the log replayed, then recovery.
+	f := fsm.New()
+	data, err := bucketstore.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	c, err = New(DefaultConfig("n1"), &memLog{}, data, &flakyMeta{f: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f.Watch(c.OnApplied)
+	f.WatchRestore(c.OnRestored)
+	for i, cmd := range m.cmds {
+		f.ApplyCommand(uint64(i+1), cmd)
+	}
+	if n := c.ev.lru.n; n != 1 {
+		t.Fatalf("the LRU holds %d keys before recovery; collection loads it", n-1)
+	}
+	if _, err := c.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkLRU := func(want ...string) {
+		t.Helper()
+		var got []string
+		for i := c.ev.lru.node(0).next; i != 0; i = c.ev.lru.node(i).next {
+			got = append(got, c.ev.lru.node(i).key)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("LRU holds %q; want the live keys %q", got, want)
+		}
+		for _, k := range want {
+			i, ok := c.ev.lru.find(k)
+			e, live := f.Lookup(k)
+			if !ok || !live || c.ev.lru.node(i).gen != e.Gen {
+				t.Fatalf("LRU entry of %s: tracked %v live %v (LRU holds %q)", k, ok, live, got)
+			}
+		}
+	}
+	checkLRU("k0", "k2", "k3", "k4", "k5")
+	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k9", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
+		t.Fatalf("offload after recovery: %v %+v", err, res)
+	}
+	if _, err := c.Remove(ctx, []string{"k3"}); err != nil {
+		t.Fatal(err)
+	}
+	checkLRU("k0", "k2", "k4", "k5", "k9")
+}
