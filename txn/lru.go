@@ -130,6 +130,33 @@ func (l *lru) add(key string, gen uint64, bytes int64) {
 	l.pushBack(i)
 }
 
+// load adds entries, whose keys are distinct, as add would one by one, in order (the last
+// the most recently used), under one hold of the lock. Into an empty LRU (start-up
+// collection's case) no key can be tracked already, so none is looked up first: half the
+// hashing and probing of 1M adds (~0.15 s of a start-up's CPU).
+func (l *lru) load(entries []fsm.Entry) {
+	l.mu.Lock()
+	fresh := l.byKey.Len() == 0
+	for i := 0; fresh && i < len(entries); i++ {
+		e := &entries[i]
+		var lease int64
+		if len(l.pending) != 0 {
+			lease = unixNano(l.pending[e.Key])
+			delete(l.pending, e.Key)
+		}
+		n := l.alloc()
+		*l.node(n) = lruNode{key: e.Key, gen: e.Gen, leaseUntil: lease, bytes: clampBytes(e.Extent.Length)}
+		l.byKey.Insert(e.Key, n)
+		l.pushBack(n)
+	}
+	l.mu.Unlock()
+	if !fresh {
+		for _, e := range entries {
+			l.add(e.Key, e.Gen, e.Extent.Length)
+		}
+	}
+}
+
 // touchAll marks the tracked ones of keys as just used, in order (the last the most recent),
 // under one hold of the lock: a BatchGet touches the keys it reads once, before its reads,
 // not once per key (with 32 concurrent readers of 4 KiB objects, per-key touches were half

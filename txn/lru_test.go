@@ -235,3 +235,37 @@ func TestReadKeysNotEvictedDuringTheirBatch(t *testing.T) {
 		}
 	}
 }
+
+// load tracks entries as adds in order would, into an empty LRU (no lookups) and into one a
+// hook already added to (the same key twice must stay one node), keeping a lease taken
+// before either.
+func TestLoadIsAddInOrder(t *testing.T) {
+	ents := func(keys ...string) []fsm.Entry {
+		var out []fsm.Entry
+		for i, k := range keys {
+			out = append(out, fsm.Entry{Key: k, Gen: uint64(i + 1), Extent: fsm.Extent{Length: 4096}})
+		}
+		return out
+	}
+	for _, already := range []bool{false, true} {
+		l := newLRU()
+		l.lease("b", time.Now().Add(time.Hour))
+		if already {
+			l.add("c", 9, 4096) // a hook ran first: c is tracked at a later generation
+		}
+		l.load(ents("a", "b", "c", "d"))
+		var got []string
+		for i := l.node(0).next; i != 0; i = l.node(i).next {
+			got = append(got, l.node(i).key)
+		}
+		if want := []string{"a", "b", "c", "d"}; fmt.Sprint(got) != fmt.Sprint(want) || l.byKey.Len() != 4 {
+			t.Fatalf("already=%v: order %v (%d indexed), want %v", already, got, l.byKey.Len(), want)
+		}
+		if i, _ := l.find("d"); l.node(i).gen != 4 {
+			t.Fatalf("already=%v: d at generation %d, want 4", already, l.node(i).gen)
+		}
+		if victims := l.oldest(3 * 4096); len(victims) != 3 || victims[0].key != "a" || victims[1].key != "c" {
+			t.Fatalf("already=%v: victims %+v, want a, c, d (b is leased)", already, victims)
+		}
+	}
+}

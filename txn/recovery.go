@@ -186,13 +186,12 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (adopted
 	for lo := 0; lo < len(good); {
 		b, hi := good[lo].Extent.Bucket, lo
 		for ; hi < len(good) && good[hi].Extent.Bucket == b; hi++ {
-			e := good[hi]
-			c.ev.lru.add(e.Key, e.Gen, e.Extent.Length)
-			exts[hi] = e.Extent
+			exts[hi] = good[hi].Extent
 		}
 		live[b], byBucket[b] = exts[lo:hi:hi], good[lo:hi:hi]
 		lo = hi
 	}
+	c.ev.lru.load(good)
 	c.dropCorrupt(ctx, bad, rep)
 	onDisk := map[uint32]bool{}
 	for _, b := range c.data.Buckets() {
