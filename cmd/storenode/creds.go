@@ -37,6 +37,10 @@ func (a apiCreds) apply(opt *client.Options) error {
 		opt.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 	}
 	if a.tokenFile != "" {
+		if a.ca == "" && !a.insecureToken {
+			// the client would refuse it too, but in its option names and only once dialing
+			return fmt.Errorf("--token-file: the token would be sent in plaintext; give --tls-ca, or --insecure-token on a network you trust")
+		}
 		tokens, err := readTokens(a.tokenFile)
 		if err != nil {
 			return fmt.Errorf("--token-file: %w", err)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -170,5 +172,18 @@ func TestStatusAtAPeerPort(t *testing.T) {
 	err = runStatus(context.Background(), statusFlags{addr: lis.Addr().String(), timeout: 3 * time.Second}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--api-addr") {
 		t.Fatalf("status at a port without the API: %v, want it to ask for --api-addr", err)
+	}
+}
+
+// A token without TLS is refused as a flag mistake, in the flags' names, before anything is
+// dialed (it was reported as "cannot reach the cluster", in the Go client's option names).
+func TestTokenWithoutTLSIsAFlagError(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := runStatus(context.Background(), statusFlags{addr: deadAddress(t), timeout: time.Second, creds: apiCreds{tokenFile: tok}}, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "cannot reach") || !strings.Contains(err.Error(), "--tls-ca") || !strings.Contains(err.Error(), "--insecure-token") {
+		t.Fatalf("status --token-file without --tls-ca: %v, want a flag error naming --tls-ca and --insecure-token", err)
 	}
 }

@@ -28,7 +28,7 @@ func statusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Describe a running cluster: members, leader, keys and bytes per node",
 		Long: `status asks a member (KVOffload.Status, on its API address) for the cluster's members (id, Raft address, API
-address, voter, leader), the leader, and the keys and bytes each node owns. --addr may list
+address, peer address, voter, leader), the leader, and the keys and bytes each node owns. --addr may list
 several members, comma-separated: the first reachable one answers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), f, os.Stdout) },
