@@ -322,6 +322,9 @@ func TestStatsForEach(t *testing.T) {
 	if len(all) != 2 || all[0] != mustLookup(t, f, "a") || all[1] != mustLookup(t, f, "c") {
 		t.Fatalf("LiveOf entries %+v", all)
 	}
+	if cap(all) != 2 {
+		t.Fatalf("LiveOf's copy has room for %d entries; n1 owns 2", cap(all))
+	}
 	if other := f.LiveOf("n2"); len(other) != 0 {
 		t.Fatalf("LiveOf another owner: %+v", other)
 	}

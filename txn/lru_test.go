@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,8 +238,9 @@ func TestReadKeysNotEvictedDuringTheirBatch(t *testing.T) {
 }
 
 // load tracks entries as adds in order would, into an empty LRU (no lookups) and into one a
-// hook already added to (the same key twice must stay one node), keeping a lease taken
-// before either.
+// hook already added to (the same key twice must stay one node, and a newer generation
+// tracked already is kept), keeping a lease taken before either; then it applies what was
+// queued since beginLoad, in order.
 func TestLoadIsAddInOrder(t *testing.T) {
 	ents := func(keys ...string) []fsm.Entry {
 		var out []fsm.Entry
@@ -247,25 +249,50 @@ func TestLoadIsAddInOrder(t *testing.T) {
 		}
 		return out
 	}
-	for _, already := range []bool{false, true} {
-		l := newLRU()
-		l.lease("b", time.Now().Add(time.Hour))
-		if already {
-			l.add("c", 9, 4096) // a hook ran first: c is tracked at a later generation
-		}
-		l.load(ents("a", "b", "c", "d"))
+	order := func(l *lru) string {
 		var got []string
 		for i := l.node(0).next; i != 0; i = l.node(i).next {
-			got = append(got, l.node(i).key)
+			n := l.node(i)
+			got = append(got, fmt.Sprintf("%s@%d", n.key, n.gen))
 		}
-		if want := []string{"a", "b", "c", "d"}; fmt.Sprint(got) != fmt.Sprint(want) || l.byKey.Len() != 4 {
-			t.Fatalf("already=%v: order %v (%d indexed), want %v", already, got, l.byKey.Len(), want)
+		return fmt.Sprint(got, " ", l.byKey.Len())
+	}
+	for _, c := range []struct {
+		name    string
+		before  func(l *lru)
+		want    string
+		victims string
+	}{
+		{"empty", func(*lru) {}, "[a@1 b@2 c@3 d@4] 4", "[a c d]"},
+		// a hook ran first: c is tracked at a later generation than the copy's
+		{"c tracked at a newer generation", func(l *lru) { l.add("c", 9, 4096) }, "[c@9 a@1 b@2 d@4] 4", "[c a d]"},
+		{"c tracked at an older generation", func(l *lru) { l.add("c", 2, 4096) }, "[a@1 b@2 c@3 d@4] 4", "[a c d]"},
+		// queued while loading: a REMOVE of a, a COMMIT of e, a REMOVE of c at a generation
+		// the copy does not hold (a no-op), and a's removal again
+		{"queued", func(l *lru) {
+			l.beginLoad()
+			l.drop("a", 1)
+			l.add("e", 7, 4096)
+			l.drop("c", 8)
+			l.drop("a", 1)
+		}, "[b@2 c@3 d@4 e@7] 4", "[c d e]"},
+	} {
+		l := newLRU()
+		l.lease("b", time.Now().Add(time.Hour))
+		c.before(l)
+		l.load(ents("a", "b", "c", "d"))
+		if got := order(l); got != c.want {
+			t.Fatalf("%s: order %s, want %s", c.name, got, c.want)
 		}
-		if i, _ := l.find("d"); l.node(i).gen != 4 {
-			t.Fatalf("already=%v: d at generation %d, want 4", already, l.node(i).gen)
+		var victims []string
+		for _, v := range l.oldest(3 * 4096) {
+			victims = append(victims, v.key)
 		}
-		if victims := l.oldest(3 * 4096); len(victims) != 3 || victims[0].key != "a" || victims[1].key != "c" {
-			t.Fatalf("already=%v: victims %+v, want a, c, d (b is leased)", already, victims)
+		if fmt.Sprint(victims) != c.victims {
+			t.Fatalf("%s: victims %v, want %s (b is leased)", c.name, victims, c.victims)
+		}
+		if l.add("f", 1, 4096); l.loading || len(l.journal) != 0 || !strings.Contains(order(l), "f@1") {
+			t.Fatalf("%s: after load, add does not apply: %s", c.name, order(l))
 		}
 	}
 }

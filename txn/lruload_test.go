@@ -1,8 +1,10 @@
 package txn
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 
@@ -101,4 +103,80 @@ func TestLRUAfterLogReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkLRU("k0", "k2", "k4", "k5", "k9")
+}
+
+// lruKeys lists the keys c's LRU tracks, oldest first, each with its generation.
+func lruKeys(c *Coordinator) map[string]uint64 {
+	c.ev.lru.mu.Lock()
+	defer c.ev.lru.mu.Unlock()
+	got := map[string]uint64{}
+	for i := c.ev.lru.node(0).next; i != 0; i = c.ev.lru.node(i).next {
+		got[c.ev.lru.node(i).key] = c.ev.lru.node(i).gen
+	}
+	return got
+}
+
+// TestLRUFollowsChangesDuringCollection: a REMOVE and a snapshot restore applied between
+// start-up collection's metadata copy (Meta.LiveOf) and the LRU's load leave the LRU
+// holding exactly the live keys. Found by an adversarial review: the hooks' drops found the
+// LRU still empty, then the load inserted the removed keys from the stale copy, eviction
+// chose keys that were gone, and offloads were Rejected "quota" with evictable keys stored.
+func TestLRUFollowsChangesDuringCollection(t *testing.T) {
+	ctx := context.Background()
+	cfg := bucketstore.DefaultConfig("/b")
+	cfg.FS, cfg.Capacity = memfs.New(), 8*4096
+	m := &flakyMeta{f: fsm.New()}
+	c, data := openCoordinator(t, m, m.f, cfg)
+	gens := map[string]uint64{}
+	for i := range 6 {
+		k := fmt.Sprintf("k%d", i)
+		if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(k, byte(i))}); err != nil || res[0].Outcome != kvoffload.Stored {
+			t.Fatalf("offload %s: %v %+v", k, err, res)
+		}
+		e, _ := m.f.Lookup(k)
+		gens[k] = e.Gen
+	}
+	c.Close()
+	data.Close()
+
+	// The snapshot a leader sends: the same state less k2.
+	lead := fsm.New()
+	var buf bytes.Buffer
+	if _, err := m.f.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	lead.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k2", Gen: gens["k2"]}}}))
+	buf.Reset()
+	if _, err := lead.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	meta := &removeAfterCopy{flakyMeta: m, then: func() {
+		if err := m.f.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+			t.Error(err)
+		}
+		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k1", Gen: gens["k1"]}}}))
+	}}
+	c, _ = openCoordinator(t, meta, m.f, cfg)
+	want := map[string]uint64{}
+	for k, g := range gens {
+		if _, live := m.f.Lookup(k); live {
+			want[k] = g
+		}
+	}
+	if len(want) != 4 {
+		t.Fatalf("live after the REMOVE and the restore: %v, want 4 keys", want)
+	}
+	if got := lruKeys(c); !maps.Equal(got, want) {
+		t.Fatalf("LRU after collection: %v; want the live keys %v", got, want)
+	}
+	// Eviction makes room from live keys only: a quota's worth of new keys is Stored.
+	for i := range 8 {
+		k := fmt.Sprintf("n%d", i)
+		if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(k, 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
+			t.Fatalf("offload %s after collection: %v %+v", k, err, res)
+		}
+	}
 }

@@ -176,6 +176,7 @@ func (c *Coordinator) verifyIntent(id fsm.TxnID, p pendingIntent) string {
 // satisfy (ownEntries) are corrupt metadata: they are removed through Raft, and their extents
 // are neither adopted nor freed. It returns the entries whose extents it adopted.
 func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (adopted, error) {
+	c.ev.lru.beginLoad()     // changes applied from here on are queued for load
 	c.lruFollows.Store(true) // before the metadata is read: see trackApplied
 	good, bad := c.ownEntries()
 	// good is in (bucket, offset) order: each bucket's extents are one run of exts, and its

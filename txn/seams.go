@@ -62,8 +62,9 @@ type Meta interface {
 	Lookup(key string) (fsm.Entry, bool)
 	Generation(key string) uint64
 	TxnResult(id fsm.TxnID) (*fsm.Result, bool)
-	// LiveOf returns a copy of the live entries whose bytes owner holds, in any order; the
-	// caller owns the slice. Recovery orders the entries itself (ownSorted).
+	// LiveOf returns a copy of the live entries whose bytes owner holds, in any order, each
+	// key once (the LRU's load relies on it); the caller owns the slice. Recovery orders the
+	// entries itself (ownSorted).
 	LiveOf(owner string) []fsm.Entry
 }
 
