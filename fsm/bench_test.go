@@ -12,8 +12,17 @@ import (
 // records laid out back to back in 1 GiB buckets, like a real node's. The store's state
 // grows through the run (b.N commands, b.N*256 live keys).
 func BenchmarkApplyCommit(b *testing.B) {
+	b.Run("one", func(b *testing.B) { benchApplyCommit(b, 1) })
+	// raft's batches on a restart's replay (MaxAppendEntries), decoded ahead of apply
+	b.Run("batched", func(b *testing.B) { benchApplyCommit(b, 64) })
+}
+
+// benchApplyCommit applies b.N COMMITs of 256 keys, batch commands per call (1: through
+// ApplyCommand, more: ApplyCommands).
+func benchApplyCommit(b *testing.B, batch int) {
 	const keys, rec = 256, 4096
 	cmds := make([][]byte, b.N)
+	index := make([]uint64, b.N)
 	for i := range cmds {
 		c := Commit{TxnID: TxnID{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24), 1}, Node: "n1"}
 		for k := range keys {
@@ -23,14 +32,22 @@ func BenchmarkApplyCommit(b *testing.B) {
 				Extent: Extent{Bucket: uint32(n * rec >> 30), Offset: n * rec % (1 << 30), Length: rec},
 			})
 		}
-		cmds[i] = EncodeCommit(c)
+		cmds[i], index[i] = EncodeCommit(c), uint64(i+1)
 	}
 	f := New()
 	b.ResetTimer()
-	for i, cmd := range cmds {
-		res := f.ApplyCommand(uint64(i+1), cmd)
-		if res == nil || len(res.Keys) != keys || res.Keys[0].Outcome != OutcomeStored {
-			b.Fatalf("command %d: %+v", i, res)
+	for lo := 0; lo < len(cmds); lo += batch {
+		hi := min(lo+batch, len(cmds))
+		var res []*Result
+		if batch == 1 {
+			res = []*Result{f.ApplyCommand(index[lo], cmds[lo])}
+		} else {
+			res = f.ApplyCommands(index[lo:hi], cmds[lo:hi])
+		}
+		for i, r := range res {
+			if r == nil || len(r.Keys) != keys || r.Keys[0].Outcome != OutcomeStored {
+				b.Fatalf("command %d: %+v", lo+i, r)
+			}
 		}
 	}
 	b.StopTimer()

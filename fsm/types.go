@@ -186,16 +186,6 @@ type Result struct {
 	Keys    []KeyOutcome
 }
 
-// clone returns a copy with its own Keys (nil when empty), so the caller and the Watch hook
-// never share one.
-func (r *Result) clone() *Result {
-	c := *r
-	if r.Keys != nil {
-		c.Keys = append([]KeyOutcome(nil), r.Keys...)
-	}
-	return &c
-}
-
 // Stats summarizes the FSM's state.
 type Stats struct {
 	Keys         int    // live keys

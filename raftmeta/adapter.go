@@ -15,7 +15,7 @@ import (
 type raftFSM struct{ f *fsm.FSM }
 
 var (
-	_ raft.FSM         = raftFSM{}
+	_ raft.BatchingFSM = raftFSM{}
 	_ raft.FSMSnapshot = fsmSnapshot{}
 )
 
@@ -27,6 +27,27 @@ func (a raftFSM) Apply(l *raft.Log) any {
 		return nil
 	}
 	return a.f.ApplyCommand(l.Index, l.Data)
+}
+
+// ApplyBatch applies the commands of a batch of committed entries through
+// fsm.ApplyCommands, which decodes each one ahead of applying it; raft sends a
+// batch of up to MaxAppendEntries entries (the whole log, batch by batch, on
+// a restart's replay). A configuration entry's response is nil, as in Apply.
+func (a raftFSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	index, data := make([]uint64, 0, len(logs)), make([][]byte, 0, len(logs))
+	for _, l := range logs {
+		if l.Type == raft.LogCommand {
+			index, data = append(index, l.Index), append(data, l.Data)
+		}
+	}
+	res := a.f.ApplyCommands(index, data)
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			out[i], res = res[0], res[1:]
+		}
+	}
+	return out
 }
 
 func (a raftFSM) Snapshot() (raft.FSMSnapshot, error) {
