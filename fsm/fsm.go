@@ -24,7 +24,6 @@ type state struct {
 	members map[string]Member // node ID -> member record
 	cluster string            // the cluster's ID ("" until a SetCluster is applied)
 	applied uint64            // highest raft index applied
-	warm    uint64            // KeyIndex.Warm's result, kept so that its loads are not dropped; no meaning
 
 	// Derived from live (not encoded, rebuilt on restore), kept up to date
 	// by addLive and delLive so readers need not scan.
@@ -151,14 +150,13 @@ func New() *FSM { return &FSM{st: newState()} }
 // (not for de-duplicated commands, not for Restore), on the applying
 // goroutine and outside the lock, with the Result the caller of ApplyCommand
 // gets. fn must not change the Result, nor keep it or its Keys after it returns
-// (copy what it keeps: it was a copy per command, 125 MB of garbage in a 1M-key
-// start-up's log replay). fn must
-// not call ApplyCommand or Restore, and must not block: it runs on Raft's
-// apply goroutine, so while it runs no later command is applied and every
-// WaitApplied and read index waits. Do no I/O in it and wait on nothing;
-// hand slow work to another goroutine without a bound that could make fn
-// wait (txn's reclaimer queues the frees of removed extents). nil removes the
-// hook. Install it before the FSM is handed to raft.
+// (copy what it keeps: a copy per command was 125 MB of garbage in a 1M-key
+// start-up's log replay). fn must not call ApplyCommand or Restore, and must
+// not block: it runs on Raft's apply goroutine, so while it runs no later
+// command is applied and every WaitApplied and read index waits. Do no I/O in
+// it and wait on nothing; hand slow work to another goroutine without a bound
+// that could make fn wait (txn's reclaimer queues the frees of removed
+// extents). nil removes the hook. Install it before the FSM is handed to raft.
 func (f *FSM) Watch(fn func(*Result)) {
 	f.mu.Lock()
 	f.watch = fn
@@ -186,8 +184,10 @@ func (f *FSM) ApplyCommand(index uint64, data []byte) *Result {
 // command before it is applied.
 func (f *FSM) ApplyCommands(index []uint64, data [][]byte) []*Result {
 	out := make([]*Result, len(data))
-	if len(data) == 1 {
-		out[0] = f.ApplyCommand(index[0], data[0])
+	if len(data) <= 1 { // nothing to decode ahead of
+		for i := range data {
+			out[i] = f.ApplyCommand(index[i], data[i])
+		}
 		return out
 	}
 	type decoded struct {
@@ -294,7 +294,7 @@ func commandTxn(cmd any) (TxnID, bool) {
 
 func (s *state) applyCommit(index uint64, c Commit) *Result {
 	res := &Result{TxnID: c.TxnID, Type: CmdCommit, Index: index, Keys: make([]KeyOutcome, 0, len(c.Entries))}
-	s.warm += s.live.idx.Warm(func(i int) string { return c.Entries[i].Key }, len(c.Entries))
+	s.live.idx.Warm(func(i int) string { return c.Entries[i].Key }, len(c.Entries))
 	for _, e := range c.Entries {
 		e.Owner, e.TxnID = c.Node, c.TxnID
 		ko := KeyOutcome{Key: e.Key}
