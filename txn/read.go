@@ -339,12 +339,30 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 	}
 	out := make([]kvoffload.GetResult, len(keys))
 	entries := make([]fsm.Entry, len(keys))
-	var local []int
+	// The requester found these keys in its own metadata as this node's, and its metadata
+	// may be ahead of this node's: a key absent here, or here another node's, is confirmed
+	// with the leader as batchGet confirms its misses, or a key committed and visible
+	// elsewhere would read NotFound on its own owner (docs/cases.md C3).
+	var misses []int
 	for i, k := range keys {
 		e, ok := c.meta.Lookup(k)
+		entries[i] = e
+		if !ok || e.Owner != c.cfg.NodeID {
+			misses = append(misses, i)
+		}
+	}
+	stale := ""
+	if err := c.confirmMisses(ctx, keys, misses, entries); err != nil {
+		stale = "not in the owner's metadata, which could not be brought up to date: " + err.Error()
+	}
+	var local []int
+	for i, k := range keys {
+		e, ok := entries[i], entries[i].Key != ""
 		switch {
 		case ctx.Err() != nil:
 			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Code: kvoffload.CodeCanceled, Reason: ctx.Err().Error()}
+		case !ok && stale != "":
+			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: stale}
 		case !ok:
 			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.NotFound}
 		case e.Owner != c.cfg.NodeID:
@@ -352,7 +370,6 @@ func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoff
 		case fsm.CheckEntry(e) != nil:
 			out[i] = c.corruptEntry(ctx, k, e, fsm.CheckEntry(e))
 		default:
-			entries[i] = e
 			local = append(local, i)
 		}
 	}
