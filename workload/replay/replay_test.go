@@ -164,3 +164,45 @@ func TestStopsWhenTheStoreTakesNoBatch(t *testing.T) {
 		t.Fatalf("refused batches: summary %+v; want every request sent and 90 batch errors", s)
 	}
 }
+
+// prepare keeps at most cap(ready) batches ahead, in trace order, each value the payload its
+// key derives; primed closes once ready is full (or at the end of a short trace), and quit
+// stops it and closes ready.
+func TestPrepareAhead(t *testing.T) {
+	var reqs []trace.Request
+	for i := range 10 {
+		reqs = append(reqs, trace.Request{HashIDs: []int64{int64(i)}})
+	}
+	w := &writer{opt: Options{Writers: 3, BlockSize: 16, Model: "m", Seed: 7}, reqs: reqs}
+	ready, primed, quit := make(chan batch, 3), make(chan struct{}), make(chan struct{})
+	stopped := make(chan struct{})
+	go func() { w.prepare(ready, primed, quit); close(stopped) }()
+	<-primed
+	if len(ready) != 3 {
+		t.Fatalf("primed with %d batches ready, want 3", len(ready))
+	}
+	for i := range 5 {
+		b := <-ready
+		want := trace.Keys("m", reqs[i])[0]
+		if len(b) != 1 || b[0].Key != want || string(b[0].Value) != string(trace.Payload(7, want, 16)) {
+			t.Fatalf("batch %d: %+v, want key %s with its payload", i, b, want)
+		}
+	}
+	close(quit)
+	<-stopped
+	n := 0
+	for range ready {
+		n++
+	}
+	if n > 3 {
+		t.Fatalf("%d batches left after quit, want at most 3", n)
+	}
+
+	short := &writer{opt: Options{Writers: 32, BlockSize: 16, Model: "m"}, reqs: reqs[:2]}
+	ready, primed = make(chan batch, 32), make(chan struct{})
+	short.prepare(ready, primed, make(chan struct{}))
+	<-primed // closed although ready never filled
+	if len(ready) != 2 {
+		t.Fatalf("a 2-request trace left %d batches, want 2", len(ready))
+	}
+}
