@@ -129,6 +129,7 @@ func TestPropertyLog(t *testing.T) {
 		if err := restored.Restore(&buf); err != nil {
 			t.Fatalf("Restore: %v", err)
 		}
+		mustCheck(t, restored) // Restore checks only what the bytes could break (checkDecoded)
 		if restored.Hash() != hashes[k] {
 			t.Fatalf("restore of prefix %d: hash %x, want %x", k, restored.Hash(), hashes[k])
 		}
