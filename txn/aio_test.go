@@ -89,7 +89,7 @@ func TestReadsOnTheRealFilesystem(t *testing.T) {
 	if n := pins(); n != 0 {
 		t.Errorf("%d pins left after a cancelled BatchGetEach", n)
 	}
-	if _, err := c.BatchGetLocal(context.Background(), keys); err != nil {
+	if _, err := c.BatchGetLocal(context.Background(), keys, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := pins(); n != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -23,8 +24,13 @@ func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
 // position gets the same answer (a Corrupt record is not reported NotFound at its second
 // position because the first removed it) in bytes of its own.
 func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
+	return c.gather(ctx, keys, false, nil)
+}
+
+// gather is batchGetEach into fresh buffers, the results gathered in input order.
+func (c *Coordinator) gather(ctx context.Context, keys []string, ownerSide bool, reserve func(int64) error) ([]kvoffload.GetResult, error) {
 	out := make([]kvoffload.GetResult, len(keys))
-	err := c.batchGetEach(ctx, keys, false, nil, func(i int, r kvoffload.GetResult) bool {
+	err := c.batchGetEach(ctx, keys, false, ownerSide, reserve, func(i int, r kvoffload.GetResult) bool {
 		out[i] = r
 		return true
 	})
@@ -51,12 +57,13 @@ func (c *Coordinator) BatchGet(ctx context.Context, keys []string) ([]kvoffload.
 // the same metadata lookup the reads use, so that a caller can account for them in a budget
 // (and wait for it) before they exist; its error is returned, before any visit.
 func (c *Coordinator) BatchGetEach(ctx context.Context, keys []string, reserve func(bytes int64) error, visit func(i int, r kvoffload.GetResult) (keep bool)) error {
-	return c.batchGetEach(ctx, keys, true, reserve, visit)
+	return c.batchGetEach(ctx, keys, true, false, reserve, visit)
 }
 
 // batchGetEach is BatchGetEach reading into recycled buffers when pooled, else into fresh
-// ones (and then every position after a repeated key's first gets a copy).
-func (c *Coordinator) batchGetEach(ctx context.Context, keys []string, pooled bool, reserve func(int64) error, visit func(int, kvoffload.GetResult) bool) error {
+// ones (and then every position after a repeated key's first gets a copy). ownerSide: only
+// the keys whose bytes this node holds are read (BatchGetLocal).
+func (c *Coordinator) batchGetEach(ctx context.Context, keys []string, pooled, ownerSide bool, reserve func(int64) error, visit func(int, kvoffload.GetResult) bool) error {
 	if err := c.Usable(); err != nil {
 		return err
 	}
@@ -93,7 +100,7 @@ func (c *Coordinator) batchGetEach(ctx context.Context, keys []string, pooled bo
 			release()
 		}
 	}
-	if err := c.batchGet(ctx, uniq, times, pooled, reserve, deliver); err != nil {
+	if err := c.batchGet(ctx, uniq, times, pooled, ownerSide, reserve, deliver); err != nil {
 		return err
 	}
 	c.stats.gets.Add(uint64(len(keys)))
@@ -124,20 +131,36 @@ type deliverFunc func(i int, r kvoffload.GetResult, release func())
 // batchGet is batchGetEach for keys without repeats; keys[i] counts times[i] times against
 // MaxBatchBytes and once in what reserve is given. Each key's result goes to deliver once;
 // nothing is delivered when it returns an error.
-func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64, pooled bool, reserve func(int64) error, deliver deliverFunc) error {
+//
+// ownerSide is the owner's side of a read another member forwarded (BatchGetLocal): that
+// member found each key in its metadata as this node's, and its metadata may be ahead of
+// this node's, so a key absent here or here another node's is confirmed as a miss is (CI saw
+// TestC3 read NotFound from an owner whose FSM had not yet applied a COMMIT the asking node
+// had), within half the time the caller has left, so that the keys this node holds are
+// answered before the asking member's deadline even with a slow leader. Keys that stay
+// another node's are Unavailable; none is read from another member.
+func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64, pooled, ownerSide bool, reserve func(int64) error, deliver deliverFunc) error {
 	early := make([]kvoffload.GetResult, len(keys)) // results known before any read
 	order := make([]int, len(keys))
 	entries := make([]fsm.Entry, len(keys))
 	var misses []int
 	for i, k := range keys {
 		early[i].Key, order[i] = k, i
-		if e, ok := c.meta.Lookup(k); ok {
+		e, ok := c.meta.Lookup(k)
+		if ok {
 			entries[i] = e
-		} else {
+		}
+		if !ok || ownerSide && e.Owner != c.cfg.NodeID {
 			misses = append(misses, i)
 		}
 	}
-	if err := c.confirmMisses(ctx, keys, misses, entries); err != nil {
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok && ownerSide {
+		cctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+	}
+	err := c.confirmMisses(cctx, keys, misses, entries)
+	cancel()
+	if err != nil {
 		for _, i := range misses {
 			early[i].Status, early[i].Reason = kvoffload.Unavailable, "not in this node's metadata, which could not be brought up to date: "+err.Error()
 		}
@@ -181,7 +204,11 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 			continue
 		}
 		if owner := entries[i].Owner; owner != c.cfg.NodeID {
-			remote[owner] = append(remote[owner], i)
+			if ownerSide {
+				deliver(i, kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "not owned by node " + c.cfg.NodeID}, nil)
+			} else {
+				remote[owner] = append(remote[owner], i)
+			}
 			continue
 		}
 		local = append(local, i)
@@ -269,9 +296,9 @@ func (c *Coordinator) readResult(key string, e fsm.Entry, val []byte, err error)
 }
 
 // confirmMisses makes a miss linearizable: if keys[i] for i in misses were absent from local
-// metadata, it brings the metadata up to date with Meta.ReadIndex (a no-op on a single
-// node), bounded by ReadIndexTimeout, and looks them up again, filling entries[i] for each
-// one found. A key acknowledged through any node before the read began is then found. It
+// metadata (or, on the owner's side of a read, another node's), it brings the metadata up to
+// date with Meta.ReadIndex (a no-op on a single node), bounded by ReadIndexTimeout, and looks
+// them up again, setting entries[i] to each one's entry, or to none. A key acknowledged through any node before the read began is then found. It
 // returns ReadIndex's error, leaving entries unchanged.
 func (c *Coordinator) confirmMisses(ctx context.Context, keys []string, misses []int, entries []fsm.Entry) error {
 	if len(misses) == 0 {
@@ -284,6 +311,8 @@ func (c *Coordinator) confirmMisses(ctx context.Context, keys []string, misses [
 	for _, i := range misses {
 		if e, ok := c.meta.Lookup(keys[i]); ok {
 			entries[i] = e
+		} else {
+			entries[i] = fsm.Entry{} // gone meanwhile (it was here another node's): NotFound
 		}
 	}
 	return nil
@@ -329,57 +358,12 @@ func (c *Coordinator) readRemote(ctx context.Context, keys []string, entries []f
 }
 
 // BatchGetLocal reads only keys whose bytes this node owns (the owner side of a forwarded
-// read); keys the local metadata assigns to another node are Unavailable.
-func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
-	if err := c.Usable(); err != nil {
-		return nil, err
-	}
-	if len(keys) > c.cfg.MaxBatchKeys {
-		return nil, BatchKeysError(uint64(len(keys)), keys[c.cfg.MaxBatchKeys], c.cfg.MaxBatchKeys)
-	}
-	out := make([]kvoffload.GetResult, len(keys))
-	entries := make([]fsm.Entry, len(keys))
-	// The requester found these keys in its own metadata as this node's, and its metadata
-	// may be ahead of this node's: a key absent here, or here another node's, is confirmed
-	// with the leader as batchGet confirms its misses, or a key committed and visible
-	// elsewhere would read NotFound on its own owner (docs/cases.md C3).
-	var misses []int
-	for i, k := range keys {
-		e, ok := c.meta.Lookup(k)
-		entries[i] = e
-		if !ok || e.Owner != c.cfg.NodeID {
-			misses = append(misses, i)
-		}
-	}
-	stale := ""
-	if err := c.confirmMisses(ctx, keys, misses, entries); err != nil {
-		stale = "not in the owner's metadata, which could not be brought up to date: " + err.Error()
-	}
-	var local []int
-	for i, k := range keys {
-		e, ok := entries[i], entries[i].Key != ""
-		switch {
-		case ctx.Err() != nil:
-			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Code: kvoffload.CodeCanceled, Reason: ctx.Err().Error()}
-		case !ok && stale != "":
-			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: stale}
-		case !ok:
-			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.NotFound}
-		case e.Owner != c.cfg.NodeID:
-			out[i] = kvoffload.GetResult{Key: k, Status: kvoffload.Unavailable, Reason: "not owned by node " + c.cfg.NodeID}
-		case fsm.CheckEntry(e) != nil:
-			out[i] = c.corruptEntry(ctx, k, e, fsm.CheckEntry(e))
-		default:
-			local = append(local, i)
-		}
-	}
-	sort.SliceStable(local, func(a, b int) bool { return extentLess(entries[local[a]].Extent, entries[local[b]].Extent) })
-	c.readLocal(ctx, keys, entries, local, false, func(i int, r kvoffload.GetResult, _ func()) { out[i] = r })
-	c.stats.gets.Add(uint64(len(keys)))
-	for i := range out {
-		fillGetCode(&out[i])
-	}
-	return out, nil
+// read), as BatchGet does otherwise: a repeated key is read once and counts at every position
+// against MaxBatchBytes, reserve (when not nil) is given the bytes the values will hold
+// before anything is read, and a miss is confirmed with the leader (batchGet's ownerSide).
+// Keys the metadata assigns to another node are Unavailable.
+func (c *Coordinator) BatchGetLocal(ctx context.Context, keys []string, reserve func(bytes int64) error) ([]kvoffload.GetResult, error) {
+	return c.gather(ctx, keys, true, reserve)
 }
 
 // extentLess orders extents by (bucket, offset): the order reads are issued in.

@@ -118,7 +118,9 @@ func TestMissesConfirmedByReadIndex(t *testing.T) {
 // committed in its own metadata, and the owner's may lag it (CI saw C3 read NotFound from an
 // owner whose FSM had not yet applied the COMMIT another member had applied).
 func TestOwnerReadConfirmsMisses(t *testing.T) {
-	lagThenGet(t, (*Coordinator).BatchGetLocal)
+	lagThenGet(t, func(c *Coordinator, ctx context.Context, keys []string) ([]kvoffload.GetResult, error) {
+		return c.BatchGetLocal(ctx, keys, nil)
+	})
 }
 
 // stuckMeta never completes a read index (a paused leader): it waits for its context.
