@@ -306,7 +306,9 @@ func printSummary(w io.Writer, s replay.Summary, asJSON, baseline bool) {
 			s.DiskMBPerSec, s.DiskBeforeMBPerSec, s.DiskAfterMBPerSec, s.RatioToDisk)
 	}
 	fmt.Fprintf(w, "batch latency   p50 %.1f ms, p99 %.1f ms\n", s.P50MS, s.P99MS)
-	fmt.Fprintf(w, "read back       %.0f MB/s\n", s.ReadMBPerSec)
+	if s.Verified || s.ReadMBPerSec > 0 { // a read-back that did not run has no rate
+		fmt.Fprintf(w, "read back       %.0f MB/s\n", s.ReadMBPerSec)
+	}
 	if !s.Verified {
 		fmt.Fprintf(w, "missing/corrupt not verified: the replay was interrupted or stopped before the read-back\n")
 	} else {

@@ -84,24 +84,25 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 		opt.Readers = 4
 	}
 	s := Summary{}
-	w := &writer{t: t, opt: opt, reqs: reqs}
+	w := newWriter(t, opt, reqs)
 	// The payloads are generated ahead of the writers, and the clock starts once the first
 	// Writers batches are ready: the replay measures the store, not the payload generator
 	// (the first wave's payloads, ~200 MiB of AES-CTR, kept the disk idle for the replay's
 	// first ~100 ms).
 	ready, quit := make(chan batch, opt.Writers), make(chan struct{})
-	primed := make(chan struct{})
-	go w.prepare(ready, primed, quit)
+	primed, prepared := make(chan struct{}), make(chan struct{})
+	go func() { defer close(prepared); w.prepare(ctx, ready, primed, quit) }()
 	<-primed
 	start := time.Now()
 	stop := w.progress(start)
 	w.run(ctx, ready)
 	close(quit)
+	<-prepared // no payload is generated after Run returns
 	stop()
 	s.Seconds = time.Since(start).Seconds()
 	w.fill(&s)
 	s.Requests = int(w.doneReqs.Load())
-	keys := uniqueKeys(opt.Model, reqs)
+	keys := uniqueKeys(opt.Model, w.sent(reqs)) // of the requests sent: all of them unless interrupted or stopped
 	s.UniqueKeys = len(keys)
 	if s.Seconds > 0 {
 		s.MBPerSec = float64(s.Bytes) / 1e6 / s.Seconds
@@ -122,7 +123,11 @@ type writer struct {
 	opt  Options
 	reqs []trace.Request
 
-	stopped   atomic.Bool // a batch the store could not take: no new batches
+	stopped   atomic.Bool   // a batch the store could not take: no new batches
+	ahead     atomic.Int64  // payload bytes prepared and not yet taken by a writer
+	aheadMax  int64         // prepare's bound on ahead (aheadBytes)
+	taken     chan struct{} // a writer took a batch (capacity 1: prepare's wake-up)
+	done      map[int]bool  // requests offloaded (under mu), by trace index
 	doneReqs  atomic.Int64
 	bytes     atomic.Int64 // written (Stored)
 	offered   atomic.Int64
@@ -135,36 +140,90 @@ type writer struct {
 	problem   string
 }
 
-// batch is one request's objects, each value the payload its key derives.
-type batch []kvoffload.Object
+// batch is one request's objects, each value the payload its key derives; req is the
+// request's index in the trace.
+type batch struct {
+	req  int
+	objs []kvoffload.Object
+}
+
+// aheadBytes bounds the payload bytes prepare keeps ready beyond the first batch: with 32
+// writers and the sample's ~7 MiB requests, ready holds every writer's next batch (~220 MiB,
+// up to ~300 MiB in the sample's busiest stretch); with large blocks it holds fewer batches
+// rather than unbounded gigabytes (attack review: 8 MiB blocks x 16 per request x 8 writers).
+// A 256 MiB bound measured lower (ratios 0.67-0.77 in six runs against 0.67-0.82 without a
+// bound, alternating on one disk), so it is 1 GiB.
+const aheadBytes = 1 << 30
 
 // prepare generates the batch of each request, in trace order, into ready, which holds up
-// to Writers batches ahead of the writers (memory: about twice Writers batches, with those
-// in flight). It closes primed once ready is full or every batch is in it, and ready at the
-// end; it stops early once quit is closed.
-func (w *writer) prepare(ready chan<- batch, primed, quit chan struct{}) {
+// to cap(ready) batches and aheadMax bytes of payload ahead of the writers (at least one batch).
+// It closes primed once ready is full or every batch is in it, and ready at the end; it
+// stops, generating nothing more, once quit is closed or ctx ends.
+func (w *writer) prepare(ctx context.Context, ready chan<- batch, primed, quit chan struct{}) {
 	defer close(ready)
 	once := sync.OnceFunc(func() { close(primed) })
 	defer once()
-	for _, req := range w.reqs {
+	for i, req := range w.reqs {
 		keys := trace.Keys(w.opt.Model, req)
-		b := make(batch, len(keys))
-		for i, k := range keys {
-			b[i] = kvoffload.Object{Key: k, Value: trace.Payload(w.opt.Seed, k, w.opt.BlockSize)}
+		size := int64(len(keys)) * int64(w.opt.BlockSize)
+		for len(ready) > 0 && (len(ready) == cap(ready) || w.ahead.Load()+size > w.aheadMax) {
+			once() // as far ahead as it may be
+			select {
+			case <-w.taken:
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 		select {
-		case ready <- b:
 		case <-quit:
 			return
+		case <-ctx.Done():
+			return
+		default:
 		}
-		if len(ready) == cap(ready) {
-			once()
+		b := batch{req: i, objs: make([]kvoffload.Object, len(keys))}
+		for j, k := range keys {
+			b.objs[j] = kvoffload.Object{Key: k, Value: trace.Payload(w.opt.Seed, k, w.opt.BlockSize)}
+		}
+		w.ahead.Add(size)
+		ready <- b // never blocks: ready has room (checked above, and only prepare sends)
+	}
+}
+
+// take receives the next prepared batch, telling prepare that room was made.
+func (w *writer) take(ready <-chan batch) (batch, bool) {
+	b, ok := <-ready
+	if ok {
+		w.ahead.Add(-int64(len(b.objs)) * int64(w.opt.BlockSize))
+		select {
+		case w.taken <- struct{}{}:
+		default: // prepare was not waiting, or already has a wake-up
 		}
 	}
+	return b, ok
+}
+
+// sent returns the requests whose batches were offloaded.
+func (w *writer) sent(reqs []trace.Request) []trace.Request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]trace.Request, 0, len(w.done))
+	for i, r := range reqs {
+		if w.done[i] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // run offloads the batches of ready from Writers concurrent writers until ready is closed
 // and empty, ctx ends, or a batch stops the replay.
+func newWriter(t Target, opt Options, reqs []trace.Request) *writer {
+	return &writer{t: t, opt: opt, reqs: reqs, taken: make(chan struct{}, 1), done: map[int]bool{}, aheadMax: aheadBytes}
+}
+
 func (w *writer) run(ctx context.Context, ready <-chan batch) {
 	w.counts = map[kvoffload.Outcome]int{}
 	var wg sync.WaitGroup
@@ -172,7 +231,7 @@ func (w *writer) run(ctx context.Context, ready <-chan batch) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for b := range ready {
+			for b, ok := w.take(ready); ok; b, ok = w.take(ready) {
 				if ctx.Err() != nil || w.stopped.Load() {
 					return
 				}
@@ -183,7 +242,8 @@ func (w *writer) run(ctx context.Context, ready <-chan batch) {
 	wg.Wait()
 }
 
-func (w *writer) one(ctx context.Context, objs batch) {
+func (w *writer) one(ctx context.Context, b batch) {
+	objs := b.objs
 	t0 := time.Now()
 	res, err := w.t.BatchOffload(ctx, txnID(), objs)
 	lat := time.Since(t0)
@@ -196,6 +256,7 @@ func (w *writer) one(ctx context.Context, objs batch) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.done[b.req] = true
 	w.latencies = append(w.latencies, lat)
 	w.keys += len(objs)
 	if err != nil {

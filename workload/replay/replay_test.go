@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
@@ -167,25 +168,25 @@ func TestStopsWhenTheStoreTakesNoBatch(t *testing.T) {
 
 // prepare keeps at most cap(ready) batches ahead, in trace order, each value the payload its
 // key derives; primed closes once ready is full (or at the end of a short trace), and quit
-// stops it and closes ready.
+// stops it, generating nothing more, and closes ready.
 func TestPrepareAhead(t *testing.T) {
 	var reqs []trace.Request
 	for i := range 10 {
 		reqs = append(reqs, trace.Request{HashIDs: []int64{int64(i)}})
 	}
-	w := &writer{opt: Options{Writers: 3, BlockSize: 16, Model: "m", Seed: 7}, reqs: reqs}
+	w := newWriter(nil, Options{Writers: 3, BlockSize: 16, Model: "m", Seed: 7}, reqs)
 	ready, primed, quit := make(chan batch, 3), make(chan struct{}), make(chan struct{})
 	stopped := make(chan struct{})
-	go func() { w.prepare(ready, primed, quit); close(stopped) }()
+	go func() { w.prepare(context.Background(), ready, primed, quit); close(stopped) }()
 	<-primed
 	if len(ready) != 3 {
 		t.Fatalf("primed with %d batches ready, want 3", len(ready))
 	}
 	for i := range 5 {
-		b := <-ready
+		b, _ := w.take(ready)
 		want := trace.Keys("m", reqs[i])[0]
-		if len(b) != 1 || b[0].Key != want || string(b[0].Value) != string(trace.Payload(7, want, 16)) {
-			t.Fatalf("batch %d: %+v, want key %s with its payload", i, b, want)
+		if b.req != i || len(b.objs) != 1 || b.objs[0].Key != want || string(b.objs[0].Value) != string(trace.Payload(7, want, 16)) {
+			t.Fatalf("batch %d: %+v, want request %d's key %s with its payload", i, b, i, want)
 		}
 	}
 	close(quit)
@@ -198,11 +199,74 @@ func TestPrepareAhead(t *testing.T) {
 		t.Fatalf("%d batches left after quit, want at most 3", n)
 	}
 
-	short := &writer{opt: Options{Writers: 32, BlockSize: 16, Model: "m"}, reqs: reqs[:2]}
+	short := newWriter(nil, Options{Writers: 32, BlockSize: 16, Model: "m"}, reqs[:2])
 	ready, primed = make(chan batch, 32), make(chan struct{})
-	short.prepare(ready, primed, make(chan struct{}))
+	short.prepare(context.Background(), ready, primed, make(chan struct{}))
 	<-primed // closed although ready never filled
 	if len(ready) != 2 {
 		t.Fatalf("a 2-request trace left %d batches, want 2", len(ready))
 	}
+}
+
+// prepare keeps at most aheadMax bytes of payload ready (and at least one batch), and stops
+// when its context ends.
+func TestPrepareAheadBytes(t *testing.T) {
+	var reqs []trace.Request
+	for i := range 10 {
+		reqs = append(reqs, trace.Request{HashIDs: []int64{int64(i)}})
+	}
+	w := newWriter(nil, Options{Writers: 32, BlockSize: 16, Model: "m"}, reqs)
+	w.aheadMax = 40 // two 16-byte batches
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, primed, stopped := make(chan batch, 32), make(chan struct{}), make(chan struct{})
+	go func() { w.prepare(ctx, ready, primed, make(chan struct{})); close(stopped) }()
+	<-primed
+	if len(ready) != 2 || w.ahead.Load() != 32 {
+		t.Fatalf("primed with %d batches and %d bytes ready, want 2 and 32", len(ready), w.ahead.Load())
+	}
+	w.take(ready)
+	for len(ready) < 2 { // the room made is filled again
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-stopped
+	if len(ready) > 2 {
+		t.Fatalf("%d batches ready after the context ended, want at most 2", len(ready))
+	}
+
+	big := newWriter(nil, Options{Writers: 32, BlockSize: 64, Model: "m"}, reqs[:3])
+	big.aheadMax = 40 // less than one batch: one at a time
+	ready, primed = make(chan batch, 32), make(chan struct{})
+	go big.prepare(context.Background(), ready, primed, make(chan struct{}))
+	<-primed
+	if len(ready) != 1 {
+		t.Fatalf("batches over aheadMax: %d ready, want 1", len(ready))
+	}
+}
+
+// A replay the store stops counts the unique keys of the requests it sent, not the trace's.
+func TestStoppedReplayCountsSentKeys(t *testing.T) {
+	tg := &stoppingTarget{memTarget: memTarget{m: map[string][]byte{}, onGet: func() {}}, okBatches: 1}
+	reqs := []trace.Request{{HashIDs: []int64{1, 2}}, {HashIDs: []int64{3, 4}}, {HashIDs: []int64{5, 6}}}
+	s, err := Run(context.Background(), tg, reqs, Options{Writers: 1, BlockSize: 16, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Stopped || s.Requests != 2 || s.Keys != 4 || s.UniqueKeys != 4 || s.Stored != 2 {
+		t.Fatalf("stopped replay: %+v, want stopped after 2 requests, 4 keys (4 unique), 2 stored", s)
+	}
+}
+
+// stoppingTarget takes okBatches batches, then answers ErrUnavailable.
+type stoppingTarget struct {
+	memTarget
+	okBatches int
+	calls     atomic.Int64
+}
+
+func (t *stoppingTarget) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
+	if t.calls.Add(1) > int64(t.okBatches) {
+		return nil, fmt.Errorf("%w: store gone (test)", kvoffload.ErrUnavailable)
+	}
+	return t.memTarget.BatchOffload(ctx, id, objs)
 }
