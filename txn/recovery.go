@@ -75,7 +75,7 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 	c.stats.recovered.Add(uint64(rep.RolledFwd))
 	c.stats.recoveryAbort.Add(uint64(rep.Aborted))
 	c.stats.orphanBytes.Add(uint64(rep.OrphanBytes))
-	c.lg.Info("recovery done", "intents", rep.Intents, "unresolved", rep.Unresolved,
+	c.lg.Info("recovery done", "intents", rep.Intents, "unresolved", rep.Unresolved, "already_decided", rep.AlreadyDone,
 		"rolled_forward", rep.RolledFwd, "aborted", rep.Aborted, "orphan_bytes", rep.OrphanBytes, "evicted", rep.Evicted)
 	return rep, nil
 }
