@@ -126,6 +126,7 @@ type writer struct {
 	stopped   atomic.Bool   // a batch the store could not take: no new batches
 	ahead     atomic.Int64  // payload bytes prepared and not yet taken by a writer
 	aheadMax  int64         // prepare's bound on ahead (aheadBytes)
+	lastDone  atomic.Int64  // when the last batch finished (Unix ns; 0: none yet)
 	taken     chan struct{} // a writer took a batch (capacity 1: prepare's wake-up)
 	done      map[int]bool  // requests offloaded (under mu), by trace index
 	doneReqs  atomic.Int64
@@ -247,6 +248,7 @@ func (w *writer) one(ctx context.Context, b batch) {
 	t0 := time.Now()
 	res, err := w.t.BatchOffload(ctx, txnID(), objs)
 	lat := time.Since(t0)
+	w.lastDone.Store(time.Now().UnixNano())
 	w.offered.Add(int64(len(objs) * w.opt.BlockSize))
 	w.doneReqs.Add(1)
 	for _, r := range res {
@@ -294,10 +296,10 @@ func (w *writer) progress(start time.Time) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	line := func() {
+	line := func(last bool) {
 		el := time.Since(start).Seconds()
-		fmt.Fprintf(w.opt.Progress, "offload: %d/%d requests, %.0f MB written, %.0f MB/s\n",
-			w.doneReqs.Load(), len(w.reqs), float64(w.bytes.Load())/1e6, float64(w.bytes.Load())/1e6/el)
+		fmt.Fprintf(w.opt.Progress, "offload: %d/%d requests, %.0f MB written, %.0f MB/s%s\n",
+			w.doneReqs.Load(), len(w.reqs), float64(w.bytes.Load())/1e6, float64(w.bytes.Load())/1e6/el, w.stall(start, last))
 	}
 	go func() {
 		defer wg.Done()
@@ -306,14 +308,31 @@ func (w *writer) progress(start time.Time) (stop func()) {
 		for {
 			select {
 			case <-done:
-				line() // the last one: where the offload ended
+				line(true) // the last one: where the offload ended
 				return
 			case <-tick.C:
-				line()
+				line(false)
 			}
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// stallAfter is how long no batch may finish before a progress line says so.
+const stallAfter = 5 * time.Second
+
+// stall is what a progress line adds when no batch has finished for stallAfter (since start
+// if none has): a store that does not answer shows as such, not as a rate falling to 0 MB/s
+// for as long as its client retries (new-user trial: two minutes against a killed node).
+func (w *writer) stall(start time.Time, last bool) string {
+	since := start
+	if t := w.lastDone.Load(); t != 0 {
+		since = time.Unix(0, t)
+	}
+	if last || time.Since(since) < stallAfter {
+		return ""
+	}
+	return fmt.Sprintf("; no batch has finished for %s: the store is not answering, and each batch waits for its client's retries to end", time.Since(since).Truncate(time.Second))
 }
 
 func (w *writer) fill(s *Summary) {

@@ -270,3 +270,19 @@ func (t *stoppingTarget) BatchOffload(ctx context.Context, id fsm.TxnID, objs []
 	}
 	return t.memTarget.BatchOffload(ctx, id, objs)
 }
+
+// A progress line says so when no batch has finished for stallAfter, and not otherwise.
+func TestProgressNamesAStall(t *testing.T) {
+	w := newWriter(nil, Options{}, nil)
+	start := time.Now().Add(-2 * stallAfter)
+	if s := w.stall(start, false); !strings.Contains(s, "no batch has finished for 10s") {
+		t.Fatalf("no batch since a start 10s ago: %q", s)
+	}
+	if s := w.stall(start, true); s != "" {
+		t.Fatalf("the last line: %q, want nothing", s)
+	}
+	w.lastDone.Store(time.Now().UnixNano())
+	if s := w.stall(start, false); s != "" {
+		t.Fatalf("a batch just finished: %q, want nothing", s)
+	}
+}
