@@ -26,6 +26,7 @@ type memMember struct {
 	kvoffloadv1.UnimplementedClusterServer
 	mu     sync.Mutex
 	values map[string][]byte
+	alone  bool // in no cluster yet: Status lists no member
 }
 
 func (m *memMember) BatchOffload(st grpc.ClientStreamingServer[kvoffloadv1.OffloadChunk, kvoffloadv1.OffloadResponse]) error {
@@ -78,6 +79,9 @@ func (m *memMember) BatchGet(req *kvoffloadv1.GetRequest, st grpc.ServerStreamin
 func (m *memMember) Status(context.Context, *kvoffloadv1.StatusRequest) (*kvoffloadv1.StatusResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.alone {
+		return &kvoffloadv1.StatusResponse{}, nil
+	}
 	return &kvoffloadv1.StatusResponse{LeaderId: "n1", AppliedIndex: 7, Keys: uint64(len(m.values)), Members: []*kvoffloadv1.Member{
 		{NodeId: "n1", RaftAddr: "127.0.0.1:7000", ApiAddr: "127.0.0.1:7100", Voter: true, Leader: true, Keys: uint64(len(m.values))},
 	}}, nil
@@ -144,6 +148,22 @@ func TestStatusRemote(t *testing.T) {
 	}
 	if !strings.Contains(js.String(), `"raft_addr":"127.0.0.1:7000"`) {
 		t.Errorf("--json lacks snake_case fields: %s", js.String())
+	}
+}
+
+// status of a member that is in no cluster yet (starting, or still joining) says so and
+// fails, instead of printing an empty cluster with exit status 0 (new-user trial).
+func TestStatusNotJoined(t *testing.T) {
+	m, addr := startMemMember(t)
+	m.mu.Lock()
+	m.alone = true
+	m.mu.Unlock()
+	for _, js := range []bool{false, true} {
+		var out bytes.Buffer
+		err := runStatus(context.Background(), statusFlags{addr: addr, json: js, timeout: 5 * time.Second}, &out)
+		if err == nil || !strings.Contains(err.Error(), "in no cluster yet") || out.Len() != 0 {
+			t.Fatalf("json %v: err %v, output %q", js, err, out.String())
+		}
 	}
 }
 

@@ -65,6 +65,11 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 		}
 		return fmt.Errorf("status: %s: %w", c.Addr(), err)
 	}
+	if len(st.Members) == 0 {
+		// A member lists itself once it is in a configuration: this one is starting, or its
+		// --join has not succeeded yet.
+		return fmt.Errorf("status: %s answers but is in no cluster yet: it is starting, or still joining through its --join address (its log and /readyz say which); ask another member", c.Addr())
+	}
 	if f.json {
 		return json.NewEncoder(w).Encode(st)
 	}
