@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -54,8 +55,19 @@ func (n *Node) peerDialOptions() []grpc.DialOption {
 		grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerBackoff, MinConnectTimeout: peerConnectTimeout}),
 	)
 }
+
+// peerBackoff paces the reconnection to a member that cannot be reached: gRPC's default
+// (backoff.DefaultConfig) doubles up to two minutes, so a member back from a long outage
+// stayed unreachable from the others for as long, its keys Unavailable through them
+// (new-user trial; TestOwnerServesSoonAfterAnOutage). Members are few, and an attempt at a
+// dead address costs one refused connection, so it is capped at a second.
+var peerBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
+
+// peerConnectTimeout bounds one connection attempt to a member (gRPC's default is 20 s).
+const peerConnectTimeout = 5 * time.Second
 
 // serve starts the client API (KVOffload, gRPC health, server reflection) on cfg.APIAddr
 // and, in cluster mode, the peer service (Cluster) on cfg.PeerAddr: two listeners, so that
