@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -155,6 +156,12 @@ func dialOptions(opt Options) []grpc.DialOption {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: keepaliveTime, Timeout: opt.StallTimeout, PermitWithoutStream: true,
 		}),
+		// Reconnection to a member paced as the client's own retries (up to MaxBackoff), not by
+		// gRPC's default backoff, which grows to two minutes: a member back from an outage was
+		// otherwise out of reach for as long (TestReconnectWithinMaxBackoff).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: min(opt.RetryBackoff, opt.MaxBackoff), Multiplier: 1.6, Jitter: 0.2, MaxDelay: opt.MaxBackoff,
+		}, MinConnectTimeout: opt.DialTimeout}),
 	)
 	if opt.Token != "" {
 		dos = append(dos, grpc.WithPerRPCCredentials(bearer{token: opt.Token, secure: !opt.InsecureToken}))
