@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kvoffload/kvoffload/client"
@@ -49,7 +50,24 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 			return nil, nil, fmt.Errorf("cannot reach the cluster at %s: %w", addr, err)
 		}
 		clients = append(clients, c)
+		// One cheap call before the replay: an address that answers gRPC but serves no
+		// kvoffload API (a member's peer port) is named as such now, not by every batch.
+		if _, err := c.Stats(dctx); err != nil && notAPI(err) {
+			closeAll()
+			return nil, nil, apiAddrHint(c.Addr(), err)
+		}
 		spread.Targets = append(spread.Targets, c)
 	}
 	return &spread, closeAll, nil
+}
+
+// notAPI reports whether err says the address serves gRPC but not the kvoffload API.
+func notAPI(err error) bool {
+	return strings.Contains(err.Error(), "unknown service kvoffload.v1.KVOffload")
+}
+
+// apiAddrHint is the error for an address that serves no kvoffload API: most likely a
+// member's peer port given where its API address belongs.
+func apiAddrHint(addr string, err error) error {
+	return fmt.Errorf("%s serves no kvoffload API (a member's peer port?): give a member's API address, its --api-addr: %w", addr, err)
 }

@@ -193,6 +193,11 @@ func TestStatusAtAPeerPort(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--api-addr") {
 		t.Fatalf("status at a port without the API: %v, want it to ask for --api-addr", err)
 	}
+	// replay --addr too, before any batch (new-user trial: every batch failed with gRPC's
+	// "unknown service").
+	if _, _, err := dialRemote(context.Background(), lis.Addr().String(), apiCreds{}, false); err == nil || !strings.Contains(err.Error(), "--api-addr") {
+		t.Fatalf("replay at a port without the API: %v, want it to ask for --api-addr", err)
+	}
 }
 
 // A token without TLS is refused as a flag mistake, in the flags' names, before anything is

@@ -60,8 +60,8 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 	defer c.Close()
 	st, err := c.Status(ctx)
 	if err != nil {
-		if strings.Contains(err.Error(), "unknown service kvoffload.v1.KVOffload") {
-			return fmt.Errorf("status: %s serves no kvoffload API (a member's peer port?): give a member's API address, its --api-addr: %w", c.Addr(), err)
+		if notAPI(err) {
+			return fmt.Errorf("status: %w", apiAddrHint(c.Addr(), err))
 		}
 		return fmt.Errorf("status: %s: %w", c.Addr(), err)
 	}
