@@ -151,6 +151,22 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// listenHint names the serve flag behind an address that is in use (new-user trial: the
+// error named the node's listener, not the flag to change); other errors pass unchanged.
+func listenHint(err error) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	for _, m := range []struct{ part, flag string }{
+		{"--http-addr", "--http-addr"}, {"API listener", "--api-addr"}, {"peer listener", "--peer-addr"}, {"raftmeta: transport", "--raft-addr"},
+	} {
+		if strings.Contains(err.Error(), m.part) {
+			return fmt.Errorf("%s is in use (another storenode or another program listens there): choose another address: %w", m.flag, err)
+		}
+	}
+	return err
+}
+
 // securityConfig reads the TLS and token settings.
 func securityConfig(vals map[string]string) (node.Security, error) {
 	sec := node.Security{CertFile: vals["tls-cert"], KeyFile: vals["tls-key"], CAFile: vals["tls-ca"]}
@@ -203,13 +219,13 @@ func runServe(ctx context.Context, vals map[string]string) error {
 		}
 		bound, err := ops.Serve(ctx, addr, ops.Handler(reg, checks), cfg.Logger)
 		if err != nil {
-			return err
+			return listenHint(fmt.Errorf("--http-addr: %w", err))
 		}
 		cfg.Logger.Info("http listening", "addr", bound.String())
 	}
 	n, err := node.Open(ctx, cfg)
 	if err != nil {
-		return err
+		return listenHint(err)
 	}
 	current.Store(n)
 	fmt.Fprintf(os.Stderr, "storenode %s ready: api %s, peer %s, raft %s\n", cfg.ID, n.APIAddr(), n.PeerAddr(), cfg.RaftAddr)
