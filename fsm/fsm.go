@@ -27,9 +27,14 @@ type state struct {
 
 	// Derived from live (not encoded, rebuilt on restore), kept up to date
 	// by addLive and delLive so readers need not scan.
-	bytes   int64                  // sum of Size over live
-	owners  map[string]OwnerStats  // Entry.Owner -> its live keys and bytes; no zero entries
-	extents map[chunkKey]chunkList // the extent index (extent.go)
+	bytes   int64                   // sum of Size over live
+	owners  map[string]OwnerStats   // Entry.Owner -> its live keys and bytes; no zero entries
+	extents map[chunkKey]*chunkList // the extent index (extent.go)
+	// lastKey and lastList are the chunk of the extent index looked up last (lastList nil:
+	// none), so that the neighbouring records of one COMMIT, which share a chunk, cost one
+	// map lookup rather than three each (s.chunk).
+	lastKey  chunkKey
+	lastList *chunkList
 }
 
 func newState() *state {
@@ -38,7 +43,7 @@ func newState() *state {
 		txns:    make(map[TxnID]*record),
 		members: make(map[string]Member),
 		owners:  make(map[string]OwnerStats),
-		extents: make(map[chunkKey]chunkList),
+		extents: make(map[chunkKey]*chunkList),
 	}
 }
 
