@@ -163,13 +163,15 @@ func (k chunkKey) rel(off int64) int32 { return int32(off - k.base()) }
 // last is kept aside: a COMMIT's records are neighbours in one bucket, so its keys look up the
 // same chunk again and again, and a map lookup hashes the owner's name each time (the
 // extent index's three lookups per key were ~30% of a 1M-key log replay's apply, node's
-// BenchmarkStartup, a CPU profile).
-func (s *state) chunk(k chunkKey) *chunkList {
+// BenchmarkStartup, a CPU profile). remember: keep k aside if it is not already; only a
+// caller holding the FSM's write lock (apply) may, as readers under the read lock run
+// concurrently (they read what is kept aside, which only apply writes).
+func (s *state) chunk(k chunkKey, remember bool) *chunkList {
 	if s.lastList != nil && s.lastKey == k {
 		return s.lastList
 	}
 	l := s.extents[k]
-	if l != nil {
+	if l != nil && remember {
 		s.lastKey, s.lastList = k, l
 	}
 	return l
@@ -181,7 +183,7 @@ func (s *state) indexAdd(e Entry, slot uint32) {
 		return
 	}
 	chunks(e.Owner, e.Extent, func(k chunkKey) bool {
-		l := s.chunk(k)
+		l := s.chunk(k, true)
 		if l == nil {
 			l = new(chunkList)
 			s.extents[k] = l
@@ -198,7 +200,7 @@ func (s *state) indexDel(e Entry, slot uint32) {
 		return
 	}
 	chunks(e.Owner, e.Extent, func(k chunkKey) bool {
-		l := s.chunk(k)
+		l := s.chunk(k, true)
 		if l == nil {
 			return true
 		}
@@ -213,15 +215,21 @@ func (s *state) indexDel(e Entry, slot uint32) {
 }
 
 // overlapping returns a live entry of owner, of a key other than skip, whose extent overlaps
-// x. An x that is not indexable overlaps nothing here (the caller refuses it first).
+// x. An x that is not indexable overlaps nothing here (the caller refuses it first). It only
+// reads the state: callers under the FSM's read lock use it.
 func (s *state) overlapping(owner string, x Extent, skip string) (Entry, bool) {
+	return s.overlaps(owner, x, skip, false)
+}
+
+// overlaps is overlapping; remember as in chunk (apply's callers, under the write lock).
+func (s *state) overlaps(owner string, x Extent, skip string, remember bool) (Entry, bool) {
 	if !indexable(x) {
 		return Entry{}, false
 	}
 	var found Entry
 	var ok bool
 	chunks(owner, x, func(k chunkKey) bool {
-		if l := s.chunk(k); l == nil {
+		if l := s.chunk(k, remember); l == nil {
 			return true
 		} else if slot, hit := l.overlap(k.rel(x.Offset), k.rel(x.End()), skip, &s.live); hit {
 			found, ok = s.live.at(slot), true

@@ -333,7 +333,7 @@ func (s *state) refused(e Entry) bool {
 	if x.Offset < 0 || x.Length < 0 || x.Length > MaxRecordLength || x.Offset > 1<<62 {
 		return true
 	}
-	_, overlap := s.overlapping(e.Owner, x, e.Key)
+	_, overlap := s.overlaps(e.Owner, x, e.Key, true) // apply holds the write lock
 	return overlap
 }
 
