@@ -108,3 +108,41 @@ func TestOwnerReadOfAKeyGoneMeanwhile(t *testing.T) {
 		t.Fatalf("a key gone meanwhile: %v %+v (caught up %v)", err, res, m.caughtUp)
 	}
 }
+
+// foreignMeta shows key as n2's, with size bytes and an extent no record has: the owner side
+// of a read must answer it Unavailable without counting its size or repairing it.
+type foreignMeta struct {
+	*flakyMeta
+	key  string
+	size uint32
+}
+
+func (m *foreignMeta) Lookup(k string) (fsm.Entry, bool) {
+	if k == m.key {
+		return fsm.Entry{Key: k, Owner: "n2", Gen: 1, Size: m.size, Extent: fsm.Extent{Bucket: 1, Offset: 3}}, true
+	}
+	return m.flakyMeta.Lookup(k)
+}
+
+// A key the metadata gives to another node counts neither against MaxBatchBytes nor in the
+// reservation on the owner's side, and is not repaired as corrupt: it is never read there
+// (attack review: a 3 MiB key of n2 failed the whole read under a 2 MiB MaxBatchBytes).
+func TestOwnerReadSkipsForeignKeys(t *testing.T) {
+	m := &foreignMeta{flakyMeta: &flakyMeta{f: fsm.New()}, key: "theirs", size: 3 << 20}
+	c, _ := newCoordinatorFor(t, m, m.f)
+	if res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("mine", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
+		t.Fatalf("offload: %v %+v", err, res)
+	}
+	c.cfg.MaxBatchBytes = 2 << 20
+	var reserved int64
+	res, err := c.BatchGetLocal(context.Background(), []string{"theirs", "mine"}, func(n int64) error { reserved += n; return nil })
+	if err != nil || res[0].Status != kvoffload.Unavailable || res[1].Status != kvoffload.Found {
+		t.Fatalf("a foreign key beside a held one: %v %+v", err, res)
+	}
+	if reserved != 4 {
+		t.Fatalf("reserved %d bytes, want 4 (the held key's)", reserved)
+	}
+	if got := c.Stats().GetCorrupt; got != 0 {
+		t.Fatalf("%d reads counted corrupt, want 0", got)
+	}
+}

@@ -138,7 +138,8 @@ type deliverFunc func(i int, r kvoffload.GetResult, release func())
 // TestC3 read NotFound from an owner whose FSM had not yet applied a COMMIT the asking node
 // had), within half the time the caller has left, so that the keys this node holds are
 // answered before the asking member's deadline even with a slow leader. Keys that stay
-// another node's are Unavailable; none is read from another member.
+// another node's are Unavailable before any limit or check applies to them (they are not
+// read here, nor from another member).
 func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64, pooled, ownerSide bool, reserve func(int64) error, deliver deliverFunc) error {
 	early := make([]kvoffload.GetResult, len(keys)) // results known before any read
 	order := make([]int, len(keys))
@@ -173,6 +174,8 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 		case early[i].Status != 0:
 		case entries[i].Key == "": // absent, and confirmed absent
 			early[i].Status = kvoffload.NotFound
+		case ownerSide && entries[i].Owner != c.cfg.NodeID: // never read here: neither counted nor checked
+			early[i].Status, early[i].Reason = kvoffload.Unavailable, "not owned by node "+c.cfg.NodeID
 		case fsm.CheckEntry(entries[i]) != nil:
 			bad = append(bad, i) // answered below, once the batch is known to be within its limits
 		default:
@@ -203,12 +206,8 @@ func (c *Coordinator) batchGet(ctx context.Context, keys []string, times []int64
 			deliver(i, early[i], nil)
 			continue
 		}
-		if owner := entries[i].Owner; owner != c.cfg.NodeID {
-			if ownerSide {
-				deliver(i, kvoffload.GetResult{Key: keys[i], Status: kvoffload.Unavailable, Reason: "not owned by node " + c.cfg.NodeID}, nil)
-			} else {
-				remote[owner] = append(remote[owner], i)
-			}
+		if owner := entries[i].Owner; owner != c.cfg.NodeID { // not on the owner's side: answered early
+			remote[owner] = append(remote[owner], i)
 			continue
 		}
 		local = append(local, i)
