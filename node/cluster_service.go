@@ -315,9 +315,11 @@ func (s clusterService) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamin
 	if err := s.requireMember(callerOf(stream.Context())); err != nil {
 		return err
 	}
-	// The values are held until the reply is sent: they take their bytes from the node's
-	// buffer budget as BatchGet's do (a member asking for one 64 MiB key 48 times held 3 GiB).
-	buf := s.n.metrics.buffers.newHold()
+	// The values are held until the reply is sent: they take their bytes from a budget as
+	// BatchGet's do (a member asking for one 64 MiB key 48 times held 3 GiB), the one of
+	// forwarded reads (metrics.peerBuffers: not the API's, or two members reading each other's
+	// keys could deadlock until the owner deadline).
+	buf := s.n.metrics.peerBuffers.newHold()
 	defer buf.release()
 	res, err := s.n.coord.BatchGetLocal(stream.Context(), req.Keys, buf.reserver(stream.Context()))
 	if err != nil {

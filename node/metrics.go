@@ -27,13 +27,22 @@ type metrics struct {
 	keyFailures    *prometheus.CounterVec
 	bufferedBytes  prometheus.Gauge
 	bufferWaits    prometheus.Counter
+	peerBuffered   prometheus.Gauge
+	peerWaits      prometheus.Counter
 
 	// buffers is the node-wide bound on the bytes the gRPC service buffers (budget.go); it
 	// lives here, with its gauge, because every request of the service reaches it through
 	// the node's metrics.
 	buffers *budget
-	log     *slog.Logger
-	logs    *logLimiter
+	// peerBuffers bounds the bytes of the reads other members forward here (ReadLocal), with
+	// the same limit, apart from buffers: a BatchGet holds its bytes of buffers while it
+	// waits for an owner, so if the owners' reads took them from buffers too, two members
+	// reading each other's keys could each hold what the other's owner read waits for (attack
+	// review: every key Unavailable after the owner deadline). An owner's read waits on no
+	// other member, so this budget joins no such cycle.
+	peerBuffers *budget
+	log         *slog.Logger
+	logs        *logLimiter
 }
 
 func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
@@ -70,10 +79,17 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		bufferWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvoffload_buffer_waits_total", Help: "Requests that waited for buffer space (MaxBufferedBytes reached: back-pressure).",
 		}),
+		peerBuffered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvoffload_peer_buffered_bytes", Help: "Value bytes held for reads other members forwarded to this node, the owner (bounded by MaxBufferedBytes, apart from kvoffload_buffered_bytes).",
+		}),
+		peerWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvoffload_peer_buffer_waits_total", Help: "Forwarded reads that waited for buffer space.",
+		}),
 		log:  n.log,
 		logs: newLogLimiter(failureLogRate, failureLogBurst),
 	}
 	m.buffers = newBudget(bufferLimit(n.cfg.Txn), m.bufferedBytes, m.bufferWaits)
+	m.peerBuffers = newBudget(bufferLimit(n.cfg.Txn), m.peerBuffered, m.peerWaits)
 	for _, o := range []kvoffload.Outcome{kvoffload.Stored, kvoffload.AlreadyStored, kvoffload.Conflict, kvoffload.Rejected, kvoffload.Failed} {
 		m.offloadKeys.WithLabelValues(outcomeLabel(o))
 	}
@@ -91,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.offloadSeconds, m.offloadKeys, m.offloadBytes, m.getSeconds, m.getKeys, m.getBytes,
-			m.existsKeys, m.keyFailures, m.bufferedBytes, m.bufferWaits, stateCollector{n})
+			m.existsKeys, m.keyFailures, m.bufferedBytes, m.bufferWaits, m.peerBuffered, m.peerWaits, stateCollector{n})
 	}
 	return m
 }

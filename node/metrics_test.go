@@ -93,8 +93,10 @@ func TestMetricsAtStartUp(t *testing.T) {
 			"op=offload,outcome=failed,reason=indeterminate", "op=get,outcome=corrupt,reason=corrupt_record",
 			"op=get,outcome=unavailable,reason=read_index_failed", "op=get,outcome=unavailable,reason=other",
 		},
-		"kvoffload_buffered_bytes":     {""},
-		"kvoffload_buffer_waits_total": {""},
+		"kvoffload_buffered_bytes":          {""},
+		"kvoffload_buffer_waits_total":      {""},
+		"kvoffload_peer_buffered_bytes":     {""},
+		"kvoffload_peer_buffer_waits_total": {""},
 	}
 	for name, labels := range want {
 		got := series(t, reg, name)
