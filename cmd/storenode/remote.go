@@ -51,8 +51,14 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 		}
 		clients = append(clients, c)
 		// One cheap call before the replay: an address that answers gRPC but serves no
-		// kvoffload API (a member's peer port) is named as such now, not by every batch.
-		if _, err := c.Stats(dctx); err != nil && notAPI(err) {
+		// kvoffload API (a member's peer port) is named as such now, not by every batch. Status
+		// does not wait for the member to be ready, and the probe has its own short deadline,
+		// so a member still recovering costs the dial of the others nothing (attack review);
+		// any other error is left to the batches.
+		pctx, pcancel := context.WithTimeout(ctx, probeTimeout)
+		_, err = c.Status(pctx)
+		pcancel()
+		if err != nil && notAPI(err) {
 			closeAll()
 			return nil, nil, apiAddrHint(c.Addr(), err)
 		}
@@ -60,6 +66,9 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 	}
 	return &spread, closeAll, nil
 }
+
+// probeTimeout bounds replay's probe of each address (dialRemote).
+const probeTimeout = 2 * time.Second
 
 // notAPI reports whether err says the address serves gRPC but not the kvoffload API.
 func notAPI(err error) bool {

@@ -27,6 +27,7 @@ type memMember struct {
 	mu     sync.Mutex
 	values map[string][]byte
 	alone  bool // in no cluster yet: Status lists no member
+	stall  bool // Status waits for its caller's deadline (a member still recovering)
 }
 
 func (m *memMember) BatchOffload(st grpc.ClientStreamingServer[kvoffloadv1.OffloadChunk, kvoffloadv1.OffloadResponse]) error {
@@ -76,8 +77,13 @@ func (m *memMember) BatchGet(req *kvoffloadv1.GetRequest, st grpc.ServerStreamin
 	return nil
 }
 
-func (m *memMember) Status(context.Context, *kvoffloadv1.StatusRequest) (*kvoffloadv1.StatusResponse, error) {
+func (m *memMember) Status(ctx context.Context, _ *kvoffloadv1.StatusRequest) (*kvoffloadv1.StatusResponse, error) {
 	m.mu.Lock()
+	if m.stall {
+		m.mu.Unlock()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	defer m.mu.Unlock()
 	if m.alone {
 		return &kvoffloadv1.StatusResponse{}, nil
@@ -164,6 +170,29 @@ func TestStatusNotJoined(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "in no cluster yet") || out.Len() != 0 {
 			t.Fatalf("json %v: err %v, output %q", js, err, out.String())
 		}
+	}
+}
+
+// replay's probe of each address has its own deadline: a member that does not answer it
+// leaves the dial of the others alone, and the replay starts (attack review: the probe
+// shared the dial's 10 s and the next address then failed).
+func TestReplayProbeOfAStalledMember(t *testing.T) {
+	slow, slowAddr := startMemMember(t)
+	slow.mu.Lock()
+	slow.stall = true
+	slow.mu.Unlock()
+	_, goodAddr := startMemMember(t)
+	start := time.Now()
+	target, closeAll, err := dialRemote(context.Background(), slowAddr+","+goodAddr, apiCreds{}, false)
+	if err != nil {
+		t.Fatalf("dial with one stalled member: %v", err)
+	}
+	defer closeAll()
+	if el := time.Since(start); el > 3*probeTimeout {
+		t.Fatalf("dial took %s", el)
+	}
+	if target == nil {
+		t.Fatal("no target")
 	}
 }
 
