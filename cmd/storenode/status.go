@@ -68,7 +68,7 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 	if len(st.Members) == 0 {
 		// A member lists itself once it is in a configuration: this one is starting, or its
 		// --join has not succeeded yet.
-		return fmt.Errorf("status: %s answers but is in no cluster yet: it is starting, or still joining through its --join address (its log and /readyz say which); ask another member", c.Addr())
+		return fmt.Errorf("status: %s answers but is in no cluster yet: it is starting, or still joining through its --join address (its log says which; /readyz answers 503 until it is ready); ask another member", c.Addr())
 	}
 	if f.json {
 		return json.NewEncoder(w).Encode(st)
