@@ -115,6 +115,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	r.StartupKeys, r.StartupSeconds, r.StartupCrashed = st.Keys, st.Open.Seconds(), st.Crashed
 	r.StartupSPerGiB = st.Open.Seconds() / (float64(st.Bytes) / (1 << 30))
 	r.StartupUSPerKey = float64(st.Open.Microseconds()) / float64(st.Keys)
+	r.StartupSnapshotSPerGiB = st.SnapshotOpen.Seconds() / (float64(st.Bytes) / (1 << 30))
+	r.StartupSnapshotUSPerKey = float64(st.SnapshotOpen.Microseconds()) / float64(st.Keys)
 	r.BytesPerKey, r.RSSPerKey = st.HeapPerKey, st.RSSPerKey
 	if st.Note != "" {
 		r.Notes = append(r.Notes, "start-up: "+st.Note)

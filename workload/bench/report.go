@@ -55,7 +55,9 @@ type Report struct {
 	StreamOffloadOverEmbedded float64  `json:"stream_offload_over_embedded"`
 	StreamGetMBPerS           float64  `json:"stream_get_mb_per_s"`
 	StreamGetOverEmbedded     float64  `json:"stream_get_over_embedded"`
-	RSSPerKey                 float64  `json:"rss_bytes_per_key"` // VmRSS growth per key over the same open (cross-check)
+	RSSPerKey                 float64  `json:"rss_bytes_per_key"`           // VmRSS growth per key over the same open (cross-check)
+	StartupSnapshotSPerGiB    float64  `json:"startup_snapshot_s_per_gib"`  // node.Open restoring a snapshot of the same keys (a node whose log passed SnapshotThreshold)
+	StartupSnapshotUSPerKey   float64  `json:"startup_snapshot_us_per_key"` // the same, µs per committed key
 	StartupKeys               int      `json:"startup_keys"`
 	StartupSeconds            float64  `json:"startup_s"`
 	StartupCrashed            bool     `json:"startup_after_sigkill"`
@@ -167,6 +169,8 @@ func (r Report) WriteTable(w io.Writer) {
 	}
 	row(fmt.Sprintf("start-up, %d committed keys, %s", r.StartupKeys, how), "-",
 		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSPerGiB, r.StartupUSPerKey), "")
+	row("  the same from a snapshot (clean close)", "-",
+		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSnapshotSPerGiB, r.StartupSnapshotUSPerKey), "")
 	row("memory per committed key (live Go heap after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "")
 	fmt.Fprintf(w, "\nkvoffload's 256 KiB offload / one file per block: %.2fx; wall time %.1f s; seed %d; filesystem %s\n", r.OffloadOverFile, r.Seconds, r.Seed, r.FilesystemType)
 	if r.SmallOffloadRatio > 1 {
