@@ -297,8 +297,9 @@ func (c *Coordinator) readResult(key string, e fsm.Entry, val []byte, err error)
 // confirmMisses makes a miss linearizable: if keys[i] for i in misses were absent from local
 // metadata (or, on the owner's side of a read, another node's), it brings the metadata up to
 // date with Meta.ReadIndex (a no-op on a single node), bounded by ReadIndexTimeout, and looks
-// them up again, setting entries[i] to each one's entry, or to none. A key acknowledged through any node before the read began is then found. It
-// returns ReadIndex's error, leaving entries unchanged.
+// them up again, setting entries[i] to each one's entry, or to none. A key acknowledged
+// through any node before the read began is then found. It returns ReadIndex's error,
+// leaving entries unchanged.
 func (c *Coordinator) confirmMisses(ctx context.Context, keys []string, misses []int, entries []fsm.Entry) error {
 	if len(misses) == 0 {
 		return nil

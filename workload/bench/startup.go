@@ -72,13 +72,12 @@ func startupLoad(keys, value int, seed uint64) Load {
 
 // startupResult is the start-up measurement.
 type startupResult struct {
-	Keys  int
-	Bytes int64 // payload bytes committed
-	Open  time.Duration
-	// SnapshotOpen is a second open, after the first one's node took a snapshot and closed.
-	SnapshotOpen time.Duration
-	Crashed      bool   // the writer was SIGKILLed (false: it closed cleanly; see Note)
-	Note         string // how the writer stopped, when not by SIGKILL
+	Keys         int
+	Bytes        int64 // payload bytes committed
+	Open         time.Duration
+	SnapshotOpen time.Duration // a second open, after the first one's node took a snapshot and closed
+	Crashed      bool          // the writer was SIGKILLed (false: it closed cleanly; see Note)
+	Note         string        // how the writer stopped, when not by SIGKILL
 	HeapPerKey   float64
 	RSSPerKey    float64
 	HeapInuseKB  int64

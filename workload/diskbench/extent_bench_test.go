@@ -1,11 +1,10 @@
 package diskbench
 
 import (
-	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,7 +33,7 @@ func BenchmarkWriteInto(b *testing.B) {
 	}
 }
 
-func writeInto(b *testing.B, mode string, total, block int64, writers int) {
+func writeInto(b *testing.B, mode string, total, block int64, depth int) {
 	b.StopTimer()
 	f, direct, err := openDirect(filepath.Join(b.TempDir(), "blocks"), true)
 	if err != nil {
@@ -55,26 +54,21 @@ func writeInto(b *testing.B, mode string, total, block int64, writers int) {
 	}
 	b.SetBytes(total)
 	b.StartTimer()
+	j := Job{Pattern: SeqWritePattern, Block: int(block), Depth: depth}
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := aligned(int(block))
-			for off := next.Add(block) - block; off < total; off = next.Add(block) - block {
-				if _, err := f.WriteAt(buf, off); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := datasync(f); err != nil {
-					b.Error(err)
-					return
-				}
+	_, err = writers(j, func(_ int, buf []byte, failed func() bool) ([]time.Duration, error) {
+		for off := next.Add(block) - block; off < total && !failed(); off = next.Add(block) - block {
+			if err := writeAt(f, j, buf, off); err != nil {
+				return nil, err
 			}
-		}()
+			if err := datasync(f); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
-	wg.Wait()
 	b.StopTimer()
-	_ = os.Remove(f.Name())
 }

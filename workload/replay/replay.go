@@ -102,7 +102,7 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 	s.Seconds = time.Since(start).Seconds()
 	w.fill(&s)
 	s.Requests = int(w.doneReqs.Load())
-	keys := uniqueKeys(opt.Model, w.sent(reqs)) // of the requests sent: all of them unless interrupted or stopped
+	keys := uniqueKeys(opt.Model, w.sent()) // of the requests sent: all of them unless interrupted or stopped
 	s.UniqueKeys = len(keys)
 	if s.Seconds > 0 {
 		s.MBPerSec = float64(s.Bytes) / 1e6 / s.Seconds
@@ -128,7 +128,7 @@ type writer struct {
 	aheadMax  int64         // prepare's bound on ahead (aheadBytes)
 	lastDone  atomic.Int64  // when the last batch finished (Unix ns; 0: none yet)
 	taken     chan struct{} // a writer took a batch (capacity 1: prepare's wake-up)
-	done      map[int]bool  // requests offloaded (under mu), by trace index
+	done      []bool        // requests offloaded (under mu), by trace index
 	doneReqs  atomic.Int64
 	bytes     atomic.Int64 // written (Stored)
 	offered   atomic.Int64
@@ -207,11 +207,11 @@ func (w *writer) take(ready <-chan batch) (batch, bool) {
 }
 
 // sent returns the requests whose batches were offloaded.
-func (w *writer) sent(reqs []trace.Request) []trace.Request {
+func (w *writer) sent() []trace.Request {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]trace.Request, 0, len(w.done))
-	for i, r := range reqs {
+	var out []trace.Request
+	for i, r := range w.reqs {
 		if w.done[i] {
 			out = append(out, r)
 		}
@@ -219,12 +219,12 @@ func (w *writer) sent(reqs []trace.Request) []trace.Request {
 	return out
 }
 
-// run offloads the batches of ready from Writers concurrent writers until ready is closed
-// and empty, ctx ends, or a batch stops the replay.
 func newWriter(t Target, opt Options, reqs []trace.Request) *writer {
-	return &writer{t: t, opt: opt, reqs: reqs, taken: make(chan struct{}, 1), done: map[int]bool{}, aheadMax: aheadBytes}
+	return &writer{t: t, opt: opt, reqs: reqs, taken: make(chan struct{}, 1), done: make([]bool, len(reqs)), aheadMax: aheadBytes}
 }
 
+// run offloads the batches of ready from Writers concurrent writers until ready is closed
+// and empty, ctx ends, or a batch stops the replay.
 func (w *writer) run(ctx context.Context, ready <-chan batch) {
 	w.counts = map[kvoffload.Outcome]int{}
 	var wg sync.WaitGroup
