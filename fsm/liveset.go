@@ -130,6 +130,23 @@ func (l *liveSet) values() []Entry {
 	return out
 }
 
+// valuesOf returns a copy of the live entries of owner, in slot order; n is their number
+// (the slice's capacity). Slots of other owners are skipped by the owner's number, without
+// building their entries.
+func (l *liveSet) valuesOf(owner string, n int) []Entry {
+	out := make([]Entry, 0, n)
+	o, ok := l.ownerNo[owner]
+	if !ok {
+		return out
+	}
+	for i := range l.n {
+		if x := l.slotAt(i); x.gen != 0 && x.owner == o {
+			out = append(out, l.at(i))
+		}
+	}
+	return out
+}
+
 // sorted returns a copy of every live entry in key order.
 func (l *liveSet) sorted() []Entry {
 	entries := l.values()
