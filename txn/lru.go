@@ -174,6 +174,7 @@ func (l *lru) load(entries []fsm.Entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey.Len() == 0 {
+		nodes := make([]uint32, len(entries))
 		for i := range entries {
 			e := &entries[i]
 			var lease int64
@@ -183,9 +184,10 @@ func (l *lru) load(entries []fsm.Entry) {
 			}
 			n := l.alloc()
 			*l.node(n) = lruNode{key: e.Key, gen: e.Gen, leaseUntil: lease, bytes: clampBytes(e.Extent.Length)}
-			l.byKey.Insert(e.Key, n)
 			l.pushBack(n)
+			nodes[i] = n
 		}
+		l.byKey.InsertAll(len(entries), func(i int) string { return entries[i].Key }, func(i int) uint32 { return nodes[i] })
 	} else {
 		for _, e := range entries {
 			if i, ok := l.find(e.Key); !ok || l.node(i).gen <= e.Gen {
