@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,4 +199,29 @@ func FuzzDecodeIntent(f *testing.F) {
 			t.Fatal("encoding is not deterministic")
 		}
 	})
+}
+
+// Recovery decodes only the intents that have no DONE: a resolved INTENT whose body this
+// binary cannot read is history and does not stop a start-up; an unresolved one does, naming
+// its WAL index.
+func TestRecoverDecodesOnlyUnresolvedIntents(t *testing.T) {
+	mem, log, m := memfs.New(), &memLog{}, &flakyMeta{f: fsm.New()}
+	resolved, open := kvoffload.NewTxnID(), kvoffload.NewTxnID()
+	garbage := []byte{intentVersion + 1, 1, 2, 3}
+	_, _ = log.Append(wal.Record{Type: wal.RecordIntent, TxnID: resolved, Payload: garbage},
+		wal.Record{Type: wal.RecordDone, TxnID: resolved})
+	c, data, rep, err := restart(t, mem, log, m)
+	c.Close()
+	data.Close()
+	if err != nil || rep.Intents != 1 || rep.Unresolved != 0 {
+		t.Fatalf("recovery over a resolved unreadable intent: %+v, %v; want it counted and skipped", rep, err)
+	}
+	_, _ = log.Append(wal.Record{Type: wal.RecordIntent, TxnID: open, Payload: garbage})
+	idx := log.LastIndex()
+	c, data, _, err = restart(t, mem, log, m)
+	c.Close()
+	data.Close()
+	if !errors.Is(err, errBadIntent) || !strings.Contains(err.Error(), fmt.Sprintf("wal index %d", idx)) {
+		t.Fatalf("recovery over an unresolved unreadable intent: %v; want errBadIntent naming wal index %d", err, idx)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -43,9 +44,14 @@ func TestOwnSortedOrdersInPlace(t *testing.T) {
 		}
 		var entries, want []fsm.Entry
 		var corrupt []string
+		wide := round%4 == 3 // bucket IDs and offsets that do not pack into 64 bits: sortPlaces' comparison sort
 		for i := range n {
 			e := fsm.Entry{Key: fmt.Sprintf("k%d", i), Owner: "n1", Gen: 1, Size: 4096,
 				Extent: fsm.Extent{Bucket: uint32(rng.IntN(4)), Offset: int64(rng.IntN(64)) * 8192, Length: 8192}}
+			if wide {
+				e.Extent.Bucket = math.MaxUint32 - uint32(rng.IntN(4))
+				e.Extent.Offset = 1<<62 - int64(rng.IntN(64))*8192
+			}
 			switch rng.IntN(10) {
 			case 0:
 				e.Owner = "n2"
@@ -68,6 +74,37 @@ func TestOwnSortedOrdersInPlace(t *testing.T) {
 		}
 		if !slices.Equal(refused, corrupt) {
 			t.Fatalf("round %d: refused %v, want %v", round, refused, corrupt)
+		}
+	}
+}
+
+// radixSortPlaces sorts what packs into 64 bits (stable: ties keep their order) and declines,
+// leaving the order alone, what does not: an unaligned or negative offset, or a bucket ID and
+// page number too wide together.
+func TestRadixSortPlaces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t, *sortSeed, "TestRadixSortPlaces", "sort-seed"), 12))
+	order := make([]place, 5000)
+	for i := range order {
+		order[i] = place{bucket: uint32(rng.IntN(3000)), off: int64(rng.IntN(1<<18)) * 4096, at: uint32(i)}
+		if i%7 == 0 && i > 0 {
+			order[i].bucket, order[i].off = order[i-1].bucket, order[i-1].off // ties
+		}
+	}
+	want := slices.Clone(order)
+	slices.SortStableFunc(want, func(a, b place) int {
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.off, b.off))
+	})
+	if !radixSortPlaces(order) || !slices.Equal(order, want) {
+		t.Fatalf("radix sort of %d places differs from a stable sort", len(order))
+	}
+	for _, bad := range [][]place{
+		{{off: 4096}, {off: 4097}},
+		{{off: 4096}, {off: -4096}},
+		{{bucket: math.MaxUint32, off: 1 << 50}, {off: 0}},
+	} {
+		before := slices.Clone(bad)
+		if radixSortPlaces(bad) || !slices.Equal(bad, before) {
+			t.Errorf("radixSortPlaces(%v) sorted, want it declined and the order untouched", before)
 		}
 	}
 }
