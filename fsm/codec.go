@@ -1,8 +1,8 @@
 package fsm
 
 import (
-	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -152,8 +152,7 @@ func EncodePrune(p Prune) []byte {
 	return e.buf
 }
 
-// source is what decoder reads: a bytes.Reader (commands) or a bufio.Reader
-// (snapshots).
+// source is what a stream decoder reads: a snapshot's bufio.Reader.
 type source interface {
 	io.Reader
 	io.ByteReader
@@ -162,10 +161,13 @@ type source interface {
 // decoder reads fields with a sticky error: after the first failure every
 // read returns zero values and err keeps the first cause.
 type decoder struct {
+	// A decoder reads either a stream (src, a snapshot) or bytes in memory (mem, nil src:
+	// commands and results). Reading mem directly, not through a bytes.Reader behind the
+	// source interface (a method call per varint byte), took decoding a COMMIT from ~150 to
+	// ~120 ns per key (BenchmarkDecodeCommit): a log replay decodes every committed key.
 	src source
-	// left reports the bytes remaining, or -1 when unknown (streams).
-	left func() int
-	err  error
+	mem []byte // what is left to read when src is nil
+	err error
 	// scratch holds a string's bytes while they are read (up to scratchMax), so each string
 	// costs its own allocation only, not a second, garbage one: a 1M-key start-up decodes a
 	// million keys.
@@ -196,6 +198,15 @@ func (d *decoder) byte1(what string) byte {
 	if d.err != nil {
 		return 0
 	}
+	if d.src == nil {
+		if len(d.mem) == 0 {
+			d.eof(what, io.EOF)
+			return 0
+		}
+		b := d.mem[0]
+		d.mem = d.mem[1:]
+		return b
+	}
 	b, err := d.src.ReadByte()
 	if err != nil {
 		d.eof(what, err)
@@ -224,6 +235,11 @@ func (d *decoder) uvarintOf(what, suffix string) uint64 {
 	if d.err != nil {
 		return 0
 	}
+	if d.src == nil {
+		v, n := binary.Uvarint(d.mem)
+		d.advance(what, suffix, n)
+		return v
+	}
 	v, err := binary.ReadUvarint(d.src)
 	if err != nil {
 		d.eof(what+suffix, err)
@@ -231,9 +247,34 @@ func (d *decoder) uvarintOf(what, suffix string) uint64 {
 	return v
 }
 
+// errVarintOverflow is binary.ReadUvarint's error for a varint longer than 64 bits, which
+// binary.Uvarint reports as a negative length.
+var errVarintOverflow = errors.New("binary: varint overflows a 64-bit integer")
+
+// advance consumes the n bytes binary.Uvarint or Varint decoded from mem (n <= 0: too short,
+// or an overflow), as the stream's error would report them, for the field what+suffix.
+func (d *decoder) advance(what, suffix string, n int) {
+	switch {
+	case n > 0:
+		d.mem = d.mem[n:]
+	case n == 0:
+		d.eof(what+suffix, io.ErrUnexpectedEOF)
+	default:
+		d.eof(what+suffix, errVarintOverflow)
+	}
+}
+
+// left reports the bytes left to read, and false for a stream (unknown).
+func (d *decoder) left() (int, bool) { return len(d.mem), d.src == nil }
+
 func (d *decoder) varint(what string) int64 {
 	if d.err != nil {
 		return 0
+	}
+	if d.src == nil {
+		v, n := binary.Varint(d.mem)
+		d.advance(what, "", n)
+		return v
 	}
 	v, err := binary.ReadVarint(d.src)
 	if err != nil {
@@ -253,6 +294,14 @@ func (d *decoder) u32(what string) uint32 {
 
 func (d *decoder) full(what string, p []byte) {
 	if d.err != nil {
+		return
+	}
+	if d.src == nil {
+		if len(d.mem) < len(p) {
+			d.eof(what, io.ErrUnexpectedEOF)
+			return
+		}
+		d.mem = d.mem[copy(p, d.mem):]
 		return
 	}
 	if _, err := io.ReadFull(d.src, p); err != nil {
@@ -282,12 +331,20 @@ func (d *decoder) strLike(what, like string) string {
 		return ""
 	}
 	limit := uint64(maxStreamField)
-	if d.left != nil {
-		limit = uint64(d.left())
+	if left, ok := d.left(); ok {
+		limit = uint64(left)
 	}
 	if n > limit {
 		d.fail(fmt.Errorf("%w: %s length %d exceeds %d remaining", ErrShortCommand, what, n, limit))
 		return ""
+	}
+	if d.src == nil { // in memory: compared and copied from mem, no scratch copy
+		p := d.mem[:n]
+		d.mem = d.mem[n:]
+		if string(p) == like {
+			return like
+		}
+		return string(p)
 	}
 	var p []byte
 	if n <= scratchMax {
@@ -316,8 +373,8 @@ func (d *decoder) count(what string, minSize int) (n, capHint int) {
 	if d.err != nil {
 		return 0, 0
 	}
-	if d.left != nil && v > uint64(d.left()/minSize) {
-		d.fail(fmt.Errorf("%w: %s %d does not fit in %d bytes", ErrShortCommand, what, v, d.left()))
+	if left, ok := d.left(); ok && v > uint64(left/minSize) {
+		d.fail(fmt.Errorf("%w: %s %d does not fit in %d bytes", ErrShortCommand, what, v, left))
 		return 0, 0
 	}
 	if v > math.MaxInt32 {
@@ -390,8 +447,7 @@ func Decode(data []byte) (CommandType, any, error) {
 	if v := data[1]; v != commandVersion && (t != CmdMember || v != memberVersion) {
 		return t, nil, fmt.Errorf("%w: %s version %d, this binary reads version %d (and %d for members)", ErrBadCommand, t, v, commandVersion, memberVersion)
 	}
-	r := bytes.NewReader(data[2:])
-	d := &decoder{src: r, left: r.Len}
+	d := &decoder{mem: data[2:]}
 	var v any
 	switch t {
 	case CmdCommit:
@@ -411,8 +467,8 @@ func Decode(data []byte) (CommandType, any, error) {
 		}
 		v = c
 	}
-	if d.err == nil && r.Len() != 0 {
-		d.fail(fmt.Errorf("%w: %s has %d trailing bytes", ErrBadCommand, t, r.Len()))
+	if d.err == nil && len(d.mem) != 0 {
+		d.fail(fmt.Errorf("%w: %s has %d trailing bytes", ErrBadCommand, t, len(d.mem)))
 	}
 	if d.err != nil {
 		return t, nil, d.err

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,11 +129,10 @@ func decodeBinaryResult(data []byte) (*Result, error) {
 	if v := data[len(resultMagic)]; v != resultVersion {
 		return nil, fmt.Errorf("%w: version %d, this binary reads version %d", ErrBadResult, v, resultVersion)
 	}
-	rd := bytes.NewReader(data[hdr:])
-	d := &decoder{src: rd, left: rd.Len}
+	d := &decoder{mem: data[hdr:]}
 	r := d.resultRecord(true)
-	if d.err == nil && rd.Len() != 0 {
-		d.fail(fmt.Errorf("%d trailing bytes", rd.Len()))
+	if d.err == nil && len(d.mem) != 0 {
+		d.fail(fmt.Errorf("%d trailing bytes", len(d.mem)))
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadResult, d.err)
