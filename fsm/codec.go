@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Command wire format. The constants below are wire format.
@@ -152,32 +154,90 @@ func EncodePrune(p Prune) []byte {
 	return e.buf
 }
 
-// source is what a stream decoder reads: a snapshot's bufio.Reader.
-type source interface {
-	io.Reader
-	io.ByteReader
-}
-
 // decoder reads fields with a sticky error: after the first failure every
 // read returns zero values and err keeps the first cause.
+//
+// It reads from mem: all of a command or result, or for a stream (a snapshot, src) a window
+// of it that fill refills, feeding the bytes consumed to sum. The fields are decoded from
+// the bytes in mem, not through an io.ByteReader: a method call per varint byte (and, for
+// a snapshot, a digest write per field) was a third of decoding a COMMIT and of a 1M-key
+// snapshot restore (BenchmarkDecodeCommit; node's BenchmarkStartup -startup-snapshot).
 type decoder struct {
-	// A decoder reads either a stream (src, a snapshot) or bytes in memory (mem, nil src:
-	// commands and results). Reading mem directly, not through a bytes.Reader behind the
-	// source interface (a method call per varint byte), took decoding a COMMIT from ~150 to
-	// ~120 ns per key (BenchmarkDecodeCommit): a log replay decodes every committed key.
-	src source
-	mem []byte // what is left to read when src is nil
+	mem []byte // the bytes not read yet: all that is left, or the unread tail of win
 	err error
-	// scratch holds a string's bytes while they are read (up to scratchMax), so each string
-	// costs its own allocation only, not a second, garbage one: a 1M-key start-up decodes a
-	// million keys.
-	scratch []byte
+
+	// A stream's window: win holds the bytes read from src last, mem is its tail; the first
+	// hashed bytes of win were written to sum, the rest of what precedes mem is not yet.
+	src    io.Reader
+	srcErr error // src's error, once it gave one (io.EOF at its end)
+	win    []byte
+	hashed int
+	sum    *xxhash.Digest
+
 	// owner is the last entry owner read (fullEntry): a snapshot names one owner per node for
 	// a million entries, so an owner equal to it is not allocated again.
 	owner string
 }
 
-const scratchMax = 4096
+// streamWindow is the bytes a stream decoder reads from its source at a time.
+const streamWindow = 64 << 10
+
+// newStreamDecoder decodes r, feeding every byte it consumes to an xxhash64 digest (digest).
+func newStreamDecoder(r io.Reader) *decoder {
+	return &decoder{src: r, win: make([]byte, 0, streamWindow), sum: xxhash.New()}
+}
+
+// fill makes at least n bytes available in mem, reading a stream's next bytes when fewer are
+// left; it returns the reason it could not (io.ErrUnexpectedEOF: the bytes end first).
+func (d *decoder) fill(n int) error {
+	if len(d.mem) >= n {
+		return nil
+	}
+	if d.src == nil || d.srcErr != nil {
+		return d.short()
+	}
+	d.hashConsumed()
+	buf := d.win[:cap(d.win)]
+	if cap(d.win) < n {
+		buf = make([]byte, max(n, 2*cap(d.win)))
+	}
+	k := copy(buf, d.mem)
+	m, err := io.ReadAtLeast(d.src, buf[k:], n-k)
+	if err != nil {
+		d.srcErr = err
+		if err == io.ErrUnexpectedEOF {
+			d.srcErr = io.EOF
+		}
+	}
+	d.win, d.hashed = buf[:k+m], 0
+	d.mem = d.win
+	if len(d.mem) < n {
+		return d.short()
+	}
+	return nil
+}
+
+// short is why fewer bytes are left than a field needs: src's error, or io.ErrUnexpectedEOF.
+func (d *decoder) short() error {
+	if d.srcErr != nil && d.srcErr != io.EOF {
+		return d.srcErr
+	}
+	return io.ErrUnexpectedEOF
+}
+
+// hashConsumed writes the window's bytes consumed since the last call to sum.
+func (d *decoder) hashConsumed() {
+	if consumed := len(d.win) - len(d.mem); consumed > d.hashed {
+		_, _ = d.sum.Write(d.win[d.hashed:consumed])
+		d.hashed = consumed
+	}
+}
+
+// digest returns the xxhash64 of every byte of the stream consumed so far.
+func (d *decoder) digest() uint64 {
+	d.hashConsumed()
+	return d.sum.Sum64()
+}
 
 func (d *decoder) fail(err error) {
 	if d.err == nil {
@@ -198,19 +258,14 @@ func (d *decoder) byte1(what string) byte {
 	if d.err != nil {
 		return 0
 	}
-	if d.src == nil {
-		if len(d.mem) == 0 {
-			d.eof(what, io.EOF)
+	if len(d.mem) == 0 {
+		if err := d.fill(1); err != nil {
+			d.eof(what, err)
 			return 0
 		}
-		b := d.mem[0]
-		d.mem = d.mem[1:]
-		return b
 	}
-	b, err := d.src.ReadByte()
-	if err != nil {
-		d.eof(what, err)
-	}
+	b := d.mem[0]
+	d.mem = d.mem[1:]
 	return b
 }
 
@@ -235,15 +290,23 @@ func (d *decoder) uvarintOf(what, suffix string) uint64 {
 	if d.err != nil {
 		return 0
 	}
-	if d.src == nil {
-		v, n := binary.Uvarint(d.mem)
-		d.advance(what, suffix, n)
-		return v
+	if len(d.mem) < binary.MaxVarintLen64 {
+		_ = d.fill(binary.MaxVarintLen64) // fewer at the end: Uvarint then says what is missing
 	}
-	v, err := binary.ReadUvarint(d.src)
-	if err != nil {
-		d.eof(what+suffix, err)
+	v, n := binary.Uvarint(d.mem)
+	d.advance(what, suffix, n)
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
 	}
+	if len(d.mem) < binary.MaxVarintLen64 {
+		_ = d.fill(binary.MaxVarintLen64)
+	}
+	v, n := binary.Varint(d.mem)
+	d.advance(what, "", n)
 	return v
 }
 
@@ -252,13 +315,14 @@ func (d *decoder) uvarintOf(what, suffix string) uint64 {
 var errVarintOverflow = errors.New("binary: varint overflows a 64-bit integer")
 
 // advance consumes the n bytes binary.Uvarint or Varint decoded from mem (n <= 0: too short,
-// or an overflow), as the stream's error would report them, for the field what+suffix.
+// or an overflow), as binary.ReadUvarint's error would report them, for the field
+// what+suffix.
 func (d *decoder) advance(what, suffix string, n int) {
 	switch {
 	case n > 0:
 		d.mem = d.mem[n:]
 	case n == 0:
-		d.eof(what+suffix, io.ErrUnexpectedEOF)
+		d.eof(what+suffix, d.short())
 	default:
 		d.eof(what+suffix, errVarintOverflow)
 	}
@@ -266,22 +330,6 @@ func (d *decoder) advance(what, suffix string, n int) {
 
 // left reports the bytes left to read, and false for a stream (unknown).
 func (d *decoder) left() (int, bool) { return len(d.mem), d.src == nil }
-
-func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	if d.src == nil {
-		v, n := binary.Varint(d.mem)
-		d.advance(what, "", n)
-		return v
-	}
-	v, err := binary.ReadVarint(d.src)
-	if err != nil {
-		d.eof(what, err)
-	}
-	return v
-}
 
 func (d *decoder) u32(what string) uint32 {
 	v := d.uvarint(what)
@@ -296,17 +344,13 @@ func (d *decoder) full(what string, p []byte) {
 	if d.err != nil {
 		return
 	}
-	if d.src == nil {
-		if len(d.mem) < len(p) {
-			d.eof(what, io.ErrUnexpectedEOF)
+	if len(d.mem) < len(p) {
+		if err := d.fill(len(p)); err != nil {
+			d.eof(what, err)
 			return
 		}
-		d.mem = d.mem[copy(p, d.mem):]
-		return
 	}
-	if _, err := io.ReadFull(d.src, p); err != nil {
-		d.eof(what, err)
-	}
+	d.mem = d.mem[copy(p, d.mem):]
 }
 
 func (d *decoder) u64(what string) uint64 {
@@ -338,27 +382,14 @@ func (d *decoder) strLike(what, like string) string {
 		d.fail(fmt.Errorf("%w: %s length %d exceeds %d remaining", ErrShortCommand, what, n, limit))
 		return ""
 	}
-	if d.src == nil { // in memory: compared and copied from mem, no scratch copy
-		p := d.mem[:n]
-		d.mem = d.mem[n:]
-		if string(p) == like {
-			return like
+	if uint64(len(d.mem)) < n {
+		if err := d.fill(int(n)); err != nil {
+			d.eof(what, err)
+			return ""
 		}
-		return string(p)
 	}
-	var p []byte
-	if n <= scratchMax {
-		if uint64(cap(d.scratch)) < n {
-			d.scratch = make([]byte, 0, min(max(2*n, 64), scratchMax))
-		}
-		p = d.scratch[:n]
-	} else {
-		p = make([]byte, n)
-	}
-	d.full(what, p)
-	if d.err != nil {
-		return ""
-	}
+	p := d.mem[:n]
+	d.mem = d.mem[n:]
 	if string(p) == like {
 		return like
 	}
