@@ -395,6 +395,26 @@ func (f *FSM) Lookup(key string) (Entry, bool) {
 	return e, ok
 }
 
+// LookupEach reports on n keys (key(i) for i < n) under one hold of the read lock: fn(i, e,
+// true, e.Gen) for a live key, fn(i, Entry{}, false, gen) with the last generation used by
+// one that is not (0 if never), as Lookup and Generation would one by one. The keys' home
+// cells in the index are loaded first. fn runs under the read lock: it must not call the FSM.
+// An offload's admission looks up its batch's keys this way, while it holds the in-flight
+// table's lock: two read locks per key had it wait on apply's write lock again and again.
+func (f *FSM) LookupEach(n int, key func(i int) string, fn func(i int, e Entry, live bool, gen uint64)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.st.live.idx.Warm(key, n)
+	for i := range n {
+		k := key(i)
+		if e, ok := f.st.live.get(k); ok {
+			fn(i, e, true, e.Gen)
+		} else {
+			fn(i, Entry{}, false, f.st.gens[k])
+		}
+	}
+}
+
 // Generation returns the last generation used by key (live or removed), 0 if never.
 func (f *FSM) Generation(key string) uint64 {
 	f.mu.RLock()

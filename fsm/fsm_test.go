@@ -434,3 +434,26 @@ func TestPruneBoundsTxnResults(t *testing.T) {
 		t.Fatalf("re-applied pruned commit: %+v, keys %d -> %d", again.Keys, before, f.Stats().Keys)
 	}
 }
+
+// LookupEach reports what Lookup and Generation report one key at a time: a live key's entry,
+// a removed key's burnt generation, a key never seen at generation 0.
+func TestLookupEachAgreesWithLookup(t *testing.T) {
+	f := New()
+	f.ApplyCommand(1, commit(1, ent("live", 1, 1), ent("gone", 1, 2)))
+	f.ApplyCommand(2, remove(2, KeyGen{Key: "gone"}))
+	keys := []string{"live", "gone", "never", "live"}
+	seen := 0
+	f.LookupEach(len(keys), func(i int) string { return keys[i] }, func(i int, e Entry, live bool, gen uint64) {
+		seen++
+		we, wlive := f.st.live.get(keys[i])
+		if e != we || live != wlive || gen != f.st.gen(keys[i]) {
+			t.Errorf("key %q: LookupEach gave %+v %v gen %d; Lookup %+v %v, Generation %d", keys[i], e, live, gen, we, wlive, f.st.gen(keys[i]))
+		}
+	})
+	if seen != len(keys) {
+		t.Fatalf("fn called %d times for %d keys", seen, len(keys))
+	}
+	if _, live := f.Lookup("gone"); live || f.Generation("gone") != 2 {
+		t.Fatalf("the removed key: live %v, generation %d; want not live at generation 2", live, f.Generation("gone"))
+	}
+}

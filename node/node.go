@@ -338,10 +338,13 @@ type meta struct {
 func (m meta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	return m.r.Propose(ctx, cmd)
 }
-func (m meta) Barrier(ctx context.Context) error          { return m.r.Barrier(ctx) }
-func (m meta) ReadIndex(context.Context) error            { return nil } // the only replica
-func (m meta) Lookup(key string) (fsm.Entry, bool)        { return m.f.Lookup(key) }
-func (m meta) Generation(key string) uint64               { return m.f.Generation(key) }
+func (m meta) Barrier(ctx context.Context) error   { return m.r.Barrier(ctx) }
+func (m meta) ReadIndex(context.Context) error     { return nil } // the only replica
+func (m meta) Lookup(key string) (fsm.Entry, bool) { return m.f.Lookup(key) }
+func (m meta) Generation(key string) uint64        { return m.f.Generation(key) }
+func (m meta) LookupEach(n int, key func(int) string, fn func(int, fsm.Entry, bool, uint64)) {
+	m.f.LookupEach(n, key, fn)
+}
 func (m meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
 func (m meta) LiveOf(owner string) []fsm.Entry            { return m.f.LiveOf(owner) }
 

@@ -162,6 +162,17 @@ func (c *Coordinator) invalidKey(key string) string {
 // entry, or the last generation used. The caller holds c.inflight.mu, so that with the
 // in-flight table this decides whether each key is committed, in flight, or free.
 func (c *Coordinator) lookUp(b *batch) {
+	if m, ok := c.meta.(eachLookup); ok {
+		m.LookupEach(len(b.objs), func(i int) string { return b.objs[i].Key }, func(i int, e fsm.Entry, live bool, gen uint64) {
+			if b.valid(i) {
+				b.keys[i].entry, b.keys[i].live = e, live
+				if !live {
+					b.keys[i].gen = gen
+				}
+			}
+		})
+		return
+	}
 	for i, o := range b.objs {
 		if !b.valid(i) {
 			continue

@@ -68,6 +68,12 @@ type Meta interface {
 	LiveOf(owner string) []fsm.Entry
 }
 
+// eachLookup is a Meta that looks up many keys at once, as fsm.FSM.LookupEach does (node's
+// does): admission then takes the FSM's read lock once per batch, not twice per key.
+type eachLookup interface {
+	LookupEach(n int, key func(i int) string, fn func(i int, e fsm.Entry, live bool, gen uint64))
+}
+
 // Remote reads keys whose bytes another node owns (cluster mode). It returns one result per
 // key, in order; an unreachable owner yields Unavailable results quickly, not a time-out.
 // size is the keys' total payload size in bytes, to size the deadline.
