@@ -150,7 +150,7 @@ func (s *Store) writableRun(recs []RecordWrite) (*bucket, error) {
 		return nil, err
 	}
 	for _, r := range recs {
-		if !b.fresh || r.Ext.Bucket != b.id || b.live[r.Ext.Offset] != r.Ext.Length {
+		if !b.fresh || r.Ext.Bucket != b.id || b.live.length(r.Ext.Offset) != r.Ext.Length {
 			return nil, fmt.Errorf("bucketstore: write %+v: not a live extent reserved by this store", r.Ext)
 		}
 	}

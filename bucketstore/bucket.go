@@ -28,7 +28,7 @@ type bucket struct {
 	prealloc int64    // file allocated up to here (fresh buckets); -1: not supported
 	dirGen   uint64   // Store.dirGen that covers its creation
 
-	live      map[int64]int64 // offset -> length of each live extent
+	live      extentSet // the live extents
 	liveBytes int64
 
 	removed atomic.Bool
@@ -71,7 +71,7 @@ func (s *Store) loadBuckets() error {
 		if err != nil {
 			return fmt.Errorf("bucketstore: open %s: %w", path, err)
 		}
-		s.buckets[id] = &bucket{id: id, path: path, f: f, live: map[int64]int64{}}
+		s.buckets[id] = &bucket{id: id, path: path, f: f}
 		s.nextID = max(s.nextID, id+1)
 	}
 	return nil
@@ -91,7 +91,7 @@ func (s *Store) rollLocked() error {
 		return fmt.Errorf("bucketstore: create %s: %w", path, err)
 	}
 	s.dirGen++
-	b := &bucket{id: id, path: path, f: f, fresh: true, dirGen: s.dirGen, live: map[int64]int64{}}
+	b := &bucket{id: id, path: path, f: f, fresh: true, dirGen: s.dirGen}
 	old := s.open
 	s.buckets[id], s.open = b, b
 	s.log.Debug("rolled bucket", "bucket", id)
@@ -113,10 +113,9 @@ func (s *Store) removeLocked(b *bucket) error {
 
 // addLiveLocked counts ext as live in b.
 func (s *Store) addLiveLocked(b *bucket, ext Extent) error {
-	if _, dup := b.live[ext.Offset]; dup {
+	if !b.live.add(ext.Offset, ext.Length) {
 		return fmt.Errorf("bucketstore: extent %v already live", ext)
 	}
-	b.live[ext.Offset] = ext.Length
 	b.liveBytes += ext.Length
 	s.live += ext.Length
 	return nil

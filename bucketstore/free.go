@@ -23,11 +23,11 @@ func (s *Store) Free(ext Extent) error {
 		}
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, err)
 	}
-	if b.live[ext.Offset] != ext.Length {
+	if b.live.length(ext.Offset) != ext.Length {
 		s.mu.Unlock()
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, ErrNotLive)
 	}
-	delete(b.live, ext.Offset)
+	b.live.del(ext.Offset)
 	b.liveBytes -= ext.Length
 	s.live -= ext.Length
 	if err := failpoint.Hit(failpoint.BucketFree); err != nil {
@@ -122,9 +122,9 @@ func (s *Store) collectableLocked(id uint32, none bool) (*bucket, error) {
 
 func (s *Store) replaceLiveLocked(b *bucket, sorted []Extent) {
 	s.live -= b.liveBytes
-	b.live, b.liveBytes = make(map[int64]int64, len(sorted)), 0
+	b.live.reset(sorted)
+	b.liveBytes = 0
 	for _, e := range sorted {
-		b.live[e.Offset] = e.Length
 		b.liveBytes += e.Length
 	}
 	s.live += b.liveBytes

@@ -130,9 +130,7 @@ func checkAccounting(tb testing.TB, s *Store, live map[Extent]bool) {
 	var perBucket int64
 	for _, b := range s.buckets {
 		var sum int64
-		for _, n := range b.live {
-			sum += n
-		}
+		b.live.lengths(func(n int64) { sum += n })
 		if sum != b.liveBytes {
 			tb.Errorf("bucket %d: liveBytes %d, extents sum %d", b.id, b.liveBytes, sum)
 		}

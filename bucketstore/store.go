@@ -179,7 +179,7 @@ func (s *Store) writableBucket(ext Extent) (*bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !b.fresh || b.live[ext.Offset] != ext.Length {
+	if !b.fresh || b.live.length(ext.Offset) != ext.Length {
 		return nil, fmt.Errorf("bucketstore: write %+v: not a live extent reserved by this store", ext)
 	}
 	return b, nil
