@@ -69,6 +69,10 @@ type Report struct {
 	PebbleNote                string   `json:"pebble_note,omitempty"`
 	Notes                     []string `json:"notes,omitempty"`
 	FilesystemType            string   `json:"filesystem"`
+
+	// rowLimits is, for each ratio taken against a disk limit, the median of the limits it
+	// was taken against (the table's limit column), by the ratio's JSON name.
+	rowLimits map[string]float64
 }
 
 // samples holds each figure's per-round values, by the Report's JSON name.
@@ -76,12 +80,17 @@ type samples map[string][]float64
 
 func (s samples) add(name string, v float64) { s[name] = append(s[name], v) }
 
-// addRatio adds num/den under name (nothing when den is 0).
+// addRatio adds num/den under name (nothing when den is 0), and den under name's limit
+// (limitOf), so that the table can show the limits a ratio was taken against.
 func (s samples) addRatio(name string, num, den float64) {
 	if den > 0 {
 		s.add(name, num/den)
+		s.add(limitOf(name), den)
 	}
 }
+
+// limitOf names the samples of the denominators of ratio name.
+func limitOf(name string) string { return name + "/limit" }
 
 // median of name's values (0 when there are none); the mean of the middle two for an even count.
 func (s samples) median(name string) float64 { return median(s[name]) }
@@ -116,10 +125,33 @@ func (s samples) fill(r *Report) {
 	r.LocalGetMBPerS, r.LocalGetOverEmbedded = m("local_get_mb_per_s"), m("local_get_over_embedded")
 	r.StreamOffloadMBPerS, r.StreamOffloadOverEmbedded = m("stream_offload_mb_per_s"), m("stream_offload_over_embedded")
 	r.StreamGetMBPerS, r.StreamGetOverEmbedded = m("stream_get_mb_per_s"), m("stream_get_over_embedded")
+	r.rowLimits = map[string]float64{}
+	for name, v := range s {
+		if ratio, ok := strings.CutSuffix(name, "/limit"); ok {
+			r.rowLimits[ratio] = median(v)
+		}
+	}
 	if len(s["pebble_mb_per_s"]) > 0 {
 		p, q := m("pebble_mb_per_s"), m("pebble_ratio")
 		r.PebbleMBPerS, r.PebbleRatio = &p, &q
 	}
+}
+
+// atLeast is the target column for a figure that must reach target (format formats it).
+func atLeast(v, target float64, format string) string {
+	return ">= " + fmt.Sprintf(format, target) + ": " + metOrMissed(v >= target)
+}
+
+// atMost is the target column for a figure that must not pass target.
+func atMost(v, target float64, format string) string {
+	return "<= " + fmt.Sprintf(format, target) + ": " + metOrMissed(v <= target)
+}
+
+func metOrMissed(met bool) string {
+	if met {
+		return "met"
+	}
+	return "missed"
 }
 
 // WriteJSON writes r as one JSON object and a newline.
@@ -132,47 +164,60 @@ func (r Report) WriteJSON(w io.Writer) error {
 	return err
 }
 
-// WriteTable writes r as a table: each figure beside its limit and the ratio.
+// WriteTable writes r as a table: each figure beside the disk limit its ratio was taken
+// against, the ratio, and issue 9's target with whether this run meets it.
 func (r Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; a ratio is the median of the rounds' ratios, each to the limit measured just before it in its round, so it need not equal the ratio of the medians beside it)\n\n", r.Rounds)
-	fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s |\n", "what", "disk limit", "figure", "ratio")
-	fmt.Fprintf(w, "|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 32), strings.Repeat("-", 9))
-	row := func(what, limit, fig, ratio string) {
-		fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s |\n", what, limit, fig, ratio)
+	fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; a ratio is the median of the rounds' ratios, each to the limit measured just before it in its round, so it need not equal the ratio of the medians beside it; the limit shown is the median of the limits that row's ratios were taken against)\n\n", r.Rounds)
+	fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s | %-26s |\n", "what", "disk limit", "figure", "ratio", "target")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 32), strings.Repeat("-", 9), strings.Repeat("-", 28))
+	row := func(what, limit, fig, ratio, target string) {
+		fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s | %-26s |\n", what, limit, fig, ratio, target)
 	}
 	mb := func(v float64) string { return fmt.Sprintf("%.0f MB/s", v) }
 	ks := func(v float64) string { return fmt.Sprintf("%.0f keys/s", v) }
 	rt := func(v float64) string { return fmt.Sprintf("%.2f", v) }
-	lw := mb(r.LimitWriteMBPerS) + " seq 1 MiB"
-	lr := mb(r.LimitReadMBPerS) + " rand 256 KiB"
-	row("offload, 32 writers x 16 x 256 KiB", lw, mb(r.OffloadMBPerS), rt(r.OffloadRatio))
-	row("  p99 batch latency, 4 MiB batches (ratio: lower is better)", fmt.Sprintf("%.1f ms, same batches", r.LimitBatchP99MS), fmt.Sprintf("%.1f ms", r.OffloadP99MS), rt(r.OffloadP99Ratio))
-	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalOffloadMBPerS), rt(r.LocalOffloadOverEmbedded))
-	row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(r.StreamOffloadMBPerS), rt(r.StreamOffloadOverEmbedded))
-	row("offload, 32 writers x 16 x 2 MiB", lw, mb(r.Offload2MMBPerS), rt(r.Offload2MRatio))
-	row("BatchGet, cache dropped, 32 readers x 16 x 256 KiB", lr, mb(r.GetMBPerS), rt(r.GetRatio))
-	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalGetMBPerS), rt(r.LocalGetOverEmbedded))
-	row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(r.StreamGetMBPerS), rt(r.StreamGetOverEmbedded))
-	row("BatchGet, cache dropped, 1 reader x 64 x 256 KiB", lr, mb(r.GetOneReaderMBPerS), rt(r.GetOneReaderRatio))
-	row("offload 4 KiB objects, 32 writers x 256 (keys/s / IOPS)", fmt.Sprintf("%.0f IOPS rand write", r.LimitWriteIOPS), ks(r.SmallOffloadKeysPerS), rt(r.SmallOffloadRatio))
-	row("BatchGet 4 KiB objects, 32 readers x 256 (keys/s / IOPS)", fmt.Sprintf("%.0f IOPS rand read", r.LimitReadIOPS), ks(r.SmallGetKeysPerS), rt(r.SmallGetRatio))
-	row("metadata commits, 64-byte objects, 32 writers x 256", "-", ks(r.CommitKeysPerS), "")
-	row("peer: one file per block + fsync, 256 KiB", lw, mb(r.FilePerBlockMBPerS), rt(r.FilePerBlockRatio))
+	// limit is the median of the limits ratio was taken against, else all of that kind's.
+	limit := func(ratio string, all float64, unit string) string {
+		if v, ok := r.rowLimits[ratio]; ok {
+			all = v
+		}
+		return fmt.Sprintf("%.0f %s", all, unit)
+	}
+	lw := func(ratio string) string { return limit(ratio, r.LimitWriteMBPerS, "MB/s seq 1 MiB") }
+	lr := func(ratio string) string { return limit(ratio, r.LimitReadMBPerS, "MB/s rand 256 KiB") }
+	row("offload, 32 writers x 16 x 256 KiB", lw("offload_ratio"), mb(r.OffloadMBPerS), rt(r.OffloadRatio), atLeast(r.OffloadRatio, 0.85, "%.2f"))
+	row("  p99 batch latency, 4 MiB batches (ratio: lower is better)", fmt.Sprintf("%.1f ms, same batches", r.LimitBatchP99MS), fmt.Sprintf("%.1f ms", r.OffloadP99MS), rt(r.OffloadP99Ratio), atMost(r.OffloadP99Ratio, 1.3, "%.1f"))
+	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalOffloadMBPerS), rt(r.LocalOffloadOverEmbedded), "")
+	row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(r.StreamOffloadMBPerS), rt(r.StreamOffloadOverEmbedded), "")
+	row("offload, 32 writers x 16 x 2 MiB", lw("offload_2m_ratio"), mb(r.Offload2MMBPerS), rt(r.Offload2MRatio), atLeast(r.Offload2MRatio, 0.90, "%.2f"))
+	row("BatchGet, cache dropped, 32 readers x 16 x 256 KiB", lr("get_ratio"), mb(r.GetMBPerS), rt(r.GetRatio), atLeast(r.GetRatio, 0.90, "%.2f"))
+	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalGetMBPerS), rt(r.LocalGetOverEmbedded), "")
+	row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(r.StreamGetMBPerS), rt(r.StreamGetOverEmbedded), "")
+	row("BatchGet, cache dropped, 1 reader x 64 x 256 KiB", lr("get_one_reader_ratio"), mb(r.GetOneReaderMBPerS), rt(r.GetOneReaderRatio), atLeast(r.GetOneReaderRatio, 0.80, "%.2f"))
+	row("offload 4 KiB objects, 32 writers x 256 (keys/s / IOPS)", limit("small_offload_ratio", r.LimitWriteIOPS, "IOPS rand write"), ks(r.SmallOffloadKeysPerS), rt(r.SmallOffloadRatio), atLeast(r.SmallOffloadRatio, 0.80, "%.2f"))
+	row("BatchGet 4 KiB objects, 32 readers x 256 (keys/s / IOPS)", limit("small_get_ratio", r.LimitReadIOPS, "IOPS rand read"), ks(r.SmallGetKeysPerS), rt(r.SmallGetRatio), atLeast(r.SmallGetRatio, 0.80, "%.2f"))
+	row("metadata commits, 64-byte objects, 32 writers x 256", "-", ks(r.CommitKeysPerS), "", atLeast(r.CommitKeysPerS, 200000, "%.0f"))
+	row("peer: one file per block + fsync, 256 KiB", lw("file_per_block_ratio"), mb(r.FilePerBlockMBPerS), rt(r.FilePerBlockRatio), "")
 	if r.PebbleMBPerS != nil {
-		row("peer: pebble, synced batches, 256 KiB", lw, mb(*r.PebbleMBPerS), rt(*r.PebbleRatio))
+		row("peer: pebble, synced batches, 256 KiB", lw("pebble_ratio"), mb(*r.PebbleMBPerS), rt(*r.PebbleRatio), "")
 	} else {
-		row("peer: pebble, synced batches, 256 KiB", lw, "not run", "")
+		row("peer: pebble, synced batches, 256 KiB", "-", "not run", "", "")
 	}
 	how := "after SIGKILL"
 	if !r.StartupCrashed {
 		how = "after a clean close"
 	}
+	startupTarget := "<= 1 s/GiB, 5 µs: " + metOrMissed(r.StartupSPerGiB <= 1 && r.StartupUSPerKey <= 5)
+	if r.StartupKeys < 1<<20 {
+		startupTarget = "set at 1M keys (full run)"
+	}
 	row(fmt.Sprintf("start-up, %d committed keys, %s", r.StartupKeys, how), "-",
-		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSPerGiB, r.StartupUSPerKey), "")
+		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSPerGiB, r.StartupUSPerKey), "", startupTarget)
 	row("  the same from a snapshot (clean close)", "-",
-		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSnapshotSPerGiB, r.StartupSnapshotUSPerKey), "")
-	row("memory per committed key (live Go heap after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "")
-	fmt.Fprintf(w, "\nkvoffload's 256 KiB offload / one file per block: %.2fx; wall time %.1f s; seed %d; filesystem %s\n", r.OffloadOverFile, r.Seconds, r.Seed, r.FilesystemType)
+		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSnapshotSPerGiB, r.StartupSnapshotUSPerKey), "", "")
+	row("memory per committed key (live Go heap after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "", atMost(r.BytesPerKey, 300, "%.0f B"))
+	fmt.Fprintf(w, "\nkvoffload's 256 KiB offload / one file per block: %.2fx (target >= 3x: %s); wall time %.1f s; seed %d; filesystem %s\n",
+		r.OffloadOverFile, metOrMissed(r.OffloadOverFile >= 3), r.Seconds, r.Seed, r.FilesystemType)
 	if r.SmallOffloadRatio > 1 {
 		fmt.Fprintf(w, "a 4 KiB offload ratio above 1 is expected: a batch of 256 keys is written with one pwrite per run of records and shares its fdatasyncs, while the limit is one random 4 KiB write per I/O (docs/benchmarks.md)\n")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -73,4 +74,40 @@ func TestJSONKeys(t *testing.T) {
 	}
 	sort.Strings(keys)
 	t.Logf("keys: %v", keys)
+}
+
+// The table's limit column is the median of the limits a row's ratios were taken against
+// (not of every limit of that kind the run measured), and its target column says whether the
+// run meets issue 9's target.
+func TestTableRowLimitsAndTargets(t *testing.T) {
+	s := samples{}
+	for _, r := range []struct{ store, limit float64 }{{180, 200}, {290, 300}, {90, 100}} {
+		s.add("offload_mb_per_s", r.store)
+		s.add("limit_write_mb_per_s", r.limit)
+		s.addRatio("offload_ratio", r.store, r.limit)
+	}
+	for range 4 { // later limit runs of the rounds, for other rows
+		s.add("limit_write_mb_per_s", 900)
+	}
+	s.add("commit_keys_per_s", 150000)
+	var rep Report
+	s.fill(&rep)
+	var buf bytes.Buffer
+	rep.WriteTable(&buf)
+	lines := strings.Split(buf.String(), "\n")
+	find := func(prefix string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, "| "+prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no row %q in\n%s", prefix, buf.String())
+		return ""
+	}
+	if row := find("offload, 32 writers x 16 x 256 KiB"); !strings.Contains(row, "| 200 MB/s seq 1 MiB") || !strings.Contains(row, ">= 0.85: met") {
+		t.Errorf("offload row %q: want the limit 200 MB/s (the median of its own limits, not %v of all) and the target met", row, rep.LimitWriteMBPerS)
+	}
+	if row := find("metadata commits"); !strings.Contains(row, ">= 200000: missed") {
+		t.Errorf("commits row %q: want the 200k target missed", row)
+	}
 }
