@@ -25,15 +25,22 @@ func TestMedian(t *testing.T) {
 	}
 }
 
+// offloadRounds returns the samples of rounds of the 256 KiB offload, each {store, limit} in
+// MB/s, as a run records them.
+func offloadRounds(rounds [][2]float64) samples {
+	s := samples{}
+	for _, r := range rounds {
+		s.add("offload_mb_per_s", r[0])
+		s.add("limit_write_mb_per_s", r[1])
+		s.addRatio("offload_ratio", r[0], r[1])
+	}
+	return s
+}
+
 // TestRatiosArePerRound: a ratio is the median of the per-round ratios, not the ratio of the
 // medians, so that each is taken against the limit measured beside it.
 func TestRatiosArePerRound(t *testing.T) {
-	s := samples{}
-	for _, r := range []struct{ store, limit float64 }{{100, 200}, {300, 300}, {90, 100}} {
-		s.add("offload_mb_per_s", r.store)
-		s.add("limit_write_mb_per_s", r.limit)
-		s.addRatio("offload_ratio", r.store, r.limit)
-	}
+	s := offloadRounds([][2]float64{{100, 200}, {300, 300}, {90, 100}})
 	s.addRatio("get_ratio", 1, 0) // no limit: no ratio
 	var rep Report
 	s.fill(&rep)
@@ -80,12 +87,7 @@ func TestJSONKeys(t *testing.T) {
 // (not of every limit of that kind the run measured), and its target column says whether the
 // run meets issue 9's target.
 func TestTableRowLimitsAndTargets(t *testing.T) {
-	s := samples{}
-	for _, r := range []struct{ store, limit float64 }{{180, 200}, {290, 300}, {90, 100}} {
-		s.add("offload_mb_per_s", r.store)
-		s.add("limit_write_mb_per_s", r.limit)
-		s.addRatio("offload_ratio", r.store, r.limit)
-	}
+	s := offloadRounds([][2]float64{{180, 200}, {290, 300}, {90, 100}})
 	for range 4 { // later limit runs of the rounds, for other rows
 		s.add("limit_write_mb_per_s", 900)
 	}
