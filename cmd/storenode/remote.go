@@ -67,7 +67,7 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 	return &spread, closeAll, nil
 }
 
-// probeTimeout bounds replay's probe of each address (dialRemote).
+// probeTimeout bounds replay's probe of each address (dialRemote) and status's of each member.
 const probeTimeout = 2 * time.Second
 
 // notAPI reports whether err says the address serves gRPC but not the kvoffload API.

@@ -28,6 +28,8 @@ type memMember struct {
 	values map[string][]byte
 	alone  bool // in no cluster yet: Status lists no member
 	stall  bool // Status waits for its caller's deadline (a member still recovering)
+	// members, when set, is the member list Status answers (else n1 alone, the leader).
+	members []*kvoffloadv1.Member
 }
 
 func (m *memMember) BatchOffload(st grpc.ClientStreamingServer[kvoffloadv1.OffloadChunk, kvoffloadv1.OffloadResponse]) error {
@@ -87,6 +89,9 @@ func (m *memMember) Status(ctx context.Context, _ *kvoffloadv1.StatusRequest) (*
 	defer m.mu.Unlock()
 	if m.alone {
 		return &kvoffloadv1.StatusResponse{}, nil
+	}
+	if m.members != nil {
+		return &kvoffloadv1.StatusResponse{LeaderId: "n1", Members: m.members}, nil
 	}
 	return &kvoffloadv1.StatusResponse{LeaderId: "n1", AppliedIndex: 7, Keys: uint64(len(m.values)), Members: []*kvoffloadv1.Member{
 		{NodeId: "n1", RaftAddr: "127.0.0.1:7000", ApiAddr: "127.0.0.1:7100", Voter: true, Leader: true, Keys: uint64(len(m.values))},
@@ -154,6 +159,41 @@ func TestStatusRemote(t *testing.T) {
 	}
 	if !strings.Contains(js.String(), `"raft_addr":"127.0.0.1:7000"`) {
 		t.Errorf("--json lacks snake_case fields: %s", js.String())
+	}
+}
+
+// status asks every member itself whether it answers: the answering member's view lists a
+// stopped member like a running one (new-user trial). UP is yes for the member that answered
+// and for another that answers its own probe, no for one whose address is dead.
+func TestStatusProbesEveryMember(t *testing.T) {
+	m1, addr1 := startMemMember(t)
+	_, addr2 := startMemMember(t)
+	dead := deadAddress(t)
+	m1.mu.Lock()
+	m1.members = []*kvoffloadv1.Member{{NodeId: "n1", ApiAddr: addr1, Voter: true, Leader: true},
+		{NodeId: "n2", ApiAddr: addr2, Voter: true}, {NodeId: "n3", ApiAddr: dead, Voter: true}}
+	m1.mu.Unlock()
+	var text, js bytes.Buffer
+	if err := runStatus(context.Background(), statusFlags{addr: addr1, timeout: 5 * time.Second}, &text); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"n1": "yes", "n2": "yes", "n3": "no"} {
+		var row string
+		for _, l := range strings.Split(text.String(), "\n") {
+			if strings.HasPrefix(l, id+" ") {
+				row = l
+			}
+		}
+		if f := strings.Fields(row); len(f) < 2 || f[1] != want {
+			t.Errorf("member %s: row %q, want UP %s\n%s", id, row, want, text.String())
+		}
+	}
+	if err := runStatus(context.Background(), statusFlags{addr: addr1, json: true, timeout: 5 * time.Second}, &js); err != nil {
+		t.Fatal(err)
+	}
+	var got statusJSON
+	if err := json.Unmarshal(js.Bytes(), &got); err != nil || !got.Up["n1"] || !got.Up["n2"] || got.Up["n3"] || len(got.Members) != 3 {
+		t.Fatalf("--json: %v %+v\n%s", err, got, js.String())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -29,7 +30,9 @@ func statusCmd() *cobra.Command {
 		Short: "Describe a running cluster: members, leader, keys and bytes per node",
 		Long: `status asks a member (KVOffload.Status, on its API address) for the cluster's members (id, Raft address, API
 address, peer address, voter, leader), the leader, and the keys and bytes each node owns. --addr may list
-several members, comma-separated: the first reachable one answers.`,
+several members, comma-separated: the first reachable one answers. Then it asks every member's API
+address itself, each within 2 s: UP says whether that member answers now (the answering member's view
+lists a stopped member like a running one).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), f, os.Stdout) },
 	}
@@ -70,11 +73,50 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 		// --join has not succeeded yet.
 		return fmt.Errorf("status: %s answers but is in no cluster yet: it is starting, or still joining through its --join address (its log says which; /readyz answers 503 until it is ready); ask another member", c.Addr())
 	}
+	up := probeMembers(ctx, opt, st, c.Addr())
 	if f.json {
-		return json.NewEncoder(w).Encode(st)
+		return json.NewEncoder(w).Encode(statusJSON{ClusterStatus: st, Up: up})
 	}
-	printStatus(w, st)
+	printStatus(w, st, up)
 	return nil
+}
+
+// statusJSON is what status --json prints: the answering member's view and, per member ID,
+// whether that member answered status's own probe.
+type statusJSON struct {
+	client.ClusterStatus
+	Up map[string]bool `json:"up"`
+}
+
+// probeMembers asks each member's API address for its status, concurrently, each within
+// probeTimeout, and reports which answered (answered: the address that gave st).
+func probeMembers(ctx context.Context, opt client.Options, st client.ClusterStatus, answered string) map[string]bool {
+	up := make(map[string]bool, len(st.Members))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range st.Members {
+		if m.APIAddr == answered {
+			up[m.NodeID] = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			ok := false
+			if c, err := client.DialOptions(ctx, opt, m.APIAddr); err == nil {
+				_, err = c.Status(ctx)
+				ok = err == nil
+				_ = c.Close()
+			}
+			mu.Lock()
+			up[m.NodeID] = ok
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return up
 }
 
 // splitAddrs splits a comma-separated address list, dropping empty entries.
@@ -88,7 +130,7 @@ func splitAddrs(s string) []string {
 	return out
 }
 
-func printStatus(w io.Writer, st client.ClusterStatus) {
+func printStatus(w io.Writer, st client.ClusterStatus, up map[string]bool) {
 	leader := st.LeaderID
 	if leader == "" {
 		leader = "(none known)"
@@ -98,9 +140,9 @@ func printStatus(w io.Writer, st client.ClusterStatus) {
 	fmt.Fprintf(w, "applied index  %d\n", st.AppliedIndex)
 	fmt.Fprintf(w, "keys           %d (%d bytes)\n\n", st.Keys, st.Bytes)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT ADDR\tAPI ADDR\tPEER ADDR\tVOTER\tLEADER\tKEYS\tBYTES")
+	fmt.Fprintln(tw, "ID\tUP\tRAFT ADDR\tAPI ADDR\tPEER ADDR\tVOTER\tLEADER\tKEYS\tBYTES")
 	for _, m := range st.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.NodeID, m.RaftAddr, m.APIAddr, m.PeerAddr,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.NodeID, yesNo(up[m.NodeID]), m.RaftAddr, m.APIAddr, m.PeerAddr,
 			yesNo(m.Voter), yesNo(m.Leader), m.Keys, m.Bytes)
 	}
 	_ = tw.Flush()
