@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/client"
@@ -30,6 +31,7 @@ type memMember struct {
 	stall  bool // Status waits for its caller's deadline (a member still recovering)
 	// members, when set, is the member list Status answers (else n1 alone, the leader).
 	members []*kvoffloadv1.Member
+	tokens  int // Status calls that carried an authorization header
 }
 
 func (m *memMember) BatchOffload(st grpc.ClientStreamingServer[kvoffloadv1.OffloadChunk, kvoffloadv1.OffloadResponse]) error {
@@ -87,6 +89,9 @@ func (m *memMember) Status(ctx context.Context, _ *kvoffloadv1.StatusRequest) (*
 		return nil, ctx.Err()
 	}
 	defer m.mu.Unlock()
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) > 0 {
+		m.tokens++
+	}
 	if m.alone {
 		return &kvoffloadv1.StatusResponse{}, nil
 	}
@@ -167,7 +172,7 @@ func TestStatusRemote(t *testing.T) {
 // and for another that answers its own probe, no for one whose address is dead.
 func TestStatusProbesEveryMember(t *testing.T) {
 	m1, addr1 := startMemMember(t)
-	_, addr2 := startMemMember(t)
+	m2, addr2 := startMemMember(t)
 	dead := deadAddress(t)
 	m1.mu.Lock()
 	m1.members = []*kvoffloadv1.Member{{NodeId: "n1", ApiAddr: addr1, Voter: true, Leader: true},
@@ -194,6 +199,26 @@ func TestStatusProbesEveryMember(t *testing.T) {
 	var got statusJSON
 	if err := json.Unmarshal(js.Bytes(), &got); err != nil || !got.Up["n1"] || !got.Up["n2"] || got.Up["n3"] || len(got.Members) != 3 {
 		t.Fatalf("--json: %v %+v\n%s", err, got, js.String())
+	}
+	// The member addresses come from the cluster: the probes never carry the user's token,
+	// which goes only to the address the user gave.
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m2.mu.Lock()
+	m2.tokens = 0
+	m2.mu.Unlock()
+	creds := apiCreds{tokenFile: tok, insecureToken: true}
+	if err := runStatus(context.Background(), statusFlags{addr: addr1, timeout: 5 * time.Second, creds: creds}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	m1.mu.Lock()
+	m2.mu.Lock()
+	defer m1.mu.Unlock()
+	defer m2.mu.Unlock()
+	if m1.tokens == 0 || m2.tokens != 0 {
+		t.Fatalf("authorization headers: %d at the address given, %d at a probed member; want some and none", m1.tokens, m2.tokens)
 	}
 }
 

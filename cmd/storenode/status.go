@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -89,8 +91,13 @@ type statusJSON struct {
 }
 
 // probeMembers asks each member's API address for its status, concurrently, each within
-// probeTimeout, and reports which answered (answered: the address that gave st).
+// probeTimeout, and reports which answered (answered: the address that gave st). The
+// addresses come from the cluster, not from the user, so the probes carry no bearer token
+// (it would go in plaintext to whatever address a member record names, under
+// --insecure-token): a member that refuses a call without one (kvoffload.ErrDenied) has
+// answered.
 func probeMembers(ctx context.Context, opt client.Options, st client.ClusterStatus, answered string) map[string]bool {
+	opt.Token, opt.InsecureToken = "", false
 	up := make(map[string]bool, len(st.Members))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -107,7 +114,7 @@ func probeMembers(ctx context.Context, opt client.Options, st client.ClusterStat
 			ok := false
 			if c, err := client.DialOptions(ctx, opt, m.APIAddr); err == nil {
 				_, err = c.Status(ctx)
-				ok = err == nil
+				ok = err == nil || errors.Is(err, kvoffload.ErrDenied)
 				_ = c.Close()
 			}
 			mu.Lock()
