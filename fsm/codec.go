@@ -202,12 +202,9 @@ func (d *decoder) fill(n int) error {
 		buf = make([]byte, max(n, 2*cap(d.win)))
 	}
 	k := copy(buf, d.mem)
-	m, err := io.ReadAtLeast(d.src, buf[k:], n-k)
+	m, err := readAtLeast(d.src, buf[k:], n-k)
 	if err != nil {
 		d.srcErr = err
-		if err == io.ErrUnexpectedEOF {
-			d.srcErr = io.EOF
-		}
 	}
 	d.win, d.hashed = buf[:k+m], 0
 	d.mem = d.win
@@ -216,6 +213,31 @@ func (d *decoder) fill(n int) error {
 	}
 	return nil
 }
+
+// readAtLeast is io.ReadAtLeast, except that a reader that returns no bytes and no error
+// maxEmptyReads times in a row fails with io.ErrNoProgress (as bufio.Reader does) instead of
+// being called forever, and that the end of r is io.EOF however many bytes came before it.
+func readAtLeast(r io.Reader, buf []byte, min int) (int, error) {
+	n, empty := 0, 0
+	for n < min {
+		m, err := r.Read(buf[n:])
+		n += m
+		switch {
+		case err != nil:
+			return n, err
+		case m > 0:
+			empty = 0
+		default:
+			if empty++; empty >= maxEmptyReads {
+				return n, io.ErrNoProgress
+			}
+		}
+	}
+	return n, nil
+}
+
+// maxEmptyReads is bufio's limit on reads that return nothing.
+const maxEmptyReads = 100
 
 // short is why fewer bytes are left than a field needs: src's error, or io.ErrUnexpectedEOF.
 func (d *decoder) short() error {

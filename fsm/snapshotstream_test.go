@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // A snapshot many times the decoder's window restores the same state whether the stream
@@ -60,4 +62,43 @@ func TestSnapshotStreamWindow(t *testing.T) {
 	if err := New().Restore(r); !errors.Is(err, ErrBadSnapshot) || !errors.Is(err, broken) {
 		t.Fatalf("a read error halfway: %v, want ErrBadSnapshot wrapping %v", err, broken)
 	}
+}
+
+// zeroReader returns no bytes and no error, forever.
+type zeroReader struct{}
+
+func (zeroReader) Read([]byte) (int, error) { return 0, nil }
+
+// A stream that stops making progress without an error is refused (io.ErrNoProgress, as
+// bufio gives), not read forever (attack review).
+func TestSnapshotStreamNoProgress(t *testing.T) {
+	done := make(chan error, 1)
+	go func() { done <- New().Restore(io.MultiReader(strings.NewReader(snapshotMagic+"\x03"), zeroReader{})) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrBadSnapshot) || !errors.Is(err, io.ErrNoProgress) {
+			t.Fatalf("Restore of a stream that stops: %v, want ErrBadSnapshot wrapping io.ErrNoProgress", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Restore of a stream that returns nothing, forever, did not return")
+	}
+}
+
+// Warm writes nothing: LookupEach, a reader under the FSM's read lock, runs concurrently with
+// itself (attack review: Warm summed its loads into the index, a race under -race).
+func TestLookupEachConcurrent(t *testing.T) {
+	f := New()
+	f.ApplyCommand(1, commit(1, ent("a", 1, 1), ent("b", 1, 2)))
+	keys := []string{"a", "b", "c"}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				f.LookupEach(len(keys), func(i int) string { return keys[i] }, func(int, Entry, bool, uint64) {})
+			}
+		}()
+	}
+	wg.Wait()
 }

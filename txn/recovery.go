@@ -107,7 +107,8 @@ func (c *Coordinator) scanIntents() (map[fsm.TxnID]pendingIntent, int, error) {
 	// TruncateEvery entries, most of them intents with their DONE, and decoding each one's
 	// entries as it was read took ~0.1 s of a 1M-key start-up (storenode bench's child,
 	// SIGKILLed). An intent's envelope checksum was verified as it was read.
-	for id, p := range pending {
+	for _, id := range sortedIDs(pending) { // in WAL order: the first bad one is named
+		p := pending[id]
 		if p.in, err = decodeIntent(p.body); err != nil {
 			return nil, 0, fmt.Errorf("txn: recovery: replaying the WAL: wal index %d: %w", p.index, err)
 		}
