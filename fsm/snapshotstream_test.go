@@ -92,13 +92,11 @@ func TestLookupEachConcurrent(t *testing.T) {
 	keys := []string{"a", "b", "c"}
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range 200 {
 				f.LookupEach(len(keys), func(i int) string { return keys[i] }, func(int, Entry, bool, uint64) {})
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
