@@ -21,13 +21,16 @@ type extentSet struct {
 // span is an extent of the bucket: its offset and length, both in bytes.
 type span struct{ off, length int64 }
 
-// reset makes the set exactly exts, which are sorted by offset and do not overlap.
-func (x *extentSet) reset(exts []Extent) {
+// reset makes the set exactly exts, which are sorted by offset and do not overlap, and
+// returns their total length in bytes.
+func (x *extentSet) reset(exts []Extent) (bytes int64) {
 	x.m, x.freed = nil, 0
 	x.sorted = make([]span, len(exts))
 	for i, e := range exts {
 		x.sorted[i] = span{e.Offset, e.Length}
+		bytes += e.Length
 	}
+	return bytes
 }
 
 // length returns the length of the live extent at off, 0 if none starts there.

@@ -122,11 +122,7 @@ func (s *Store) collectableLocked(id uint32, none bool) (*bucket, error) {
 
 func (s *Store) replaceLiveLocked(b *bucket, sorted []Extent) {
 	s.live -= b.liveBytes
-	b.live.reset(sorted)
-	b.liveBytes = 0
-	for _, e := range sorted {
-		b.liveBytes += e.Length
-	}
+	b.liveBytes = b.live.reset(sorted)
 	s.live += b.liveBytes
 }
 

@@ -24,12 +24,13 @@ type place struct {
 // start-up (node's BenchmarkStartup), the radix sort a fifth of it. Places that do not pack
 // into 64 bits (offsets or bucket IDs near their types' limits) are comparison-sorted.
 func sortPlaces(order []place, keyAt func(at uint32) string) {
+	byKey := func(a, b place) int { return strings.Compare(keyAt(a.at), keyAt(b.at)) }
 	if !radixSortPlaces(order) {
 		slices.SortFunc(order, func(a, b place) int {
 			if c := cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.off, b.off)); c != 0 {
 				return c
 			}
-			return strings.Compare(keyAt(a.at), keyAt(b.at))
+			return byKey(a, b) // only on a tie: cmp.Or would compare the keys every time
 		})
 		return
 	}
@@ -39,7 +40,7 @@ func sortPlaces(order []place, keyAt func(at uint32) string) {
 			hi++
 		}
 		if hi-lo > 1 {
-			slices.SortFunc(order[lo:hi], func(a, b place) int { return strings.Compare(keyAt(a.at), keyAt(b.at)) })
+			slices.SortFunc(order[lo:hi], byKey)
 		}
 		lo = hi
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/kvoffload/kvoffload"
@@ -28,6 +29,7 @@ type RecoveryReport struct {
 }
 
 type pendingIntent struct {
+	id         fsm.TxnID
 	index      uint64
 	body       []byte // the INTENT body, decoded into in once the scan knows it is unresolved
 	in         intent
@@ -50,8 +52,8 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 	}
 	_ = failpoint.Hit(failpoint.RecoveryScanned)
 	rep.Intents, rep.Unresolved = total, len(pending)
-	for _, id := range sortedIDs(pending) {
-		if err := c.resolveIntent(ctx, id, pending[id], &rep); err != nil {
+	for _, p := range pending {
+		if err := c.resolveIntent(ctx, p, &rep); err != nil {
 			return rep, err
 		}
 		_ = failpoint.Hit(failpoint.RecoveryResolved)
@@ -80,15 +82,17 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 	return rep, nil
 }
 
-// scanIntents returns the intents that have no DONE record.
-func (c *Coordinator) scanIntents() (map[fsm.TxnID]pendingIntent, int, error) {
+// scanIntents returns the intents that have no DONE record, decoded, in WAL order (so a
+// roll-forward sees the same generations the original commit would have), and the number of
+// INTENT records.
+func (c *Coordinator) scanIntents() ([]pendingIntent, int, error) {
 	pending := map[fsm.TxnID]pendingIntent{}
 	total := 0
 	err := c.log.Replay(func(index uint64, rec wal.Record) error {
 		id := fsm.TxnID(rec.TxnID)
 		switch rec.Type {
 		case wal.RecordIntent:
-			pending[id] = pendingIntent{index: index, body: rec.Payload}
+			pending[id] = pendingIntent{id: id, index: index, body: rec.Payload}
 			total++
 		case wal.RecordDataFailed:
 			if p, ok := pending[id]; ok {
@@ -107,34 +111,21 @@ func (c *Coordinator) scanIntents() (map[fsm.TxnID]pendingIntent, int, error) {
 	// TruncateEvery entries, most of them intents with their DONE, and decoding each one's
 	// entries as it was read took ~0.1 s of a 1M-key start-up (storenode bench's child,
 	// SIGKILLed). An intent's envelope checksum was verified as it was read.
-	for _, id := range sortedIDs(pending) { // in WAL order: the first bad one is named
-		p := pending[id]
+	ordered := slices.SortedFunc(maps.Values(pending), func(a, b pendingIntent) int { return cmp.Compare(a.index, b.index) })
+	for i := range ordered { // in WAL order: the first bad one is named
+		p := &ordered[i]
 		if p.in, err = decodeIntent(p.body); err != nil {
 			return nil, 0, fmt.Errorf("txn: recovery: replaying the WAL: wal index %d: %w", p.index, err)
 		}
 		p.body = nil
-		pending[id] = p
 	}
-	return pending, total, nil
-}
-
-func sortedIDs(m map[fsm.TxnID]pendingIntent) []fsm.TxnID {
-	ids := make([]fsm.TxnID, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	// WAL order, so a roll-forward sees the same generations the original commit would have.
-	for i := 1; i < len(ids); i++ {
-		for j := i; j > 0 && m[ids[j]].index < m[ids[j-1]].index; j-- {
-			ids[j], ids[j-1] = ids[j-1], ids[j]
-		}
-	}
-	return ids
+	return ordered, total, nil
 }
 
 // resolveIntent decides one unresolved intent. Extents are not freed here: orphan collection
 // frees everything the metadata does not reference, after every intent is resolved.
-func (c *Coordinator) resolveIntent(ctx context.Context, id fsm.TxnID, p pendingIntent, rep *RecoveryReport) error {
+func (c *Coordinator) resolveIntent(ctx context.Context, p pendingIntent, rep *RecoveryReport) error {
+	id := p.id
 	if _, ok := c.meta.TxnResult(id); ok {
 		rep.AlreadyDone++
 	} else if bad := c.verifyIntent(id, p); bad == "" {
