@@ -14,6 +14,7 @@ import (
 )
 
 func main() {
+	raiseProcs()       // before the bench's children run: they are this binary too
 	bench.MaybeChild() // bench's start-up measurement re-executes this binary as its writer
 	root := &cobra.Command{
 		Use:           "storenode",
