@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -230,7 +229,6 @@ func runServe(ctx context.Context, vals map[string]string) error {
 	}
 	current.Store(n)
 	fmt.Fprintf(os.Stderr, "storenode %s ready: api %s, peer %s, raft %s\n", cfg.ID, n.APIAddr(), n.PeerAddr(), cfg.RaftAddr)
-	cfg.Logger.Info("ready", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	if p := n.LocalSocket(); p != "" {
 		fmt.Fprintf(os.Stderr, "storenode %s: local socket %s (clients: unix://%s)\n", cfg.ID, p, p)
 	}
