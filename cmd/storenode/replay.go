@@ -28,6 +28,7 @@ type replayFlags struct {
 	data      string
 	tracePath string
 	writers   int
+	ahead     string
 	blockSize string
 	requests  int
 	model     string
@@ -65,6 +66,7 @@ measure.`,
 	fl.StringVar(&f.data, "data", "./kvoffload-data", "data directory of the embedded node")
 	fl.StringVar(&f.tracePath, "trace", "", "Mooncake-format trace file (default: the embedded sample)")
 	fl.IntVar(&f.writers, "writers", 32, "concurrent writers")
+	fl.StringVar(&f.ahead, "ahead", "2GiB", "payload bytes generated before the clock starts and kept ahead of the writers (memory; at least one batch)")
 	fl.StringVar(&f.blockSize, "block-size", "256KiB", "payload bytes per block")
 	fl.IntVar(&f.requests, "requests", 0, "replay only the first N requests (0 = all)")
 	fl.StringVar(&f.model, "model", trace.DefaultModel, "model name used in block keys")
@@ -85,6 +87,7 @@ func runReplay(ctx context.Context, f replayFlags) error {
 	if err := checkReplayFlags(f, block); err != nil {
 		return err
 	}
+	ahead, _ := replayAhead(f.ahead) // checked above
 	reqs, err := loadTrace(f.tracePath, f.requests)
 	if err != nil {
 		return err
@@ -109,7 +112,7 @@ func runReplay(ctx context.Context, f replayFlags) error {
 	}
 	var progress io.Writer = os.Stderr
 	sum, err := replay.Run(ctx, target, reqs, replay.Options{
-		Writers: f.writers, BlockSize: int(block), Model: f.model, Seed: f.seed, Progress: progress,
+		Writers: f.writers, Ahead: ahead, BlockSize: int(block), Model: f.model, Seed: f.seed, Progress: progress,
 	})
 	if err != nil {
 		return err
@@ -154,6 +157,21 @@ func openTarget(ctx context.Context, f replayFlags) (replay.Target, func(), erro
 	return n, func() { _ = n.Close() }, nil
 }
 
+// replayAhead parses --ahead: a positive size; "" is replay.DefaultAhead (0).
+func replayAhead(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := parseSize(s)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("not positive")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("--ahead %s: want a positive size such as 2GiB: %w", s, err)
+	}
+	return n, nil
+}
+
 // checkReplayFlags rejects bad flag values before any work starts.
 func checkReplayFlags(f replayFlags, block int64) error {
 	if f.writers < 1 {
@@ -163,6 +181,9 @@ func checkReplayFlags(f replayFlags, block int64) error {
 		return fmt.Errorf("--requests must be 0 (all) or positive, got %d", f.requests)
 	}
 	if _, err := baselineBytes(f.baseline); err != nil {
+		return err
+	}
+	if _, err := replayAhead(f.ahead); err != nil {
 		return err
 	}
 	if bare := strings.Trim(f.blockSize, "0123456789 ") == ""; bare && block < 4096 {

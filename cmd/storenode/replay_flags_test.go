@@ -49,3 +49,21 @@ func TestBaselineBytes(t *testing.T) {
 		}
 	}
 }
+
+// --ahead takes a positive size; 0, a negative or a malformed value is refused naming the
+// flag, and "" is the default (0 to replay.Options).
+func TestReplayAhead(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{{"", 0, true}, {"2GiB", 2 << 30, true}, {"1", 1, true}, {"0", 0, false}, {"-1MiB", 0, false}, {"lots", 0, false}} {
+		got, err := replayAhead(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("--ahead %q: %d, %v; want %d, accepted %v", c.in, got, err, c.want, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--ahead") {
+			t.Errorf("--ahead %q: %q does not name the flag", c.in, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ type Options struct {
 	BlockSize int       // payload bytes per block
 	Model     string    // model name in keys
 	Seed      uint64    // payload seed
+	Ahead     int64     // payload bytes generated before the clock starts and kept ahead of the writers (0: DefaultAhead); at least one batch
 	ReadBatch int       // keys per BatchGet during verification (default 64)
 	Readers   int       // concurrent BatchGets during verification (default 4)
 	Progress  io.Writer // progress lines, about once a second; nil = none
@@ -85,11 +87,10 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 	}
 	s := Summary{}
 	w := newWriter(t, opt, reqs)
-	// The payloads are generated ahead of the writers, and the clock starts once the first
-	// Writers batches are ready: the replay measures the store, not the payload generator
-	// (the first wave's payloads, ~200 MiB of AES-CTR, kept the disk idle for the replay's
-	// first ~100 ms).
-	ready, quit := make(chan batch, opt.Writers), make(chan struct{})
+	// The payloads are generated ahead of the writers, and the clock starts once opt.Ahead
+	// bytes of them (or all) are ready: the replay measures the store, not the payload
+	// generator (DefaultAhead).
+	ready, quit := newReady(opt.Writers, len(reqs)), make(chan struct{})
 	primed, prepared := make(chan struct{}), make(chan struct{})
 	go func() { defer close(prepared); w.prepare(ctx, ready, primed, quit) }()
 	<-primed
@@ -125,7 +126,7 @@ type writer struct {
 
 	stopped   atomic.Bool   // a batch the store could not take: no new batches
 	ahead     atomic.Int64  // payload bytes prepared and not yet taken by a writer
-	aheadMax  int64         // prepare's bound on ahead (aheadBytes)
+	aheadMax  int64         // prepare's bound on ahead (Options.Ahead)
 	lastDone  atomic.Int64  // when the last batch finished (Unix ns; 0: none yet)
 	taken     chan struct{} // a writer took a batch (capacity 1: prepare's wake-up)
 	done      []bool        // requests offloaded (under mu), by trace index
@@ -148,13 +149,28 @@ type batch struct {
 	objs []kvoffload.Object
 }
 
-// aheadBytes bounds the payload bytes prepare keeps ready beyond the first batch: with 32
-// writers and the sample's ~7 MiB requests, ready holds every writer's next batch (~220 MiB,
-// up to ~300 MiB in the sample's busiest stretch); with large blocks it holds fewer batches
-// rather than unbounded gigabytes (attack review: 8 MiB blocks x 16 per request x 8 writers).
-// A 256 MiB bound measured lower (ratios 0.67-0.77 in six runs against 0.67-0.82 without a
-// bound, alternating on one disk), so it is 1 GiB.
-const aheadBytes = 1 << 30
+// DefaultAhead is how many payload bytes prepare generates before the clock starts and then
+// keeps ready ahead of the writers: the whole shipped sample (1.45 GB offered), so that none
+// of its payloads is generated while the store is timed. Generating them inside the timing
+// cost the store a quarter of its rate: with up to 32 batches (~220 MiB) ahead, five
+// alternating pairs of runs wrote 1,180-1,430 MB/s (ratios to the disk line 0.72-0.95)
+// against 1,270-1,740 MB/s (0.84-1.29) with all of them ahead; the ~1.2 GB made during the
+// run was AES-CTR on the store's 2 cores and fresh memory the VM had to fault in. A trace
+// larger than the bound streams its later payloads during the run; the bound keeps memory
+// to it (an attack review: 8 MiB blocks x 16 per request x 8 writers, unbounded, held
+// gigabytes).
+const DefaultAhead = 2 << 30
+
+// maxReady bounds the batches ready holds, whatever their bytes: a channel slot per request
+// of a long trace of small requests would be memory for nothing.
+const maxReady = 1 << 16
+
+// newReady makes the channel prepare fills: room for every request of the trace (up to
+// maxReady), so that the bytes bound alone decides how far ahead prepare gets, and at least
+// one batch per writer.
+func newReady(writers, reqs int) chan batch {
+	return make(chan batch, max(writers, min(reqs, maxReady)))
+}
 
 // prepare generates the batch of each request, in trace order, into ready, which holds up
 // to cap(ready) batches and aheadMax bytes of payload ahead of the writers (at least one batch).
@@ -220,7 +236,7 @@ func (w *writer) sent() []trace.Request {
 }
 
 func newWriter(t Target, opt Options, reqs []trace.Request) *writer {
-	return &writer{t: t, opt: opt, reqs: reqs, taken: make(chan struct{}, 1), done: make([]bool, len(reqs)), aheadMax: aheadBytes}
+	return &writer{t: t, opt: opt, reqs: reqs, taken: make(chan struct{}, 1), done: make([]bool, len(reqs)), aheadMax: cmp.Or(max(opt.Ahead, 0), DefaultAhead)}
 }
 
 // run offloads the batches of ready from Writers concurrent writers until ready is closed

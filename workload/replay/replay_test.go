@@ -244,6 +244,23 @@ func TestPrepareAheadBytes(t *testing.T) {
 	}
 }
 
+// Under the bytes bound, prepare readies every batch of the trace before the clock starts,
+// not only one per writer: no payload is generated while the store is timed.
+func TestPrepareReadiesTheWholeTraceWithinAhead(t *testing.T) {
+	var reqs []trace.Request
+	for i := range 100 {
+		reqs = append(reqs, trace.Request{HashIDs: []int64{int64(2 * i), int64(2*i + 1)}})
+	}
+	opt := Options{Writers: 4, BlockSize: 16, Model: "m", Ahead: 100 * 2 * 16}
+	w := newWriter(nil, opt, reqs)
+	ready, primed := newReady(opt.Writers, len(reqs)), make(chan struct{})
+	go w.prepare(context.Background(), ready, primed, make(chan struct{}))
+	<-primed
+	if len(ready) != len(reqs) || w.ahead.Load() != opt.Ahead {
+		t.Fatalf("primed with %d batches and %d bytes ready, want %d and %d", len(ready), w.ahead.Load(), len(reqs), opt.Ahead)
+	}
+}
+
 // A replay the store stops counts the unique keys of the requests it sent, not the trace's.
 func TestStoppedReplayCountsSentKeys(t *testing.T) {
 	tg := &stoppingTarget{memTarget: memTarget{m: map[string][]byte{}, onGet: func() {}}, okBatches: 1}
