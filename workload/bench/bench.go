@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvoffload/kvoffload/workload/diskbench"
 )
 
 // Options size the bench. Sizes are bytes; counts are keys or I/Os.
@@ -168,7 +170,7 @@ func (b *runner) limitW() (float64, error) {
 	if b.writeDepth > 0 {
 		depths = []int{b.writeDepth}
 	}
-	l, err := limitWrite(b.work, b.o.LimitBytes, depths)
+	l, err := diskbench.SeqWriteLimit(b.work, b.o.LimitBytes, depths)
 	if err != nil {
 		return 0, err
 	}

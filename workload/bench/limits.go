@@ -9,24 +9,6 @@ import (
 // The disk's limits, each measured with diskbench.Run on an O_DIRECT scratch file in the
 // bench directory (the fio equivalents are in docs/benchmarks.md).
 
-// limitWrite is the O_DIRECT sequential write of 1 MiB blocks with one fdatasync at the end,
-// the best of depths writes in flight (the bench gives 1 and 8: fio --rw=write --bs=1M
-// --iodepth=1|8 --end_fsync=1). It returns the best result.
-func limitWrite(dir string, bytes int64, depths []int) (diskbench.JobResult, error) {
-	var best diskbench.JobResult
-	for _, depth := range depths {
-		r, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.SeqWritePattern, Block: 1 << 20,
-			Depth: depth, FileSize: bytes, EndSync: true})
-		if err != nil {
-			return best, fmt.Errorf("limit: sequential write, %d in flight: %w", depth, err)
-		}
-		if r.MBPerSec > best.MBPerSec {
-			best = r
-		}
-	}
-	return best, nil
-}
-
 // limitBatches is the offload's own shape on the bare disk: writers goroutines, each writing
 // batches of batch blocks of block bytes (O_DIRECT, sequential in one file) and fdatasyncing
 // each, bytes in all; its P99 is per batch, the like-for-like limit of the offload's p99

@@ -65,9 +65,10 @@ type Summary struct {
 	Unavailable   int     `json:"unavailable"`       // keys that could not be read now (their owner down, a read error): not lost
 	Corrupt       int     `json:"corrupt"`
 	// The disk's sequential-write line, measured by the caller before and after the replay
-	// (storenode replay: 1 MiB O_DIRECT writes, one fdatasync), and the replay's MBPerSec over
-	// their mean.
+	// (storenode replay: 1 MiB O_DIRECT writes, one fdatasync, DiskDepth in flight: the
+	// better of 1 and 8), and the replay's MBPerSec over their mean.
 	DiskMBPerSec       float64 `json:"disk_mb_per_s,omitempty"`
+	DiskDepth          int     `json:"disk_depth,omitempty"`
 	DiskBeforeMBPerSec float64 `json:"disk_before_mb_per_s,omitempty"`
 	DiskAfterMBPerSec  float64 `json:"disk_after_mb_per_s,omitempty"`
 	RatioToDisk        float64 `json:"ratio_to_disk,omitempty"`
