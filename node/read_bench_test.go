@@ -66,7 +66,7 @@ func benchGet(b *testing.B, readers, batch, block, keys, inFlight int) {
 	secs := b.Elapsed().Seconds()
 	keysPerS := float64(int64(b.N)*int64(batch)) / secs
 	depth, file := 32, int64(keys)*int64(block)
-	lim, err := diskbench.Run(diskbench.Job{Dir: dir, Pattern: diskbench.RandReadPattern, Block: block, Depth: depth,
+	lim, err := diskbench.Run(context.Background(), diskbench.Job{Dir: dir, Pattern: diskbench.RandReadPattern, Block: block, Depth: depth,
 		FileSize: max(file, 64<<20), Ops: int64(max(4096, 64<<20/block)), Seed: 1})
 	if err != nil {
 		b.Fatal(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"strconv"
 )
 
 // minProcs is the fewest Go Ps (GOMAXPROCS) storenode runs with, whatever the core count.
@@ -21,11 +22,12 @@ import (
 const minProcs = 4
 
 // raiseProcs sets GOMAXPROCS to minProcs when the runtime chose fewer (from the CPUs, or a
-// container's CPU limit) and the environment does not set GOMAXPROCS: an operator's value
-// stands. It returns the value in effect. A program that embeds the store chooses its own
-// (docs/operations.md).
+// container's CPU limit) and the environment does not set GOMAXPROCS to a value the runtime
+// takes (a positive integer): an operator's value stands, and one the runtime ignores (abc,
+// 0, -1) is ignored here too. It returns the value in effect. A program that embeds the store
+// chooses its own (docs/operations.md).
 func raiseProcs() int {
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < minProcs {
+	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); (err != nil || n < 1) && runtime.GOMAXPROCS(0) < minProcs {
 		runtime.GOMAXPROCS(minProcs)
 	}
 	return runtime.GOMAXPROCS(0)

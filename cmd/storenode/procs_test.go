@@ -15,6 +15,10 @@ func TestRaiseProcs(t *testing.T) {
 		{"", 2, minProcs},
 		{"", minProcs + 2, minProcs + 2}, // more cores than minProcs: left alone
 		{"2", 2, 2},                      // the operator's value stands
+		{"1", 1, 1},
+		{"abc", 2, minProcs}, // values the runtime ignores are ignored
+		{"0", 2, minProcs},
+		{"-1", 2, minProcs},
 	}
 	for _, c := range cases {
 		t.Setenv("GOMAXPROCS", c.env)

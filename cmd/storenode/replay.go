@@ -172,10 +172,14 @@ func replayAhead(s string) (int64, error) {
 	return n, nil
 }
 
+// maxWriters bounds --writers: each writer is a goroutine with a batch in flight, and a
+// value near the int range made the replay panic allocating its channel (an attack review).
+const maxWriters = 4096
+
 // checkReplayFlags rejects bad flag values before any work starts.
 func checkReplayFlags(f replayFlags, block int64) error {
-	if f.writers < 1 {
-		return fmt.Errorf("--writers must be at least 1, got %d", f.writers)
+	if f.writers < 1 || f.writers > maxWriters {
+		return fmt.Errorf("--writers must be 1 to %d, got %d", maxWriters, f.writers)
 	}
 	if f.requests < 0 {
 		return fmt.Errorf("--requests must be 0 (all) or positive, got %d", f.requests)
@@ -267,7 +271,7 @@ func diskLine(ctx context.Context, f replayFlags, depths []int) (diskbench.JobRe
 	if err := os.MkdirAll(f.data, 0o750); err != nil {
 		return diskbench.JobResult{}, fmt.Errorf("--data: %w", err)
 	}
-	return diskbench.SeqWriteLimit(f.data, total, depths)
+	return diskbench.SeqWriteLimit(ctx, f.data, total, depths)
 }
 
 // addBaseline measures the disk line again after the replay and sets the replay's ratio to

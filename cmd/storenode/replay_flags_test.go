@@ -67,3 +67,17 @@ func TestReplayAhead(t *testing.T) {
 		}
 	}
 }
+
+// --writers outside 1..maxWriters is refused naming the bound, not replayed (a value near the
+// int range used to panic allocating the replay's channel).
+func TestReplayWritersBound(t *testing.T) {
+	for _, w := range []int{0, -1, maxWriters + 1, 1<<63 - 1} {
+		err := checkReplayFlags(replayFlags{writers: w, baseline: "0", blockSize: "256KiB"}, 256<<10)
+		if err == nil || !strings.Contains(err.Error(), "4096") {
+			t.Errorf("--writers %d: %v, want a refusal naming the bound 4096", w, err)
+		}
+	}
+	if err := checkReplayFlags(replayFlags{writers: maxWriters, baseline: "0", blockSize: "256KiB"}, 256<<10); err != nil {
+		t.Errorf("--writers %d: %v, want accepted", maxWriters, err)
+	}
+}

@@ -165,12 +165,12 @@ func (b *runner) direct(ok bool) {
 }
 
 // limitW measures the sequential-write limit and records it; it returns MB/s.
-func (b *runner) limitW() (float64, error) {
+func (b *runner) limitW(ctx context.Context) (float64, error) {
 	depths := []int{1, 8}
 	if b.writeDepth > 0 {
 		depths = []int{b.writeDepth}
 	}
-	l, err := diskbench.SeqWriteLimit(b.work, b.o.LimitBytes, depths)
+	l, err := diskbench.SeqWriteLimit(ctx, b.work, b.o.LimitBytes, depths)
 	if err != nil {
 		return 0, err
 	}
@@ -186,8 +186,8 @@ func (b *runner) limitW() (float64, error) {
 	return l.MBPerSec, nil
 }
 
-func (b *runner) limitR(seed uint64) (float64, error) {
-	l, err := limitRead(b.work, b.o.ReadFileBytes, seed)
+func (b *runner) limitR(ctx context.Context, seed uint64) (float64, error) {
+	l, err := limitRead(ctx, b.work, b.o.ReadFileBytes, seed)
 	if err != nil {
 		return 0, err
 	}
@@ -204,7 +204,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	dir := func(name string) string { return filepath.Join(b.work, fmt.Sprintf("r%d-%s", round, name)) }
 
 	// offload 256 KiB, then the reads over what it wrote
-	lw, err := b.limitW()
+	lw, err := b.limitW(ctx)
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	// writer's batches to queue together on the device, as the offload's do), at least
 	// LimitBytes' worth.
 	perWriters := int64(l256.Writers) * int64(l256.Batch) * int64(l256.Value)
-	lb, err := limitBatches(b.work, min(o.OffloadBytes, max(o.LimitBytes, 4*perWriters)), l256.Value, l256.Writers, l256.Batch)
+	lb, err := limitBatches(ctx, b.work, min(o.OffloadBytes, max(o.LimitBytes, 4*perWriters)), l256.Value, l256.Writers, l256.Batch)
 	if err != nil {
 		return err
 	}
@@ -240,7 +240,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 		readers, batch  int
 		mbName, ratName string
 	}{{"32 readers x 16", 32, 16, "get_mb_per_s", "get_ratio"}, {"1 reader x 64", 1, 64, "get_one_reader_mb_per_s", "get_one_reader_ratio"}} {
-		lr, err := b.limitR(seed + 1)
+		lr, err := b.limitR(ctx, seed+1)
 		if err != nil {
 			_ = kv.Close()
 			return err
@@ -277,7 +277,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	}
 
 	// offload 2 MiB
-	if lw, err = b.limitW(); err != nil {
+	if lw, err = b.limitW(ctx); err != nil {
 		return err
 	}
 	l2m := Load{Prefix: "b2m", Keys: int(o.Offload2MBytes / (2 << 20)), Value: 2 << 20, Writers: o.Writers, Batch: 16, Seed: seed}
@@ -290,7 +290,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	b.logf("offload 2 MiB: %.0f MB/s", off2.MBPerSec)
 
 	// the peers, on the 256 KiB workload
-	if lw, err = b.limitW(); err != nil {
+	if lw, err = b.limitW(ctx); err != nil {
 		return err
 	}
 	fs, err := openFileSink(dir("files"))
@@ -307,7 +307,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	b.s.addRatio("offload_over_file_per_block", off.MBPerSec, fp.MBPerSec)
 	b.logf("one file per block: %.0f MB/s", fp.MBPerSec)
 	if o.PebbleBin != "" {
-		if lw, err = b.limitW(); err != nil {
+		if lw, err = b.limitW(ctx); err != nil {
 			return err
 		}
 		pb, err := runPebble(ctx, o.PebbleBin, dir("pebble"), l256)
@@ -321,7 +321,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	}
 
 	// 4 KiB objects both ways
-	lwi, err := limitWriteIOPS(b.work, o.IOPSFileBytes, o.IOPSOps, seed+2)
+	lwi, err := limitWriteIOPS(ctx, b.work, o.IOPSFileBytes, o.IOPSOps, seed+2)
 	if err != nil {
 		return err
 	}
@@ -341,7 +341,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 	b.s.add("small_offload_keys_per_s", sm.KeysPerS)
 	b.s.addRatio("small_offload_ratio", sm.KeysPerS, lwi.IOPS)
 	b.logf("offload 4 KiB: %.0f keys/s", sm.KeysPerS)
-	lri, err := limitReadIOPS(b.work, o.IOPSFileBytes, o.IOPSOps, seed+3)
+	lri, err := limitReadIOPS(ctx, b.work, o.IOPSFileBytes, o.IOPSOps, seed+3)
 	if err != nil {
 		_ = kv.Close()
 		return err

@@ -1,6 +1,7 @@
 package diskbench
 
 import (
+	"context"
 	"os"
 	"sync/atomic"
 	"time"
@@ -12,10 +13,10 @@ import (
 // before its commit; P99 is the latency of a run, from its first write to the end of its
 // fdatasync, with every goroutine's runs queued on the device together. fio has no per-run
 // latency; its closest job is --rw=write --bs=<block> --numjobs=<depth> --fdatasync=<batch>.
-func seqBatches(j Job, f *os.File, ops int64, direct bool) (JobResult, error) {
+func seqBatches(ctx context.Context, j Job, f *os.File, ops int64, direct bool) (JobResult, error) {
 	var next atomic.Int64 // blocks claimed
 	start := time.Now()
-	lats, err := writers(j, func(_ int, buf []byte, failed func() bool) ([]time.Duration, error) {
+	lats, err := writers(ctx, j, func(_ int, buf []byte, failed func() bool) ([]time.Duration, error) {
 		var lat []time.Duration
 		for !failed() {
 			first := next.Add(j.Batch) - j.Batch

@@ -1,6 +1,7 @@
 package diskbench
 
 import (
+	"context"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -58,7 +59,7 @@ func writeInto(b *testing.B, mode string, total, block int64, depth int) {
 	b.StartTimer()
 	j := Job{Pattern: SeqWritePattern, Block: int(block), Depth: depth}
 	var next atomic.Int64
-	_, err = writers(j, func(_ int, buf []byte, failed func() bool) ([]time.Duration, error) {
+	_, err = writers(context.Background(), j, func(_ int, buf []byte, failed func() bool) ([]time.Duration, error) {
 		for off := next.Add(block) - block; off < total && !failed(); off = next.Add(block) - block {
 			if err := writeAt(f, j, buf, off); err != nil {
 				return nil, err

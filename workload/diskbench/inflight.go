@@ -1,6 +1,7 @@
 package diskbench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -74,8 +75,9 @@ type JobResult struct {
 
 // Run performs j and reports its throughput and per-I/O p99 latency (per run of Batch writes
 // when Batch is set). The timing includes the
-// fdatasyncs j asks for; laying out the file for the random patterns is not timed.
-func Run(j Job) (JobResult, error) {
+// fdatasyncs j asks for; laying out the file for the random patterns is not timed. When ctx
+// ends, the I/Os in flight finish, no new one starts, and Run returns ctx's error wrapped.
+func Run(ctx context.Context, j Job) (JobResult, error) {
 	if j.Block <= 0 || j.Block%4096 != 0 {
 		return JobResult{}, fmt.Errorf("diskbench: block %d bytes is not a positive multiple of 4096 (the O_DIRECT alignment)", j.Block)
 	}
@@ -111,18 +113,21 @@ func Run(j Job) (JobResult, error) {
 			return JobResult{}, err
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return JobResult{}, fmt.Errorf("diskbench: %w", err)
+	}
 	if j.Pattern == RandReadPattern {
-		return randRead(j, path, ops, blocks, direct)
+		return randRead(ctx, j, path, ops, blocks, direct)
 	}
 	if j.Pattern == SeqWritePattern && j.Batch > 0 {
-		return seqBatches(j, f, ops, direct)
+		return seqBatches(ctx, j, f, ops, direct)
 	}
 	var (
 		next   atomic.Int64 // I/Os claimed
 		writes atomic.Int64 // writes done (for SyncEvery)
 	)
 	start := time.Now()
-	all, err := writers(j, func(g int, buf []byte, failed func() bool) ([]time.Duration, error) {
+	all, err := writers(ctx, j, func(g int, buf []byte, failed func() bool) ([]time.Duration, error) {
 		rng := rand.New(rand.NewPCG(j.Seed, uint64(g)+1))
 		lat := make([]time.Duration, 0, ops/int64(j.Depth)+1)
 		for !failed() {
@@ -176,7 +181,10 @@ func datasync(f *os.File) error {
 // writers runs work on j.Depth goroutines, each with an O_DIRECT buffer of j.Block bytes of
 // its own pattern (byte i is i*7+g+1 for writer g), and returns every latency they recorded
 // and the first error; a writer returns once failed() reports another's error.
-func writers(j Job, work func(g int, buf []byte, failed func() bool) ([]time.Duration, error)) ([]time.Duration, error) {
+// writers runs work on j.Depth goroutines, each with its own aligned buffer of j.Block bytes;
+// failed reports whether one of them has failed or ctx has ended, after which none should
+// start another I/O. It returns the first error, else ctx's (wrapped), else every latency.
+func writers(ctx context.Context, j Job, work func(g int, buf []byte, failed func() bool) ([]time.Duration, error)) ([]time.Duration, error) {
 	var (
 		firstEr atomic.Pointer[error]
 		wg      sync.WaitGroup
@@ -190,7 +198,7 @@ func writers(j Job, work func(g int, buf []byte, failed func() bool) ([]time.Dur
 			for i := range buf {
 				buf[i] = byte(i*7 + g + 1)
 			}
-			lat, err := work(g, buf, func() bool { return firstEr.Load() != nil })
+			lat, err := work(g, buf, func() bool { return firstEr.Load() != nil || ctx.Err() != nil })
 			if err != nil {
 				firstEr.CompareAndSwap(nil, &err)
 			}
@@ -200,6 +208,9 @@ func writers(j Job, work func(g int, buf []byte, failed func() bool) ([]time.Dur
 	wg.Wait()
 	if e := firstEr.Load(); e != nil {
 		return nil, *e
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("diskbench: %w", err)
 	}
 	var all []time.Duration
 	for _, l := range lats {

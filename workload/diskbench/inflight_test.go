@@ -1,9 +1,12 @@
 package diskbench
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestRunPatterns runs each pattern on a few MiB and checks the counts it reports.
@@ -18,7 +21,7 @@ func TestRunPatterns(t *testing.T) {
 		{Pattern: RandWritePattern, Block: 4096, Depth: 32, FileSize: 4 << 20, Ops: 1024, SyncEvery: 256, EndSync: true},
 	} {
 		j.Dir, j.Seed = dir, seed
-		r, err := Run(j)
+		r, err := Run(context.Background(), j)
 		if err != nil {
 			t.Fatalf("%s: %v", j.Pattern, err)
 		}
@@ -31,7 +34,7 @@ func TestRunPatterns(t *testing.T) {
 		}
 		t.Logf("%s: %.0f MB/s, %.0f IOPS, direct %v", j.Pattern, r.MBPerSec, r.IOPS, r.Direct)
 	}
-	if _, err := Run(Job{Dir: dir, Pattern: RandReadPattern, Block: 1000, Depth: 1, FileSize: 1 << 20, Ops: 1}); err == nil {
+	if _, err := Run(context.Background(), Job{Dir: dir, Pattern: RandReadPattern, Block: 1000, Depth: 1, FileSize: 1 << 20, Ops: 1}); err == nil {
 		t.Error("a 1000-byte block was accepted")
 	}
 }
@@ -48,7 +51,7 @@ func TestSeqBatchesWritesEveryBlock(t *testing.T) {
 	}
 	defer f.Close()
 	j := Job{Pattern: SeqWritePattern, Block: block, Depth: 4, FileSize: blocks * block, Batch: 5}
-	r, err := seqBatches(j, f, blocks, direct)
+	r, err := seqBatches(context.Background(), j, f, blocks, direct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,5 +73,34 @@ func TestSeqBatchesWritesEveryBlock(t *testing.T) {
 				t.Fatalf("block %d byte %d is %d: not a writer's pattern", b, i, p[i])
 			}
 		}
+	}
+}
+
+// Run stops when its context ends: before it starts (every pattern) and in the middle of a
+// sequential write far longer than the deadline (storenode replay's Ctrl-C during its disk
+// line). Either way it returns the context's error, not a figure.
+func TestRunStopsWhenContextEnds(t *testing.T) {
+	dir := t.TempDir()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, j := range []Job{
+		{Dir: dir, Pattern: SeqWritePattern, Block: 1 << 20, Depth: 1, FileSize: 4 << 20, EndSync: true},
+		{Dir: dir, Pattern: SeqWritePattern, Block: 1 << 20, Depth: 2, FileSize: 4 << 20, Batch: 2},
+		{Dir: dir, Pattern: RandReadPattern, Block: 4096, Depth: 4, FileSize: 1 << 20, Ops: 16},
+		{Dir: dir, Pattern: RandWritePattern, Block: 4096, Depth: 4, FileSize: 1 << 20, Ops: 16},
+	} {
+		if _, err := Run(done, j); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with an ended context: %v, want context.Canceled", j.Pattern, err)
+		}
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer stop()
+	start := time.Now()
+	_, err := SeqWriteLimit(ctx, dir, 1<<30, []int{1, 8})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("1 GiB limit with a 20 ms deadline: %v after %v, want context.DeadlineExceeded", err, time.Since(start))
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("stopped after %v; want within a few writes of the deadline", el)
 	}
 }

@@ -1,6 +1,7 @@
 package diskbench
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,7 +13,7 @@ import (
 // randRead is Run for RandReadPattern: ops reads of j.Block bytes at random block offsets of
 // the laid-out file at path, j.Depth in flight through vfs.ReadBatch, the engine the store's
 // BatchGet uses, so that the limit and the store issue their reads the same way.
-func randRead(j Job, path string, ops, blocks int64, direct bool) (JobResult, error) {
+func randRead(ctx context.Context, j Job, path string, ops, blocks int64, direct bool) (JobResult, error) {
 	fs := vfs.OSFS{DirectIO: direct}
 	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
@@ -34,6 +35,9 @@ func randRead(j Job, path string, ops, blocks int64, direct bool) (JobResult, er
 	errs := make(chan error, 1) // the first read error
 	start := time.Now()
 	vfs.ReadBatch(fs, int(ops), j.Depth, func(i int) (vfs.File, []byte, int64, bool) {
+		if ctx.Err() != nil {
+			return nil, nil, 0, false // no new read once ctx has ended
+		}
 		bufs[i] = <-free
 		t0[i] = time.Now()
 		return f, bufs[i], offs[i], true
@@ -52,6 +56,9 @@ func randRead(j Job, path string, ops, blocks int64, direct bool) (JobResult, er
 	case err := <-errs:
 		return JobResult{}, err
 	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return JobResult{}, fmt.Errorf("diskbench: %w", err)
 	}
 	return result(j, ops, el, direct, lats), nil
 }

@@ -157,9 +157,10 @@ type batch struct {
 // alternating pairs of runs wrote 1,180-1,430 MB/s (ratios to the disk line 0.72-0.95)
 // against 1,270-1,740 MB/s (0.84-1.29) with all of them ahead; the ~1.2 GB made during the
 // run was AES-CTR on the store's 2 cores and fresh memory the VM had to fault in. A trace
-// larger than the bound streams its later payloads during the run; the bound keeps memory
-// to it (an attack review: 8 MiB blocks x 16 per request x 8 writers, unbounded, held
-// gigabytes).
+// larger than the bound streams its later payloads during the run. The bound is on payloads
+// not yet taken (an attack review: 8 MiB blocks x 16 per request x 8 writers, unbounded,
+// held gigabytes); the writers' batches in flight come on top, and Go's collector lets the
+// heap grow to about twice what is live (the sample peaks at ~2.5 GB resident).
 const DefaultAhead = 2 << 30
 
 // maxReady bounds the batches ready holds, whatever their bytes: a channel slot per request
