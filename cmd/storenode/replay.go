@@ -66,7 +66,7 @@ measure.`,
 	fl.StringVar(&f.data, "data", "./kvoffload-data", "data directory of the embedded node")
 	fl.StringVar(&f.tracePath, "trace", "", "Mooncake-format trace file (default: the embedded sample)")
 	fl.IntVar(&f.writers, "writers", 32, "concurrent writers")
-	fl.StringVar(&f.ahead, "ahead", "2GiB", "payload bytes generated before the clock starts and kept ahead of the writers (memory; at least one batch)")
+	fl.StringVar(&f.ahead, "ahead", "", "payload bytes generated before the clock starts and kept ahead of the writers, in memory (1 = one batch at a time); default 2GiB, or an eighth of the machine's memory if less")
 	fl.StringVar(&f.blockSize, "block-size", "256KiB", "payload bytes per block")
 	fl.IntVar(&f.requests, "requests", 0, "replay only the first N requests (0 = all)")
 	fl.StringVar(&f.model, "model", trace.DefaultModel, "model name used in block keys")
@@ -157,19 +157,29 @@ func openTarget(ctx context.Context, f replayFlags) (replay.Target, func(), erro
 	return n, func() { _ = n.Close() }, nil
 }
 
-// replayAhead parses --ahead: a positive size; "" is replay.DefaultAhead (0).
+// replayAhead parses --ahead, a positive size. "" is the default: replay.DefaultAhead, or an
+// eighth of the machine's memory if that is less (the sample's 1.45 GB of payloads ahead
+// peak at ~2.5 GB resident, which a small VM would not have).
 func replayAhead(s string) (int64, error) {
 	if s == "" {
-		return 0, nil
+		return defaultAhead(physicalMemory()), nil
 	}
 	n, err := parseSize(s)
-	if err == nil && n < 1 {
-		err = fmt.Errorf("not positive")
-	}
 	if err != nil {
-		return 0, fmt.Errorf("--ahead %s: want a positive size such as 2GiB: %w", s, err)
+		return 0, fmt.Errorf("--ahead %s: %w", s, err)
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("--ahead %s: want a positive size such as 2GiB (1 = one batch at a time)", s)
 	}
 	return n, nil
+}
+
+// defaultAhead is --ahead's default on a machine with mem bytes of memory (0: unknown).
+func defaultAhead(mem int64) int64 {
+	if mem <= 0 {
+		return replay.DefaultAhead
+	}
+	return max(min(replay.DefaultAhead, mem/8), 64<<20)
 }
 
 // maxWriters bounds --writers: each writer is a goroutine with a batch in flight, and a

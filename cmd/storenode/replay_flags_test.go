@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/workload/replay"
 )
 
 // A bare --block-size below 4 KiB is refused with the unit to write, rather than replayed as
@@ -51,13 +53,13 @@ func TestBaselineBytes(t *testing.T) {
 }
 
 // --ahead takes a positive size; 0, a negative or a malformed value is refused naming the
-// flag, and "" is the default (0 to replay.Options).
+// flag, and "" is the default.
 func TestReplayAhead(t *testing.T) {
 	for _, c := range []struct {
 		in   string
 		want int64
 		ok   bool
-	}{{"", 0, true}, {"2GiB", 2 << 30, true}, {"1", 1, true}, {"0", 0, false}, {"-1MiB", 0, false}, {"lots", 0, false}} {
+	}{{"", defaultAhead(physicalMemory()), true}, {"2GiB", 2 << 30, true}, {"1", 1, true}, {"0", 0, false}, {"-1MiB", 0, false}, {"lots", 0, false}} {
 		got, err := replayAhead(c.in)
 		if (err == nil) != c.ok || got != c.want {
 			t.Errorf("--ahead %q: %d, %v; want %d, accepted %v", c.in, got, err, c.want, c.ok)
@@ -79,5 +81,18 @@ func TestReplayWritersBound(t *testing.T) {
 	}
 	if err := checkReplayFlags(replayFlags{writers: maxWriters, baseline: "0", blockSize: "256KiB"}, 256<<10); err != nil {
 		t.Errorf("--writers %d: %v, want accepted", maxWriters, err)
+	}
+}
+
+// The default --ahead is replay.DefaultAhead on a large or unknown machine, an eighth of a
+// small machine's memory, and never below 64 MiB.
+func TestDefaultAhead(t *testing.T) {
+	for _, c := range []struct{ mem, want int64 }{
+		{0, replay.DefaultAhead}, {32 << 30, replay.DefaultAhead}, {16 << 30, 2 << 30},
+		{4 << 30, 512 << 20}, {256 << 20, 64 << 20},
+	} {
+		if got := defaultAhead(c.mem); got != c.want {
+			t.Errorf("defaultAhead(%d) = %d, want %d", c.mem, got, c.want)
+		}
 	}
 }
