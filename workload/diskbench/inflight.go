@@ -179,11 +179,9 @@ func datasync(f *os.File) error {
 }
 
 // writers runs work on j.Depth goroutines, each with an O_DIRECT buffer of j.Block bytes of
-// its own pattern (byte i is i*7+g+1 for writer g), and returns every latency they recorded
-// and the first error; a writer returns once failed() reports another's error.
-// writers runs work on j.Depth goroutines, each with its own aligned buffer of j.Block bytes;
-// failed reports whether one of them has failed or ctx has ended, after which none should
-// start another I/O. It returns the first error, else ctx's (wrapped), else every latency.
+// its own pattern (byte i is i*7+g+1 for writer g), and returns every latency they recorded.
+// A writer returns once failed() reports another's error or the end of ctx; writers then
+// returns the first error, else ctx's (wrapped).
 func writers(ctx context.Context, j Job, work func(g int, buf []byte, failed func() bool) ([]time.Duration, error)) ([]time.Duration, error) {
 	var (
 		firstEr atomic.Pointer[error]
