@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -87,7 +88,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return Report{}, err
 	}
 	start := time.Now()
-	r := Report{Rounds: o.Rounds, Seed: o.Seed, Direct: true, CacheDropped: true, PebbleNote: o.PebbleNote}
+	r := Report{Rounds: o.Rounds, Seed: o.Seed, Direct: true, CacheDropped: true, PebbleNote: o.PebbleNote,
+		GoMaxProcs: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU()}
 	fsType, tmpfs := filesystem(o.Dir)
 	r.FilesystemType = fsType
 	if tmpfs {

@@ -69,6 +69,8 @@ type Report struct {
 	PebbleNote                string   `json:"pebble_note,omitempty"`
 	Notes                     []string `json:"notes,omitempty"`
 	FilesystemType            string   `json:"filesystem"`
+	GoMaxProcs                int      `json:"gomaxprocs"` // Go Ps the bench ran with: the figures depend on it (docs/operations.md, "Go Ps")
+	CPUs                      int      `json:"cpus"`
 
 	// rowLimits is, for each ratio taken against a disk limit, the median of the limits it
 	// was taken against (the table's limit column), by the ratio's JSON name.
@@ -216,8 +218,8 @@ func (r Report) WriteTable(w io.Writer) {
 	row("  the same from a snapshot (clean close)", "-",
 		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSnapshotSPerGiB, r.StartupSnapshotUSPerKey), "", "")
 	row("memory per committed key (live Go heap after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "", atMost(r.BytesPerKey, 300, "%.0f B"))
-	fmt.Fprintf(w, "\nkvoffload's 256 KiB offload / one file per block: %.2fx (target >= 3x: %s); wall time %.1f s; seed %d; filesystem %s\n",
-		r.OffloadOverFile, metOrMissed(r.OffloadOverFile >= 3), r.Seconds, r.Seed, r.FilesystemType)
+	fmt.Fprintf(w, "\nkvoffload's 256 KiB offload / one file per block: %.2fx (target >= 3x: %s); wall time %.1f s; seed %d; filesystem %s; %d Go Ps on %d CPUs\n",
+		r.OffloadOverFile, metOrMissed(r.OffloadOverFile >= 3), r.Seconds, r.Seed, r.FilesystemType, r.GoMaxProcs, r.CPUs)
 	if r.SmallOffloadRatio > 1 {
 		fmt.Fprintf(w, "a 4 KiB offload ratio above 1 is expected: a batch of 256 keys is written with one pwrite per run of records and shares its fdatasyncs, while the limit is one random 4 KiB write per I/O (docs/benchmarks.md)\n")
 	}
