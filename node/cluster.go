@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -21,6 +22,7 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/transport"
+	"github.com/kvoffload/kvoffload/txn"
 )
 
 // Keepalive on both listeners: a connection whose peer stops answering (SIGSTOP, a hung VM,
@@ -167,7 +169,9 @@ func (n *Node) Healthy() error {
 	if n.coord == nil {
 		return nil // still opening: readiness says so
 	}
-	if err := n.coord.Usable(); err != nil {
+	if err := n.coord.Usable(); errors.Is(err, txn.ErrRemoved) {
+		return fmt.Errorf("node %s was removed from the cluster: stop it (a restart with its data directory refuses to start): %w", n.cfg.ID, err)
+	} else if err != nil {
 		return fmt.Errorf("node %s: fail-stopped, restart the process to recover: %w", n.cfg.ID, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -14,6 +15,7 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/wire"
+	"github.com/kvoffload/kvoffload/node/forward"
 	"github.com/kvoffload/kvoffload/raftmeta"
 )
 
@@ -302,7 +304,11 @@ func (s clusterService) refuseNonMember(id string) error {
 		return raftError(err)
 	}
 	if !member {
-		return status.Errorf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", id)
+		st := status.Newf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", id)
+		if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: forward.ReasonNotAMember, Domain: forward.ErrorDomain}); err == nil {
+			st = d // the asking node learns it was removed (forward.Leader.OnRemoved)
+		}
+		return st.Err()
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func grpcError(err error) error {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, txn.ErrTxnIDInUse):
 		return status.Error(codes.FailedPrecondition, err.Error()) // final: a retry cannot succeed
-	case errors.Is(err, txn.ErrFailed), errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrIndeterminate):
+	case errors.Is(err, txn.ErrFailed), errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrIndeterminate), errors.Is(err, txn.ErrRemoved):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn"
 )
 
 // TestLeave: a member removed with Leave (sent to another follower, which forwards it) is
@@ -104,5 +106,40 @@ func TestLeave(t *testing.T) {
 	t.Logf("offload on the removed node: %v", err)
 	if _, ok := leader.FSM().Lookup(keyOf("zombie", 0)); ok {
 		t.Fatal("the removed node committed a key")
+	}
+
+	// That refusal told the node it was removed: its health and readiness say so, and every
+	// call fails at once as Unavailable naming the removal, also once it knows no leader (it
+	// used to wait ReadIndexTimeout per call, and its clients until their deadlines).
+	for what, err := range map[string]error{"healthy": gone.Healthy(), "ready": gone.Ready()} {
+		if err == nil || !strings.Contains(err.Error(), "was removed from the cluster") {
+			t.Fatalf("%s on the removed node: %v, want it to say the node was removed", what, err)
+		}
+	}
+	for range 2 {
+		start = time.Now()
+		_, gerr := gone.BatchGet(ctx, keys)
+		_, oerr := gone.BatchOffload(ctx, kvoffload.NewTxnID(), objects(3, 8<<10, keyOf("zombie", 1)))
+		for _, err := range []error{gerr, oerr} {
+			if !errors.Is(err, kvoffload.ErrUnavailable) || !errors.Is(err, txn.ErrRemoved) {
+				t.Fatalf("a call on the removed node: %v, want ErrUnavailable wrapping txn.ErrRemoved", err)
+			}
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("two calls on the removed node took %v, want an immediate refusal", d)
+		}
+		waitNoLeader(t, gone, 10*time.Second) // the second round: no leader known any more
+	}
+}
+
+// waitNoLeader waits until nd knows no Raft leader (a removed node stops hearing from it).
+func waitNoLeader(t *testing.T, nd *Node, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for id, _ := nd.raft.Leader(); id != ""; id, _ = nd.raft.Leader() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still knows leader %s after %v", nd.cfg.ID, id, within)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -43,6 +43,7 @@ func (n *Node) startMember(ctx context.Context, fresh bool) (err error) {
 		return err
 	}
 	n.coord.SetRemote(newRemoteReader(n.fsm, n.peers))
+	n.leader.OnRemoved(n.noteRemoved)
 	n.raft.OnLeader(n.announce)
 	if err := n.serve(); err != nil {
 		return err
@@ -190,6 +191,18 @@ func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
 			return n.removedError("its Raft state is from an earlier membership, its Raft configuration no longer lists it, and no leader contacts it")
 		}
 		n.log.Warn("no Raft leader known yet; still waiting", "waited", removedGrace)
+	}
+}
+
+// noteRemoved is called with the leader's refusal of this node as outside the cluster
+// configuration. A node that has finished opening was a member, so it was removed while it
+// ran: its coordinator refuses every call from now on (txn.ErrRemoved), and its health and
+// readiness say so. A node still opening (joining, not yet in the configuration) ignores it.
+func (n *Node) noteRemoved(why error) {
+	select {
+	case <-n.ready:
+		n.coord.MarkRemoved(why)
+	default:
 	}
 }
 

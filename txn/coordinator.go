@@ -37,6 +37,7 @@ type Coordinator struct {
 	remote Remote // reads of keys other nodes own; nil on a single node
 
 	failed   atomic.Pointer[error]
+	removed  atomic.Pointer[error] // MarkRemoved's cause
 	closed   atomic.Bool
 	bg       sync.WaitGroup
 	bgCtx    context.Context
@@ -116,7 +117,7 @@ func (c *Coordinator) Close() error {
 }
 
 // Usable is nil while the coordinator serves: ErrClosed after Close, ErrFailed (wrapping the
-// cause) after a fail-stop.
+// cause) after a fail-stop, ErrRemoved (wrapping the leader's refusal) after MarkRemoved.
 func (c *Coordinator) Usable() error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -124,7 +125,20 @@ func (c *Coordinator) Usable() error {
 	if p := c.failed.Load(); p != nil {
 		return fmt.Errorf("%w: %w", ErrFailed, *p)
 	}
+	if p := c.removed.Load(); p != nil {
+		return fmt.Errorf("%w: %w", ErrRemoved, *p)
+	}
 	return nil
+}
+
+// MarkRemoved records that the leader refused this node as outside the cluster
+// configuration (why is its refusal): from then on every call fails at once with ErrRemoved,
+// instead of waiting for a leader this node will no longer hear from (it is not told of its
+// removal: the leader stops replicating to it). Only the first cause is kept.
+func (c *Coordinator) MarkRemoved(why error) {
+	if c.removed.CompareAndSwap(nil, &why) {
+		c.lg.Error("this node was removed from the cluster: it refuses every call; stop it (a restart with this data directory refuses to start)", "err", why)
+	}
 }
 
 // failStop records a fatal error: nothing more is accepted (fsync errors are never retried).

@@ -22,6 +22,11 @@ var (
 	// still ends ErrIndeterminate (an earlier attempt may have committed), so the caller
 	// retries on another member with the same txn ID.
 	ErrRefused = errors.New("txn: refused by the leader")
+	// ErrRemoved is returned by every call of a coordinator whose node was removed from the
+	// cluster while it ran (MarkRemoved: the leader refused it as outside the configuration).
+	// Nothing was done; the caller goes to another member. The node should be stopped: a
+	// restart with its data directory refuses to start.
+	ErrRemoved = errors.New("txn: this node was removed from the cluster")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("txn: coordinator closed")
 )

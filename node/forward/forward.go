@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -31,10 +32,38 @@ const leaderWait = 10 * time.Second
 
 // Leader forwards to the Raft leader the calls only the leader can answer.
 type Leader struct {
-	raft  *raftmeta.Node
-	fsm   *fsm.FSM // the member directory: the leader's peer address
-	peers *Peers
-	id    string // this node's ID
+	raft      *raftmeta.Node
+	fsm       *fsm.FSM // the member directory: the leader's peer address
+	peers     *Peers
+	id        string          // this node's ID
+	onRemoved func(why error) // OnRemoved's
+}
+
+// ErrorDomain and ReasonNotAMember are the google.rpc.ErrorInfo the leader attaches to its
+// PermissionDenied for a node outside the Raft configuration (node/cluster_service.go
+// refuseNonMember): the one refusal that means this node was removed.
+const (
+	ErrorDomain      = "kvoffload.io"
+	ReasonNotAMember = "NOT_A_MEMBER"
+)
+
+// OnRemoved installs fn, called (possibly more than once, from any goroutine) with the
+// leader's refusal when the leader answers a forwarded call that this node is not in the
+// cluster configuration. Call before the node serves.
+func (l *Leader) OnRemoved(fn func(why error)) { l.onRemoved = fn }
+
+// notAMember reports whether err is the leader's refusal of a node outside the configuration.
+func notAMember(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.PermissionDenied {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain && info.Reason == ReasonNotAMember {
+			return true
+		}
+	}
+	return false
 }
 
 // NewLeader returns the forwarder of node id, which finds the leader's peer address in the
@@ -129,7 +158,11 @@ func (l *Leader) forward(ctx context.Context, local func() error, remote func(pb
 		if err != nil {
 			return false, err
 		}
-		if err := remote(cl); status.Code(err) != codes.FailedPrecondition {
+		err = remote(cl)
+		if l.onRemoved != nil && notAMember(err) {
+			l.onRemoved(err)
+		}
+		if status.Code(err) != codes.FailedPrecondition {
 			return true, err
 		}
 	}
