@@ -294,23 +294,28 @@ func (s clusterService) redirect(ctx context.Context) error {
 }
 
 // refuseNonMember, on the leader, returns PermissionDenied for a node that is not in the Raft
-// configuration (removed, its process still running); nil elsewhere.
+// configuration (removed, its process still running); nil elsewhere. When that configuration
+// is committed, the refusal carries the NOT_A_MEMBER ErrorInfo, from which the node learns it
+// was removed (forward.Leader.OnRemoved) and refuses every call until it is stopped; a removal
+// not yet committed could still be lost to a leader change, so it refuses only this call.
 func (s clusterService) refuseNonMember(id string) error {
 	if !s.n.raft.IsLeader() {
 		return nil
 	}
-	member, err := s.n.raft.HasServer(id)
+	outside, committed, err := s.n.raft.Outside(id)
 	if err != nil {
 		return raftError(err)
 	}
-	if !member {
-		st := status.Newf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", id)
-		if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: forward.ReasonNotAMember, Domain: forward.ErrorDomain}); err == nil {
-			st = d // the asking node learns it was removed (forward.Leader.OnRemoved)
-		}
-		return st.Err()
+	if !outside {
+		return nil
 	}
-	return nil
+	st := status.Newf(codes.PermissionDenied, "node %q is not in the cluster configuration (removed?): stop it, or join a fresh node under a new ID", id)
+	if committed {
+		if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: forward.ReasonNotAMember, Domain: forward.ErrorDomain}); err == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
 
 // ReadLocal serves a read forwarded by another node, for keys this node owns.

@@ -193,6 +193,21 @@ func (n *Node) HasServer(id string) (bool, error) {
 	return ok, nil
 }
 
+// Outside reports whether id is outside the latest configuration known to this node (removed,
+// or never added) and, if so, whether that configuration is committed (its entry at or below
+// the commit index): only then can no leader change bring id back, as a later leader may
+// lack an uncommitted configuration entry.
+func (n *Node) Outside(id string) (outside, committed bool, err error) {
+	conf, index, err := n.configuration()
+	if err != nil {
+		return false, false, err
+	}
+	if _, ok := findServer(conf, id); ok {
+		return false, false, nil
+	}
+	return true, index <= n.raft.CommitIndex(), nil
+}
+
 // Servers returns the latest configuration known to this node (on a
 // follower it may lag the leader's), sorted by ID.
 func (n *Node) Servers() ([]Server, error) {

@@ -450,3 +450,17 @@ func TestValidateAddrs(t *testing.T) {
 		}
 	}
 }
+
+// Outside: a member is inside; an ID the configuration lacks is outside, and once the
+// configuration's entry is committed (a single voter commits its own at once), that is final.
+func TestOutside(t *testing.T) {
+	n, _ := mustOpen(t, testConfig(t, "n1", t.TempDir()))
+	mustLead(t, n)
+	if out, committed, err := n.Outside("n1"); err != nil || out || committed {
+		t.Fatalf("Outside(n1) on its own leader: %v %v %v, want inside", out, committed, err)
+	}
+	poll(t, 5*time.Second, func() bool { _, c, _ := n.Outside("gone"); return c })
+	if out, committed, err := n.Outside("gone"); err != nil || !out || !committed {
+		t.Fatalf("Outside(gone): %v %v %v, want outside, committed", out, committed, err)
+	}
+}
