@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvoffload/kvoffload"
@@ -115,6 +116,9 @@ func TestLeave(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "was removed from the cluster") {
 			t.Fatalf("%s on the removed node: %v, want it to say the node was removed", what, err)
 		}
+	}
+	if r, err := gone.health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC health of the removed node: %v %v, want NOT_SERVING", r, err)
 	}
 	for range 2 {
 		start = time.Now()

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -202,6 +203,9 @@ func (n *Node) noteRemoved(why error) {
 	select {
 	case <-n.ready:
 		n.coord.MarkRemoved(why)
+		if n.health != nil {
+			n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // gRPC health checks see it too
+		}
 	default:
 	}
 }
