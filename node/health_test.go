@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
@@ -12,9 +14,11 @@ import (
 // TestFailStopIsUnhealthy: after the WAL's write fails, the node fail-stops (an fsync error is
 // never retried; nothing more is accepted until a restart); Healthy and Ready then report
 // it, so /healthz and /readyz (503) let a liveness probe restart the process instead of
-// keeping it as alive.
+// keeping it as alive, and the gRPC health service answers NOT_SERVING.
 func TestFailStopIsUnhealthy(t *testing.T) {
-	n := mustOpen(t, testConfig(t.TempDir()))
+	cfg := testConfig(t.TempDir())
+	cfg.APIAddr = "127.0.0.1:0" // served, so that it has a gRPC health service
+	n := mustOpen(t, cfg)
 	defer n.Close()
 	if err := n.Healthy(); err != nil {
 		t.Fatalf("healthy node: %v", err)
@@ -35,5 +39,8 @@ func TestFailStopIsUnhealthy(t *testing.T) {
 	}
 	if err := n.Ready(); err == nil {
 		t.Fatal("Ready is nil on a fail-stopped node")
+	}
+	if r, err := n.health.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC health of a fail-stopped node: %v %v, want NOT_SERVING", r, err)
 	}
 }

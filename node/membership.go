@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -202,10 +201,7 @@ func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
 func (n *Node) noteRemoved(why error) {
 	select {
 	case <-n.ready:
-		n.coord.MarkRemoved(why)
-		if n.health != nil {
-			n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // gRPC health checks see it too
-		}
+		n.coord.MarkRemoved(why) // and the gRPC health turns NOT_SERVING (notServing)
 	default:
 	}
 }

@@ -111,8 +111,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	close(n.ready)
-	if n.health != nil {
+	if n.health != nil && n.coord.Usable() == nil {
 		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		if n.coord.Usable() != nil {
+			n.notServing() // it stopped between the check and SERVING; notServing may have run first
+		}
 	}
 	go n.pruneLoop()
 	procs := runtime.GOMAXPROCS(0)
@@ -238,7 +241,21 @@ func (n *Node) openCoordinator(m txn.Meta) error {
 	}
 	n.fsm.Watch(n.coord.OnApplied)
 	n.fsm.WatchRestore(n.coord.OnRestored)
+	n.coord.OnUnusable(func(error) { n.notServing() })
 	return nil
+}
+
+// notServing turns the gRPC health NOT_SERVING once the coordinator has stopped serving for
+// good (a fail-stop, a removal), as /healthz then fails. Before the node is ready the status
+// is NOT_SERVING already, and Open does not turn it SERVING for an unusable coordinator.
+func (n *Node) notServing() {
+	select {
+	case <-n.ready:
+		if n.health != nil {
+			n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		}
+	default:
+	}
 }
 
 func lockDir(dir string) (*os.File, error) {

@@ -36,12 +36,13 @@ type Coordinator struct {
 
 	remote Remote // reads of keys other nodes own; nil on a single node
 
-	failed   atomic.Pointer[error]
-	removed  atomic.Pointer[error] // MarkRemoved's cause
-	closed   atomic.Bool
-	bg       sync.WaitGroup
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
+	failed     atomic.Pointer[error]
+	removed    atomic.Pointer[error] // MarkRemoved's cause
+	onUnusable func(error)           // OnUnusable's
+	closed     atomic.Bool
+	bg         sync.WaitGroup
+	bgCtx      context.Context
+	bgCancel   context.CancelFunc
 
 	stats counters
 }
@@ -138,13 +139,24 @@ func (c *Coordinator) Usable() error {
 func (c *Coordinator) MarkRemoved(why error) {
 	if c.removed.CompareAndSwap(nil, &why) {
 		c.lg.Error("this node was removed from the cluster: it refuses every call; stop it (a restart with this data directory refuses to start)", "err", why)
+		if c.onUnusable != nil {
+			c.onUnusable(why)
+		}
 	}
 }
+
+// OnUnusable installs fn, called with the cause when the coordinator stops serving for good:
+// a fail-stop, or MarkRemoved (once for each, on the goroutine that hit it; it must not
+// block). Call before serving.
+func (c *Coordinator) OnUnusable(fn func(error)) { c.onUnusable = fn }
 
 // failStop records a fatal error: nothing more is accepted (fsync errors are never retried).
 func (c *Coordinator) failStop(err error) {
 	if c.failed.CompareAndSwap(nil, &err) {
 		c.lg.Error("fail-stop: restart the process to recover", "err", err)
+		if c.onUnusable != nil {
+			c.onUnusable(err)
+		}
 	}
 }
 
