@@ -43,7 +43,7 @@ type Leader struct {
 // PermissionDenied for a node outside the Raft configuration (node/cluster_service.go
 // refuseNonMember): the one refusal that means this node was removed.
 const (
-	ErrorDomain      = "kvoffload.io"
+	ErrorDomain      = "kvoffload.v1.Cluster" // the service that answers it
 	ReasonNotAMember = "NOT_A_MEMBER"
 )
 
