@@ -147,3 +147,36 @@ func waitNoLeader(t *testing.T, nd *Node, within time.Duration) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A removed node that no call reaches learns its removal from its own committed Raft
+// configuration (watchRemoval): within a few seconds its health says so and calls fail at
+// once, without a call ever reaching the leader.
+func TestRemovedNodeLearnsWithoutACall(t *testing.T) {
+	nodes := openCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var gone, via *Node
+	for _, nd := range nodes {
+		switch {
+		case nd.Raft().IsLeader():
+		case gone == nil:
+			gone = nd
+		default:
+			via = nd
+		}
+	}
+	if _, err := (clusterService{n: via}).Leave(ctx, &pb.LeaveRequest{NodeId: gone.cfg.ID}); err != nil {
+		t.Fatalf("leave %s: %v", gone.cfg.ID, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for err := gone.Healthy(); err == nil || !strings.Contains(err.Error(), "was removed from the cluster"); err = gone.Healthy() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the removed node, no call made: Healthy %v after 15 s, want it to say the node was removed", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	start := time.Now()
+	if _, err := gone.BatchGet(ctx, []string{keyOf("quiet", 0)}); !errors.Is(err, txn.ErrRemoved) || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("a call on the removed node: %v after %v, want txn.ErrRemoved at once", err, time.Since(start))
+	}
+}

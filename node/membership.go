@@ -206,6 +206,31 @@ func (n *Node) noteRemoved(why error) {
 	}
 }
 
+// removalCheckEvery is how often a running member looks for its own removal in its Raft
+// configuration (watchRemoval).
+const removalCheckEvery = time.Second
+
+// watchRemoval marks the node removed (noteRemoved) once its own Raft configuration no longer
+// lists it and that configuration is committed here: the change reached this node before the
+// leader stopped replicating to it. A committed entry is never undone, so no member is marked.
+// It covers the node that no call reaches while it still knows the leader, which the leader's
+// refusal (noteRemoved's other source) never reaches.
+func (n *Node) watchRemoval() {
+	t := time.NewTicker(removalCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.closing:
+			return
+		case <-t.C:
+		}
+		if out, committed, err := n.raft.Outside(n.cfg.ID); err == nil && out && committed {
+			n.noteRemoved(errors.New("this node's committed Raft configuration no longer lists it"))
+			return
+		}
+	}
+}
+
 func (n *Node) removedError(why string) error { return removedError{id: n.cfg.ID, why: why} }
 
 // removedError is ErrRemoved for one node, with the reason.

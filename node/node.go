@@ -118,6 +118,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	go n.pruneLoop()
+	if n.cfg.cluster() {
+		go n.watchRemoval()
+	}
 	procs := runtime.GOMAXPROCS(0)
 	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", n.tls != nil, "cluster", n.ClusterID(), "gomaxprocs", procs)
 	if procs < 4 {
