@@ -128,6 +128,9 @@ func TestLeave(t *testing.T) {
 			if !errors.Is(err, kvoffload.ErrUnavailable) || !errors.Is(err, txn.ErrRemoved) {
 				t.Fatalf("a call on the removed node: %v, want ErrUnavailable wrapping txn.ErrRemoved", err)
 			}
+			if strings.Contains(err.Error(), "code = PermissionDenied") {
+				t.Fatalf("a call on the removed node: %q carries the leader's raw gRPC status", err)
+			}
 		}
 		if d := time.Since(start); d > 500*time.Millisecond {
 			t.Fatalf("two calls on the removed node took %v, want an immediate refusal", d)

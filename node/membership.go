@@ -199,6 +199,9 @@ func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
 // ran: its coordinator refuses every call from now on (txn.ErrRemoved), and its health and
 // readiness say so. A node still opening (joining, not yet in the configuration) ignores it.
 func (n *Node) noteRemoved(why error) {
+	if st, ok := status.FromError(why); ok {
+		why = fmt.Errorf("the leader refused it: %s", st.Message()) // not "rpc error: code = PermissionDenied desc = ..." inside an Unavailable
+	}
 	select {
 	case <-n.ready:
 		n.coord.MarkRemoved(why) // and the gRPC health turns NOT_SERVING (notServing)
