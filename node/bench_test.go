@@ -60,7 +60,7 @@ func benchOffload(b *testing.B, block int) {
 	wg.Wait()
 	b.StopTimer()
 	mbps := float64(int64(b.N)*int64(block*batch)) / 1e6 / b.Elapsed().Seconds()
-	disk, err := diskbench.SeqWrite(context.Background(), dir, 512<<20)
+	disk, err := diskbench.SeqWriteLimit(context.Background(), dir, 512<<20, []int{1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	procs := runtime.GOMAXPROCS(0)
 	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", n.tls != nil, "cluster", n.ClusterID(), "gomaxprocs", procs)
-	if procs < 4 {
+	if procs < MinProcs {
 		n.log.Info("few Go Ps for the store's blocking disk I/O: on 2 cores, 4 Ps made commits ~25% faster (docs/operations.md); set GOMAXPROCS=4", "gomaxprocs", procs)
 	}
 	return n, nil
@@ -247,6 +247,10 @@ func (n *Node) openCoordinator(m txn.Meta) error {
 	n.coord.OnUnusable(func(error) { n.notServing() })
 	return nil
 }
+
+// MinProcs is the fewest Go Ps (GOMAXPROCS) a node should run with, whatever the core count
+// (the package doc, "Go Ps"): storenode raises GOMAXPROCS to it, and Open logs a hint below it.
+const MinProcs = 4
 
 // notServing turns the gRPC health NOT_SERVING once the coordinator has stopped serving for
 // good (a fail-stop, a removal), as /healthz then fails. Before the node is ready the status

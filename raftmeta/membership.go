@@ -185,12 +185,8 @@ func countVoters(conf raft.Configuration, except string) int {
 
 // HasServer reports whether id is in the latest configuration known to this node.
 func (n *Node) HasServer(id string) (bool, error) {
-	conf, _, err := n.configuration()
-	if err != nil {
-		return false, err
-	}
-	_, ok := findServer(conf, id)
-	return ok, nil
+	outside, _, err := n.Outside(id)
+	return !outside && err == nil, err
 }
 
 // Outside reports whether id is outside the latest configuration known to this node (removed,

@@ -4,6 +4,8 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+
+	"github.com/kvoffload/kvoffload/node"
 )
 
 // minProcs is the fewest Go Ps (GOMAXPROCS) storenode runs with, whatever the core count.
@@ -19,7 +21,7 @@ import (
 // With 4 Ps on the same 2 cores, 64-byte commits went from ~185k to ~233k keys/s. Not more:
 // 8 measured no better, and the garbage collector's dedicated mark workers are a quarter of
 // the Ps, which with 8 Ps on 2 cores would take both CPUs while it marks.
-const minProcs = 4
+const minProcs = node.MinProcs
 
 // raiseProcs sets GOMAXPROCS to minProcs when the runtime chose fewer (from the CPUs, or a
 // container's CPU limit) and the environment does not set GOMAXPROCS to a value the runtime
