@@ -43,17 +43,22 @@ func serverOptions() []grpc.ServerOption {
 	)
 }
 
-// peerDialOptions are the options of every call to another member (forward.Peers): mutual
-// TLS when configured, the same keepalive as the listeners, the message-size limits, and
-// this node's cluster ID stamped on every call (clusterIDInterceptors).
-func (n *Node) peerDialOptions() []grpc.DialOption {
-	creds := insecure.NewCredentials()
-	if n.tls != nil {
-		creds = credentials.NewTLS(n.tls.peerClient())
+// peerCreds are the transport credentials of a connection to member ("": whoever answers at
+// the address dialed; forward.Peers): mutual TLS when configured (tlsMaterial.peerClient),
+// plaintext otherwise.
+func (n *Node) peerCreds(member string) grpc.DialOption {
+	if n.tls == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(n.tls.peerClient(member)))
+}
+
+// peerDialOptions are the other options of every call to another member (forward.Peers):
+// the same keepalive as the listeners, the message-size limits, and this node's cluster ID
+// stamped on every call (clusterIDInterceptors).
+func (n *Node) peerDialOptions() []grpc.DialOption {
 	unary, stream := clusterIDInterceptors(n.ClusterID)
 	return append(transport.DialOptions(),
-		grpc.WithTransportCredentials(creds),
 		grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),

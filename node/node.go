@@ -144,7 +144,7 @@ func newNode(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), tls: tm,
 		ready: make(chan struct{}), closing: make(chan struct{})}
-	n.peers = forward.NewPeers(n.peerDialOptions()...)
+	n.peers = forward.NewPeers(n.peerCreds, n.peerDialOptions()...)
 	n.metrics = newMetrics(cfg.Registry, n)
 	return n, nil
 }

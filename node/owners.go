@@ -78,7 +78,7 @@ func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []stri
 	if !ok || mem.PeerTarget() == "" {
 		return fail("owner " + owner + " is not a known member")
 	}
-	cl, err := r.peers.Client(mem.PeerTarget())
+	cl, err := r.peers.Member(owner, mem.PeerTarget())
 	if err != nil {
 		return fail(err.Error())
 	}

@@ -124,11 +124,16 @@ func (m *tlsMaterial) apiServer() *tls.Config {
 }
 
 // peerClient presents this node's certificate and verifies the server's chain against the
-// cluster CA. Members are dialed by address (often an IP, a proxy, a NAT), so the identity
-// checked is the CA's signature, not the host name: hostname verification is replaced by
-// chain verification in VerifyConnection (the pattern of crypto/tls's own
-// ExampleConfig_verifyConnection).
-func (m *tlsMaterial) peerClient() *tls.Config {
+// cluster CA. Members are dialed by address (often an IP, a proxy, a NAT), so host-name
+// verification is replaced by chain verification in VerifyConnection (the pattern of
+// crypto/tls's own ExampleConfig_verifyConnection). When member is not empty the answering
+// certificate must also be that member's: a node certificate (no OperatorUnit) whose Common
+// Name is member. Otherwise any holder of a cluster certificate who answered at a member's
+// address (a removed member, until the CA is rotated) would be taken for it: its refusal
+// for the leader's (the removal signal) and its answer for the owner's. member is empty for
+// Join and Leave, which follow redirects by address, and for the Raft transport, which dials
+// by address and whose listener admits only members (raft below).
+func (m *tlsMaterial) peerClient(member string) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{m.cert},
 		InsecureSkipVerify: true, // replaced by VerifyConnection below
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -140,8 +145,18 @@ func (m *tlsMaterial) peerClient() *tls.Config {
 			for _, c := range cs.PeerCertificates[1:] {
 				opts.Intermediates.AddCert(c)
 			}
-			_, err := cs.PeerCertificates[0].Verify(opts)
-			return err
+			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+				return err
+			}
+			leaf := cs.PeerCertificates[0]
+			switch {
+			case member == "":
+			case slices.Contains(leaf.Subject.OrganizationalUnit, OperatorUnit):
+				return fmt.Errorf("node: dialing member %s, the peer presented operator %s's certificate", member, leaf.Subject.CommonName)
+			case leaf.Subject.CommonName != member:
+				return fmt.Errorf("node: dialing member %s, the peer presented member %s's certificate", member, leaf.Subject.CommonName)
+			}
+			return nil
 		}}
 }
 
@@ -164,7 +179,7 @@ func (m *tlsMaterial) raft(admit func(id string) error) *raftmeta.TLS {
 		}
 		return admit(leaf.Subject.CommonName)
 	}
-	return &raftmeta.TLS{Server: srv, Client: m.peerClient()}
+	return &raftmeta.TLS{Server: srv, Client: m.peerClient("")}
 }
 
 // identity is who called a peer RPC, from its verified certificate.

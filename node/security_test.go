@@ -3,8 +3,10 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +179,26 @@ func TestTLSCluster(t *testing.T) {
 	}
 	if n := len(mustServers(t, leader)); n != 3 {
 		t.Fatalf("the leader's configuration has %d servers after the refused calls, want 3", n)
+	}
+	// A call to a known member (the leader, a key's owner) accepts only that member's
+	// certificate: another member answering at its address is refused in the handshake.
+	var third *Node
+	for _, nd := range nodes {
+		if nd != leader && nd != follower {
+			third = nd
+		}
+	}
+	if lc, err := follower.peers.Member(leader.cfg.ID, leader.PeerAddr()); err != nil {
+		t.Fatal(err)
+	} else if _, err := lc.Status(ctx, &pb.StatusRequest{}); err != nil {
+		t.Errorf("Status of leader %s at its own address: %v", leader.cfg.ID, err)
+	}
+	if wc, err := follower.peers.Member(leader.cfg.ID, third.PeerAddr()); err != nil {
+		t.Fatal(err)
+	} else if _, err := wc.Status(ctx, &pb.StatusRequest{}); status.Code(err) != codes.Unavailable ||
+		!strings.Contains(err.Error(), fmt.Sprintf("the peer presented member %s's certificate", third.cfg.ID)) {
+		t.Errorf("Status of leader %s answered by %s's certificate: %v, want Unavailable naming %s's certificate",
+			leader.cfg.ID, third.cfg.ID, err, third.cfg.ID)
 	}
 	ops := pb.NewClusterClient(dialAs(t, leader.PeerAddr(), dir, "ops", dir))
 	remove := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: keys[0], Gen: 1}}})

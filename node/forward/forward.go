@@ -175,7 +175,7 @@ func (l *Leader) Client(ctx context.Context) (pb.ClusterClient, error) {
 	for {
 		if id, _ := l.raft.Leader(); id != "" {
 			if mem, ok := l.fsm.Member(id); ok && mem.PeerTarget() != "" {
-				return l.peers.Client(mem.PeerTarget())
+				return l.peers.Member(id, mem.PeerTarget())
 			}
 		}
 		if time.Now().After(deadline) {

@@ -9,39 +9,59 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 )
 
-// Peers holds one gRPC connection per other member, by peer address, dialed on first use
-// with the same options for every member.
+// Peers holds the gRPC connections to other members, dialed on first use: one per peer
+// address for calls that follow an address (Join and Leave, redirected from member to
+// member), and one per member and address for calls to a known member (the leader, a key's
+// owner), whose connection accepts only that member's certificate.
 type Peers struct {
 	opts  []grpc.DialOption
+	creds func(member string) grpc.DialOption
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[peerKey]*grpc.ClientConn
 }
 
-// NewPeers returns an empty set of connections that dials with opts: the node passes its
-// transport credentials (mutual TLS or plaintext), keepalive, message-size limits and the
-// interceptors that stamp its cluster ID on every call (node/cluster.go peerDialOptions).
-func NewPeers(opts ...grpc.DialOption) *Peers {
-	return &Peers{opts: opts, conns: map[string]*grpc.ClientConn{}}
+// peerKey names a connection: the address it dials and the member it must reach there ("":
+// whoever holds a certificate of the cluster).
+type peerKey struct{ addr, member string }
+
+// NewPeers returns an empty set of connections. creds gives the transport credentials of a
+// connection to member (mutual TLS that checks the answering certificate is member's, or
+// plaintext; member "" for a connection by address only); opts are every connection's other
+// options: keepalive, message-size limits and the interceptors that stamp this node's cluster
+// ID on every call (node/cluster.go peerDialOptions).
+func NewPeers(creds func(member string) grpc.DialOption, opts ...grpc.DialOption) *Peers {
+	return &Peers{opts: opts, creds: creds, conns: map[peerKey]*grpc.ClientConn{}}
 }
 
-// Conn returns the connection to the member at peer address addr.
-func (p *Peers) Conn(addr string) (*grpc.ClientConn, error) {
+func (p *Peers) conn(k peerKey) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.conns[addr]; ok {
+	if c, ok := p.conns[k]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, p.opts...)
+	c, err := grpc.NewClient(k.addr, append([]grpc.DialOption{p.creds(k.member)}, p.opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("node: dialing %s: %w", addr, err)
+		return nil, fmt.Errorf("node: dialing %s: %w", k.addr, err)
 	}
-	p.conns[addr] = c
+	p.conns[k] = c
 	return c, nil
 }
 
-// Client returns a client of the Cluster service of the member at peer address addr.
+// Client returns a client of the Cluster service of whichever member answers at peer address
+// addr (Join and Leave, which follow redirects by address).
 func (p *Peers) Client(addr string) (pb.ClusterClient, error) {
-	c, err := p.Conn(addr)
+	c, err := p.conn(peerKey{addr: addr})
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewClusterClient(c), nil
+}
+
+// Member returns a client of the Cluster service of member id at peer address addr. With
+// mutual TLS its calls fail (Unavailable, the handshake refused) unless the certificate that
+// answers there is id's.
+func (p *Peers) Member(id, addr string) (pb.ClusterClient, error) {
+	c, err := p.conn(peerKey{addr: addr, member: id})
 	if err != nil {
 		return nil, err
 	}
@@ -55,5 +75,5 @@ func (p *Peers) Close() {
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
-	p.conns = map[string]*grpc.ClientConn{}
+	p.conns = map[peerKey]*grpc.ClientConn{}
 }
