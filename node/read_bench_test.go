@@ -15,12 +15,14 @@ import (
 
 // BenchmarkBatchGet measures the read path against the disk's O_DIRECT random-read limit
 // measured in the same directory afterwards (x_disk): one reader with batches of 64 x 256 KiB
-// (the txn read fan-out, Config.ReadsInFlight, is all the parallelism), and 32 readers with
-// batches of 256 x 4 KiB (the 4 KiB IOPS limit, 32 in flight). Reads are O_DIRECT, so the
+// (the txn read fan-out, Config.ReadsInFlight, is all the parallelism), 32 readers with
+// batches of 16 x 256 KiB (storenode bench's get_ratio; the limit is 32 in flight), and 32
+// readers with batches of 256 x 4 KiB (the 4 KiB IOPS limit, 32 in flight). Reads are O_DIRECT, so the
 // page cache plays no part. Keys are written before the clock starts; each batch is a random
 // run of consecutive keys (one request's prefix), seeded.
 func BenchmarkBatchGet(b *testing.B) {
 	b.Run("one-reader-64x256KiB", func(b *testing.B) { benchGet(b, 1, 64, 256<<10, 512, 0) })
+	b.Run("32-readers-16x256KiB", func(b *testing.B) { benchGet(b, 32, 16, 256<<10, 2048, 0) })
 	b.Run("32-readers-256x4KiB", func(b *testing.B) { benchGet(b, 32, 256, 4<<10, 16384, 0) })
 }
 
