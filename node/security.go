@@ -131,8 +131,9 @@ func (m *tlsMaterial) apiServer() *tls.Config {
 // Name is member. Otherwise any holder of a cluster certificate who answered at a member's
 // address (a removed member, until the CA is rotated) would be taken for it: its refusal
 // for the leader's (the removal signal) and its answer for the owner's. member is empty for
-// Join and Leave, which follow redirects by address, and for the Raft transport, which dials
-// by address and whose listener admits only members (raft below).
+// Join and Leave, which follow redirects by address, and for the Raft transport, whose
+// dialing side checks the answering certificate against the Raft configuration itself
+// (raftmeta's streamLayer.checkServer) and whose listener admits only members (raft below).
 func (m *tlsMaterial) peerClient(member string) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{m.cert},
 		InsecureSkipVerify: true, // replaced by VerifyConnection below

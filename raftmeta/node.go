@@ -38,6 +38,9 @@ type Node struct {
 	store *raftboltdb.BoltStore
 	logs  raft.LogStore // the cached log store raft uses
 	trans raft.Transport
+	// stream is trans's stream layer (TLS or the cluster-ID handshake); nil otherwise. With
+	// TLS it checks a dialed server's certificate against the Raft configuration.
+	stream *streamLayer
 
 	notify   chan bool      // raft's NotifyCh: leadership gained (true) or lost (false)
 	watching sync.WaitGroup // watchLeadership
@@ -96,7 +99,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raftmeta: snapshot store: %w", err)
 	}
-	if n.trans, err = newTransport(cfg, hl); err != nil {
+	if n.trans, n.stream, err = newTransport(cfg, hl); err != nil {
 		return err
 	}
 	rc := cfg.raftConfig(cfg.Logger)
@@ -110,6 +113,9 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raftmeta: start raft: %w", err)
 	}
+	if n.stream != nil {
+		n.stream.raft.Store(n.raft)
+	}
 	n.watching.Add(1)
 	go n.watchLeadership()
 	n.log.Info("raft started", "dir", cfg.Dir, "addr", n.trans.LocalAddr(), "bootstrap", cfg.Bootstrap,
@@ -120,34 +126,34 @@ func (n *Node) open() error {
 // newTransport returns an in-memory transport (BindAddr "") addressed by the
 // node ID, or a TCP transport listening on BindAddr and advertising
 // AdvertiseAddr (resolved here) or, without one, the bound address.
-func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
+func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, *streamLayer, error) {
 	if cfg.BindAddr == "" {
 		_, t := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
-		return t, nil
+		return t, nil, nil
 	}
 	var advertise net.Addr
 	if cfg.AdvertiseAddr != "" {
 		a, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
 		if err != nil {
-			return nil, fmt.Errorf("raftmeta: AdvertiseAddr: %w", err)
+			return nil, nil, fmt.Errorf("raftmeta: AdvertiseAddr: %w", err)
 		}
 		advertise = a
 	}
 	if cfg.TLS != nil || cfg.ClusterID != nil {
-		t, err := newStreamTransport(cfg, advertise, &raft.NetworkTransportConfig{
+		t, s, err := newStreamTransport(cfg, advertise, &raft.NetworkTransportConfig{
 			MaxPool: tcpMaxPool, Timeout: tcpTimeout, Logger: hl.Named("transport")})
 		if err != nil {
 			// A nil *NetworkTransport in the interface would not be nil, and closeStores
 			// would call Close on it (adversarial review: a taken Raft port panicked).
-			return nil, err
+			return nil, nil, err
 		}
-		return t, nil
+		return t, s, nil
 	}
 	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, advertise, tcpMaxPool, tcpTimeout, hl.Named("transport"))
 	if err != nil {
-		return nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)
+		return nil, nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)
 	}
-	return t, nil
+	return t, nil, nil
 }
 
 // bootstrap writes a one-voter configuration if there is no raft state yet.

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvoffload/kvoffload/third_party/raft"
@@ -18,21 +19,22 @@ type streamLayer struct {
 	advertise    net.Addr
 	tls          *tls.Config // dialing; nil: plain TCP
 	policy       *ClusterPolicy
+	raft         atomic.Pointer[raft.Raft] // set once raft is started: its configuration names who may answer a dial
 }
 
 // newStreamTransport listens on cfg.BindAddr and returns raft's NetworkTransport over
 // streamLayer.
-func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTransportConfig) (*raft.NetworkTransport, error) {
+func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTransportConfig) (*raft.NetworkTransport, *streamLayer, error) {
 	ln, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
-		return nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)
+		return nil, nil, fmt.Errorf("raftmeta: transport on %s: %w", cfg.BindAddr, err)
 	}
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
 	if ip := advertise.(*net.TCPAddr).IP; ip == nil || ip.IsUnspecified() {
 		ln.Close()
-		return nil, fmt.Errorf("raftmeta: transport on %s: the advertised address %s is not dialable", cfg.BindAddr, advertise)
+		return nil, nil, fmt.Errorf("raftmeta: transport on %s: the advertised address %s is not dialable", cfg.BindAddr, advertise)
 	}
 	s := &streamLayer{Listener: ln, advertise: advertise}
 	if cfg.ClusterID != nil {
@@ -42,7 +44,7 @@ func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTranspor
 		s.Listener, s.tls = tls.NewListener(ln, cfg.TLS.Server), cfg.TLS.Client
 	}
 	nt.Stream = s
-	return raft.NewNetworkTransportWithConfig(nt), nil
+	return raft.NewNetworkTransportWithConfig(nt), s, nil
 }
 
 // Accept returns the next connection; with a cluster ID, one that checks the dialer's ID on
@@ -59,13 +61,20 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 // Dial connects to address and, within timeout, completes the TLS handshake (a peer outside
-// the cluster CA is refused here, not on raft's first RPC) and the cluster-ID handshake.
+// the cluster CA, or not the server the Raft configuration lists at address, is refused here,
+// not on raft's first RPC) and the cluster-ID handshake.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	nd := &net.Dialer{Timeout: timeout}
 	var c net.Conn
 	var err error
 	if s.tls != nil {
 		c, err = (&tls.Dialer{NetDialer: nd, Config: s.tls}).Dial("tcp", string(address))
+		if err == nil {
+			if err = s.checkServer(address, c.(*tls.Conn).ConnectionState()); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 	} else {
 		c, err = nd.Dial("tcp", string(address))
 	}
@@ -79,9 +88,39 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	return c, nil
 }
 
+// checkServer accepts a TLS connection to address only from a server that the latest Raft
+// configuration lists at that address: the answering certificate's Common Name must be that
+// server's ID (a member's certificate names its node ID, as the listening side checks,
+// node/security.go). Raft's messages carry no proof of their sender, so without it any holder
+// of a certificate of the cluster CA who answered at a voter's address (a removed member,
+// until the CA is rotated) could grant votes and acknowledge entries in the voter's place,
+// and a leader would commit with a quorum of one real voter (attack review).
+func (s *streamLayer) checkServer(address raft.ServerAddress, cs tls.ConnectionState) error {
+	r := s.raft.Load()
+	if r == nil {
+		return fmt.Errorf("raftmeta: dialing %s before raft has started", address)
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return fmt.Errorf("raftmeta: dialing %s: no certificate answered", address)
+	}
+	name := cs.PeerCertificates[0].Subject.CommonName
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("raftmeta: dialing %s: reading the configuration: %w", address, err)
+	}
+	for _, sv := range f.Configuration().Servers {
+		if sv.Address == address && string(sv.ID) == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("raftmeta: dialing %s: the certificate that answered is %q's, and the Raft configuration lists no server %q at that address", address, name, name)
+}
+
 // TLS is the mutual-TLS material of the Raft transport: Server for the listener (it must
 // require and verify client certificates), Client for dialing (it must verify the server
-// against the cluster CA and present this node's certificate).
+// against the cluster CA and present this node's certificate; the transport then checks that
+// the answering certificate's Common Name is the server ID the Raft configuration lists at the
+// dialed address, checkServer).
 type TLS struct {
 	Server *tls.Config
 	Client *tls.Config

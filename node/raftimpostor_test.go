@@ -1,0 +1,143 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/third_party/raft"
+)
+
+// TestRaftDialChecksTheServer: a holder of a cluster node certificate that is not a member
+// ("evil": a removed member, until the CA is rotated) answers at a stopped voter's Raft
+// address as a perfect follower, granting votes and acknowledging every entry. The leader's
+// transport must refuse the connection (the certificate is not the server's the Raft
+// configuration lists there), so no RPC reaches the impostor and, with one voter of three
+// up, no offload is acknowledged. Before the check the impostor made the quorum (attack
+// review).
+func TestRaftDialChecksTheServer(t *testing.T) {
+	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
+	base := t.TempDir()
+	var nodes []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		cfg := testConfig(filepath.Join(base, id))
+		cfg.ID, cfg.Txn.NodeID = id, id
+		cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+		cfg.Security = tlsSecurity(dir, id)
+		if len(nodes) > 0 {
+			cfg.Join = []string{nodes[0].PeerAddr()}
+		}
+		nodes = append(nodes, mustOpen(t, cfg))
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			_ = nd.Close()
+		}
+	})
+	leader := leaderOf(t, nodes...)
+	mustOffload(t, leader, objects(1, 8<<10, keyOf("pre", 0)))
+	var victim string
+	for _, nd := range nodes {
+		if nd != leader {
+			victim = nd.cfg.RaftAddr
+			mustClose(t, nd)
+		}
+	}
+	rpcs := startImpostor(t, victim, dir, "evil")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := leader.BatchOffload(ctx, kvoffload.NewTxnID(), objects(2, 8<<10, keyOf("impostor", 0)))
+	if err == nil && res[0].Outcome.OK() {
+		t.Errorf("an offload was acknowledged with one voter of three up: %+v (the impostor answered %d RPCs)", res, rpcs.Load())
+	}
+	if n := rpcs.Load(); n > 0 {
+		t.Errorf("the impostor at %s answered %d Raft RPCs, want the leader's dial refused", victim, n)
+	}
+	t.Logf("offload with one voter of three up: %v %+v", err, res)
+}
+
+// impostorLayer is a TLS listener that answers the cluster-ID handshake (raftmeta/handshake.go)
+// with "accepted" without knowing the cluster's ID.
+type impostorLayer struct{ net.Listener }
+
+func (l impostorLayer) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		var hdr [6]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			c.Close()
+			continue
+		}
+		if _, err := io.ReadFull(c, make([]byte, hdr[5])); err != nil {
+			c.Close()
+			continue
+		}
+		if _, err := c.Write([]byte{0, 0}); err != nil {
+			c.Close()
+			continue
+		}
+		return c, nil
+	}
+}
+
+func (l impostorLayer) Dial(raft.ServerAddress, time.Duration) (net.Conn, error) { return nil, io.EOF }
+
+// startImpostor serves Raft at addr with dir/name's certificate as a follower that grants
+// every vote and acknowledges every entry; it counts the RPCs it answered.
+func startImpostor(t *testing.T, addr, dir, name string) *atomic.Int64 {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	for range 100 { // the closed node's port may take a moment to be free
+		if ln, err = tls.Listen("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: impostorLayer{ln}, MaxPool: 2, Timeout: time.Second})
+	rpcs := new(atomic.Int64)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); _ = tr.Close() })
+	go func() {
+		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}
+		for {
+			select {
+			case <-done:
+				return
+			case rpc := <-tr.Consumer():
+				rpcs.Add(1)
+				switch req := rpc.Command.(type) {
+				case *raft.AppendEntriesRequest:
+					last := req.PrevLogEntry
+					if n := len(req.Entries); n > 0 {
+						last = req.Entries[n-1].Index
+					}
+					rpc.Respond(&raft.AppendEntriesResponse{RPCHeader: hdr, Term: req.Term, LastLog: last, Success: true}, nil)
+				case *raft.RequestVoteRequest:
+					rpc.Respond(&raft.RequestVoteResponse{RPCHeader: hdr, Term: req.Term, Granted: true}, nil)
+				case *raft.InstallSnapshotRequest:
+					_, _ = io.Copy(io.Discard, rpc.Reader)
+					rpc.Respond(&raft.InstallSnapshotResponse{RPCHeader: hdr, Term: req.Term, Success: true}, nil)
+				default:
+					rpc.Respond(nil, io.EOF)
+				}
+			}
+		}
+	}()
+	return rpcs
+}
