@@ -23,23 +23,7 @@ import (
 // review).
 func TestRaftDialChecksTheServer(t *testing.T) {
 	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
-	base := t.TempDir()
-	var nodes []*Node
-	for _, id := range []string{"a", "b", "c"} {
-		cfg := testConfig(filepath.Join(base, id))
-		cfg.ID, cfg.Txn.NodeID = id, id
-		cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
-		cfg.Security = tlsSecurity(dir, id)
-		if len(nodes) > 0 {
-			cfg.Join = []string{nodes[0].PeerAddr()}
-		}
-		nodes = append(nodes, mustOpen(t, cfg))
-	}
-	t.Cleanup(func() {
-		for _, nd := range nodes {
-			_ = nd.Close()
-		}
-	})
+	nodes := openTLSCluster(t, dir, "a", "b", "c")
 	leader := leaderOf(t, nodes...)
 	mustOffload(t, leader, objects(1, 8<<10, keyOf("pre", 0)))
 	var victim string

@@ -111,23 +111,7 @@ func dialAs(t *testing.T, addr, dir, name, trustDir string) *grpc.ClientConn {
 // index in its name; an operator's certificate may remove a member.
 func TestTLSCluster(t *testing.T) {
 	dir, foreign := tlsDirs(t, "a", "b", "c")
-	base := t.TempDir()
-	var nodes []*Node
-	for _, id := range []string{"a", "b", "c"} {
-		cfg := testConfig(filepath.Join(base, id))
-		cfg.ID, cfg.Txn.NodeID = id, id
-		cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
-		cfg.Security = tlsSecurity(dir, id)
-		if len(nodes) > 0 {
-			cfg.Join = []string{nodes[len(nodes)-1].PeerAddr()} // c joins through b, a follower: redirected
-		}
-		nodes = append(nodes, mustOpen(t, cfg))
-	}
-	t.Cleanup(func() {
-		for _, nd := range nodes {
-			_ = nd.Close()
-		}
-	})
+	nodes := openTLSCluster(t, dir, "a", "b", "c")
 	leader := leaderOf(t, nodes...)
 	var follower *Node
 	for _, nd := range nodes {
@@ -222,6 +206,31 @@ func TestTLSCluster(t *testing.T) {
 	if n := len(mustServers(t, leader)); n != 2 {
 		t.Fatalf("the leader's configuration has %d servers after the operator's Leave, want 2", n)
 	}
+}
+
+// openTLSCluster opens a cluster of ids with the certificates in dir (tlsDirs), each node
+// joining through the one opened before it (the third through a follower: redirected), closed
+// at the end of the test.
+func openTLSCluster(t *testing.T, dir string, ids ...string) []*Node {
+	t.Helper()
+	base := t.TempDir()
+	var nodes []*Node
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			_ = nd.Close()
+		}
+	})
+	for _, id := range ids {
+		cfg := testConfig(filepath.Join(base, id))
+		cfg.ID, cfg.Txn.NodeID = id, id
+		cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+		cfg.Security = tlsSecurity(dir, id)
+		if len(nodes) > 0 {
+			cfg.Join = []string{nodes[len(nodes)-1].PeerAddr()}
+		}
+		nodes = append(nodes, mustOpen(t, cfg))
+	}
+	return nodes
 }
 
 // raftHandshake completes a TLS handshake on a Raft port with dir/name's certificate and
