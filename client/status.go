@@ -13,6 +13,9 @@ type ClusterStatus struct {
 	Keys    uint64   `json:"keys"`
 	Bytes   uint64   `json:"bytes"`
 	Members []Member `json:"members"`
+	// Refusing says why the answering member refuses offloads and reads (removed from the
+	// cluster, a fail-stop); empty while it serves. Its view above may then be stale.
+	Refusing string `json:"refusing,omitempty"`
 }
 
 // Member is one node of the cluster's configuration.

@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
@@ -129,9 +133,11 @@ func (c *Client) Status(ctx context.Context) (ClusterStatus, error) {
 	defer cancel()
 	var out ClusterStatus
 	err := c.retry(ctx, "Status", false, func(ctx context.Context, a *attempt) error {
-		resp, err := a.m.kv.Status(ctx, &kvoffloadv1.StatusRequest{})
+		var hdr metadata.MD
+		resp, err := a.m.kv.Status(ctx, &kvoffloadv1.StatusRequest{}, grpc.Header(&hdr))
 		if err == nil {
 			out = clusterStatus(resp)
+			out.Refusing = strings.Join(hdr.Get(wire.RefusingHeader), "; ")
 		}
 		return err
 	})

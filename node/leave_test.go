@@ -7,13 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/txn"
 )
 
@@ -182,4 +185,19 @@ func TestRemovedNodeLearnsWithoutACall(t *testing.T) {
 	if _, err := gone.BatchGet(ctx, []string{keyOf("quiet", 0)}); !errors.Is(err, txn.ErrRemoved) || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("a call on the removed node: %v after %v, want txn.ErrRemoved at once", err, time.Since(start))
 	}
+	// Status still answers there (an operator's `storenode status --addr` of the removed
+	// node), and says it was removed (new-user trial: it read as a normal member's view).
+	hc := &headerCapture{}
+	if st, err := (kvService{n: gone}).Status(grpc.NewContextWithServerTransportStream(ctx, hc), &pb.StatusRequest{}); err != nil ||
+		len(st.Members) == 0 || !strings.Contains(strings.Join(hc.md.Get(wire.RefusingHeader), ""), "was removed from the cluster") {
+		t.Fatalf("Status of the removed node: %v, header %v, %v; want its view and %s saying it was removed", st, hc.md, err, wire.RefusingHeader)
+	}
 }
+
+// headerCapture is a grpc.ServerTransportStream that keeps the headers a handler sets.
+type headerCapture struct{ md metadata.MD }
+
+func (h *headerCapture) Method() string                  { return "/kvoffload.v1.KVOffload/Status" }
+func (h *headerCapture) SetHeader(md metadata.MD) error  { h.md = metadata.Join(h.md, md); return nil }
+func (h *headerCapture) SendHeader(md metadata.MD) error { return h.SetHeader(md) }
+func (h *headerCapture) SetTrailer(metadata.MD) error    { return nil }

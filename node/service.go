@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
@@ -217,8 +218,13 @@ func (s kvService) BatchExists(ctx context.Context, req *pb.ExistsRequest) (*pb.
 }
 
 // Status is Cluster/Status on the client API (read-only: members, leader, keys and bytes
-// per node), so clients and `storenode status` need no access to the peer listener.
+// per node), so clients and `storenode status` need no access to the peer listener. A node
+// that refuses offloads and reads (removed, fail-stopped) still answers it, with the reason in
+// the wire.RefusingHeader header: its view of the cluster is what an operator needs then.
 func (s kvService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := s.n.coord.Usable(); err != nil {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.RefusingHeader, err.Error()))
+	}
 	return clusterService{n: s.n}.Status(ctx, req)
 }
 

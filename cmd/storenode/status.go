@@ -34,7 +34,8 @@ func statusCmd() *cobra.Command {
 address, peer address, voter, leader), the leader, and the keys and bytes each node owns. --addr may list
 several members, comma-separated: the first reachable one answers. Then it asks every member's API
 address itself, each within 2 s: UP says whether that member answers now (the answering member's view
-lists a stopped member like a running one).`,
+lists a stopped member like a running one). A member that refuses offloads and reads (removed by Leave,
+fail-stopped) still answers, and a REFUSING line says why.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), f, os.Stdout) },
 	}
@@ -145,7 +146,11 @@ func printStatus(w io.Writer, st client.ClusterStatus, up map[string]bool) {
 	fmt.Fprintf(w, "cluster        %s\n", st.ClusterID)
 	fmt.Fprintf(w, "leader         %s\n", leader)
 	fmt.Fprintf(w, "applied index  %d\n", st.AppliedIndex)
-	fmt.Fprintf(w, "keys           %d (%d bytes)\n\n", st.Keys, st.Bytes)
+	fmt.Fprintf(w, "keys           %d (%d bytes)\n", st.Keys, st.Bytes)
+	if st.Refusing != "" {
+		fmt.Fprintf(w, "REFUSING       the member that answered refuses offloads and reads, and its view may be stale: %s\n", st.Refusing)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tUP\tRAFT ADDR\tAPI ADDR\tPEER ADDR\tVOTER\tLEADER\tKEYS\tBYTES")
 	for _, m := range st.Members {

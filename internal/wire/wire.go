@@ -103,6 +103,12 @@ func StatsFromPB(s *pb.StatsResponse) kvoffload.Stats {
 		LocalBytes: s.GetLocalBytes(), LiveBytes: s.GetLiveBytes(), AllocatedBytes: s.GetAllocatedBytes(), Counters: s.GetCounters()}
 }
 
+// RefusingHeader is the response header of Status (on the client API) that says why the
+// answering node refuses offloads and reads: it was removed from the cluster, or it
+// fail-stopped (the error's text). It is absent while the node serves. A binary header
+// ("-bin"), so any error text travels as it is.
+const RefusingHeader = "kvoffload-refusing-bin"
+
 // ChunkBytes is the largest data field sent in one GetChunk or OffloadChunk (1 MiB, the
 // protocol's chunk size).
 const ChunkBytes = 1 << 20
