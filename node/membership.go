@@ -98,17 +98,19 @@ func (n *Node) join(ctx context.Context) error {
 		addrs := slices.Clone(n.cfg.Join)
 		for i := 0; i < len(addrs); i++ {
 			addr := addrs[i]
-			cl, err := n.peers.Client(addr)
+			cl, done, err := n.joinClient(addr, i >= len(n.cfg.Join))
 			if err != nil {
 				last = err
 				continue
 			}
 			if req.ClusterId == "" { // learn the cluster's ID first, and take only its Raft traffic
-				st, err := n.peerStatus(ctx, addr)
+				st, err := statusWithin(ctx, cl)
 				if status.Code(err) == codes.Unimplemented {
+					done()
 					return fmt.Errorf("node: join via %s: it does not serve the peer service (kvoffload.v1.Cluster): --join takes members' --peer-addr, not their --api-addr (%v)", addr, err)
 				}
 				if err != nil || st.ClusterId == "" {
+					done()
 					last = fmt.Errorf("join via %s: asking for the cluster ID: %v", addr, err)
 					n.log.Warn("join attempt failed; retrying", "via", addr, "err", last)
 					continue
@@ -119,7 +121,8 @@ func (n *Node) join(ctx context.Context) error {
 			var trailer metadata.MD
 			resp, err := cl.Join(cctx, req, grpc.Trailer(&trailer))
 			cancel()
-			if to := trailer.Get(leaderTrailer); len(to) == 1 && !slices.Contains(addrs, to[0]) {
+			done()
+			if to := trailer.Get(leaderTrailer); len(to) == 1 && !slices.Contains(addrs, to[0]) && len(addrs) < len(n.cfg.Join)+maxRedirects {
 				addrs = append(addrs, to[0]) // redirected to the leader (TLS: joins are not forwarded)
 			}
 			if err == nil {
@@ -139,6 +142,21 @@ func (n *Node) join(ctx context.Context) error {
 		}
 	}
 }
+
+// joinClient returns a client of the member at addr: over the cached connection for an address
+// of cfg.Join, over one of its own (closed by done) for a redirect, whose address a peer named.
+func (n *Node) joinClient(addr string, redirect bool) (cl pb.ClusterClient, done func(), err error) {
+	if redirect {
+		return n.peers.Once(addr)
+	}
+	cl, err = n.peers.Client(addr)
+	return cl, func() {}, err
+}
+
+// maxRedirects bounds the leader addresses one round of join or clusterLists follows beyond
+// the addresses it started with: an answer names the address, and a peer that named a new one
+// every time made a joining node dial without end, a connection each (attack review).
+const maxRedirects = 8
 
 // inConfiguration reports whether this node appears in its Raft configuration.
 func (n *Node) inConfiguration() bool {
@@ -257,6 +275,7 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 			addrs = append(addrs, a)
 		}
 	}
+	given := len(addrs)
 	for i := 0; i < len(addrs) && ctx.Err() == nil; i++ {
 		addr := addrs[i]
 		if addr == n.PeerAddr() {
@@ -268,9 +287,17 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 		}
 		leader := slices.IndexFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == st.LeaderId })
 		if leader < 0 || st.Members[leader].PeerAddr != addr {
-			if leader >= 0 && st.Members[leader].PeerAddr != "" && !slices.Contains(addrs, st.Members[leader].PeerAddr) {
+			if leader >= 0 && st.Members[leader].PeerAddr != "" && !slices.Contains(addrs, st.Members[leader].PeerAddr) && len(addrs) < given+maxRedirects {
 				addrs = append(addrs, st.Members[leader].PeerAddr) // ask the leader itself
 			}
+			continue
+		}
+		// The answer says it is the leader's own: ask again over a connection that accepts only
+		// that member's certificate (with TLS), so that a holder of another cluster certificate
+		// answering at this address cannot make this member believe it was removed (attack
+		// review: it made a restarting member refuse to start).
+		id := st.LeaderId
+		if st, err = n.memberStatus(ctx, id, addr); err != nil || st.LeaderId != id {
 			continue
 		}
 		listed = slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID })
@@ -279,12 +306,27 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 	return false, false
 }
 
-// peerStatus asks the member at peer address addr for Cluster/Status, within 2 s.
+// peerStatus asks whichever member answers at peer address addr for Cluster/Status, within
+// 2 s.
 func (n *Node) peerStatus(ctx context.Context, addr string) (*pb.StatusResponse, error) {
 	cl, err := n.peers.Client(addr)
 	if err != nil {
 		return nil, err
 	}
+	return statusWithin(ctx, cl)
+}
+
+// memberStatus asks member id at peer address addr for Cluster/Status, within 2 s; with TLS
+// the call fails unless the certificate that answers is id's (forward.Peers.Member).
+func (n *Node) memberStatus(ctx context.Context, id, addr string) (*pb.StatusResponse, error) {
+	cl, err := n.peers.Member(id, addr)
+	if err != nil {
+		return nil, err
+	}
+	return statusWithin(ctx, cl)
+}
+
+func statusWithin(ctx context.Context, cl pb.ClusterClient) (*pb.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	return cl.Status(ctx, &pb.StatusRequest{})
@@ -308,8 +350,22 @@ func (n *Node) checkNoPriorKeys(ctx context.Context) error {
 // IDs; pointing at its own, or at members that cannot be asked, a WARN that it is ignored.
 func (n *Node) checkJoinIgnored(ctx context.Context) error {
 	mine := n.ClusterID()
+	byAddr := map[string]string{} // peer address -> the member the directory lists there
+	for _, m := range n.fsm.Members() {
+		byAddr[m.PeerTarget()] = m.NodeID
+	}
 	for _, addr := range n.cfg.Join {
-		st, err := n.peerStatus(ctx, addr)
+		// A member this node knows is asked over a connection that accepts only its
+		// certificate (with TLS): another certificate of the cluster answering at its address
+		// must not keep this member from starting (attack review). The directory is the one
+		// restored so far (the latest snapshot's): a member added after it is asked by address.
+		var st *pb.StatusResponse
+		var err error
+		if id, ok := byAddr[addr]; ok && id != n.cfg.ID {
+			st, err = n.memberStatus(ctx, id, addr)
+		} else {
+			st, err = n.peerStatus(ctx, addr)
+		}
 		if err != nil {
 			if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch") {
 				return fmt.Errorf("%w: --join %s: %s", ErrClusterMismatch, addr, status.Convert(err).Message())

@@ -57,6 +57,17 @@ func (p *Peers) Client(addr string) (pb.ClusterClient, error) {
 	return pb.NewClusterClient(c), nil
 }
 
+// Once returns a client of the Cluster service of whichever member answers at peer address
+// addr over a connection of its own, which close closes: for an address a peer named (a
+// join's redirect), which must not stay cached for the node's lifetime.
+func (p *Peers) Once(addr string) (cl pb.ClusterClient, close func(), err error) {
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{p.creds("")}, p.opts...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: dialing %s: %w", addr, err)
+	}
+	return pb.NewClusterClient(c), func() { _ = c.Close() }, nil
+}
+
 // Member returns a client of the Cluster service of member id at peer address addr. With
 // mutual TLS its calls fail (Unavailable, the handshake refused) unless the certificate that
 // answers there is id's.

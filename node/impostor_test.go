@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"path/filepath"
@@ -10,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"github.com/kvoffload/kvoffload"
+	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
@@ -124,4 +129,54 @@ func startImpostor(t *testing.T, addr, dir, name string) *atomic.Int64 {
 		}
 	}()
 	return rpcs
+}
+
+// TestStatusImpostorCannotRemove: all three members are down; a holder of a cluster node
+// certificate that is not a's ("evil") answers Cluster/Status at a's peer address, claiming
+// to be the leader a with a configuration without b. Member b, restarted, finds no leader,
+// asks the cluster for its configuration (clusterLists) and must not take that answer as
+// the leader's: before, it refused to start as removed, telling the operator to start a fresh
+// node with an empty data directory (attack review).
+func TestStatusImpostorCannotRemove(t *testing.T) {
+	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
+	nodes := openTLSCluster(t, dir, "a", "b", "c")
+	mustOffload(t, nodes[1], objects(1, 8<<10, keyOf("b", 0)))
+	aPeer, cfg := nodes[0].PeerAddr(), nodes[1].cfg
+	for _, nd := range nodes {
+		mustClose(t, nd)
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "evil.crt"), filepath.Join(dir, "evil.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", aPeer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})))
+	pb.RegisterClusterServer(srv, fakeStatus{resp: &pb.StatusResponse{LeaderId: "a",
+		Members: []*pb.Member{{NodeId: "a", PeerAddr: aPeer, Leader: true}}}})
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), removedGrace+3*time.Second) // past one clusterLists
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	if n != nil {
+		_ = n.Close()
+	}
+	if errors.Is(err, ErrRemoved) {
+		t.Fatalf("member b refused to start as removed on the word of certificate evil answering at a's address: %v", err)
+	}
+	t.Logf("restart of b with no member up: %v", err)
+}
+
+// fakeStatus answers Cluster/Status with resp.
+type fakeStatus struct {
+	pb.UnimplementedClusterServer
+	resp *pb.StatusResponse
+}
+
+func (f fakeStatus) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return f.resp, nil
 }
