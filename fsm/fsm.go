@@ -22,6 +22,7 @@ type state struct {
 	gens    map[string]uint64
 	txns    map[TxnID]*record // txn -> recorded result (record.go); records are never mutated
 	members map[string]Member // node ID -> member record
+	removed map[string]bool   // node IDs a SetMember with Remove deleted: they never join again
 	cluster string            // the cluster's ID ("" until a SetCluster is applied)
 	applied uint64            // highest raft index applied
 
@@ -42,6 +43,7 @@ func newState() *state {
 		gens:    make(map[string]uint64),
 		txns:    make(map[TxnID]*record),
 		members: make(map[string]Member),
+		removed: make(map[string]bool),
 		owners:  make(map[string]OwnerStats),
 		extents: make(map[chunkKey]*chunkList),
 	}
@@ -377,14 +379,25 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 	return res
 }
 
-// applyMember records or deletes a member. Its Result has no Keys.
+// applyMember records or deletes a member; a deleted member's ID is kept as removed
+// (WasRemoved). Its Result has no Keys.
 func (s *state) applyMember(index uint64, m SetMember) *Result {
 	if m.Remove {
 		delete(s.members, m.Member.NodeID)
+		s.removed[m.Member.NodeID] = true
 	} else {
 		s.members[m.Member.NodeID] = m.Member
 	}
 	return &Result{TxnID: m.TxnID, Type: CmdMember, Index: index}
+}
+
+// WasRemoved reports whether node id was deleted from the member directory (Leave): a
+// removed ID never joins the cluster again (its certificate stays valid until the CA is
+// rotated, docs/security.md; its old data directory must not come back, docs/operations.md).
+func (f *FSM) WasRemoved(id string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.removed[id]
 }
 
 // Lookup returns the live entry of key.

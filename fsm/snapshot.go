@@ -13,8 +13,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Snapshot wire format (version 3; version 2 is read too: its member records have no peer
-// addr; version 1 had no members section and is refused). The constants are wire format.
+// Snapshot wire format (version 4; versions 3 and 2 are read too: 3 has no removed section,
+// 2 neither that nor the cluster ID, and its member records have no peer addr; version 1 had
+// no members section and is refused). The constants are wire format.
 //
 //	magic   "KVFS" (4 bytes) | version byte (snapshotVersion)
 //	applied uvarint
@@ -23,6 +24,7 @@ import (
 //	n uvarint | n x result                          txn results, strictly increasing TxnID
 //	n uvarint | n x member                          member records, strictly increasing node
 //	cluster str                                     the cluster ID, "" if none (not in version 2)
+//	n uvarint | n x node str                        removed node IDs, strictly increasing (version 4)
 //	sum     uint64 little-endian: xxhash64 of every byte before it
 //
 //	fullEntry: cmdEntry (see codec.go) | owner str | txn [16]byte
@@ -37,8 +39,11 @@ import (
 // Hash means byte-identical snapshots.
 const (
 	snapshotMagic   = "KVFS"
-	snapshotVersion = 3
-	// snapshotVersionNoPeer is the earlier version still read: members without peer addr.
+	snapshotVersion = 4
+	// snapshotVersionNoRemoved is an earlier version still read: no removed section.
+	snapshotVersionNoRemoved = 3
+	// snapshotVersionNoPeer is the earliest version still read: members without peer addr,
+	// no cluster ID.
 	snapshotVersionNoPeer = 2
 	flushAt               = 64 << 10
 )
@@ -58,6 +63,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		gens:    maps.Clone(f.st.gens),
 		txns:    maps.Clone(f.st.txns), // records are immutable: sharing them is safe
 		members: maps.Clone(f.st.members),
+		removed: maps.Clone(f.st.removed),
 		cluster: f.st.cluster,
 		applied: f.st.applied,
 		bytes:   f.st.bytes,
@@ -152,6 +158,12 @@ func (s *state) encode(w io.Writer) error {
 		flush(false)
 	}
 	e.str(s.cluster)
+	removed := slices.Sorted(maps.Keys(s.removed))
+	e.uvarint(uint64(len(removed)))
+	for _, id := range removed {
+		e.str(id)
+		flush(false)
+	}
 	flush(true)
 	return werr
 }
@@ -185,12 +197,12 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	d := newStreamDecoder(r)
 	var magic [len(snapshotMagic) + 1]byte
 	d.full("snapshot header", magic[:])
-	if d.err == nil && (string(magic[:4]) != snapshotMagic || magic[4] != snapshotVersion && magic[4] != snapshotVersionNoPeer) {
-		return nil, fmt.Errorf("%w: header %q, want %q version %d", ErrBadSnapshot, magic[:], snapshotMagic, snapshotVersion)
+	if d.err == nil && (string(magic[:4]) != snapshotMagic || magic[4] < snapshotVersionNoPeer || magic[4] > snapshotVersion) {
+		return nil, fmt.Errorf("%w: header %q, want %q version %d to %d", ErrBadSnapshot, magic[:], snapshotMagic, snapshotVersionNoPeer, snapshotVersion)
 	}
 	st := newState()
 	st.applied = d.uvarint("applied index")
-	st.decodeBody(d, magic[4] != snapshotVersionNoPeer)
+	st.decodeBody(d, magic[4])
 	if d.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, d.err)
 	}
@@ -213,9 +225,10 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	return st, nil
 }
 
-// decodeBody reads the four sections, checking strict ordering as it goes. withPeer: the
-// member records carry a peer address (snapshotVersion).
-func (st *state) decodeBody(d *decoder, withPeer bool) {
+// decodeBody reads the sections of a snapshot of version, checking strict ordering as it
+// goes.
+func (st *state) decodeBody(d *decoder, version byte) {
+	withPeer := version >= snapshotVersionNoRemoved // member records carry a peer address
 	n, _ := d.count("live count", 1)
 	prev := ""
 	// Keys strictly increasing so far: each is new, no lookup needed. They are added a group
@@ -314,8 +327,20 @@ func (st *state) decodeBody(d *decoder, withPeer bool) {
 		prev = m.NodeID
 		st.members[m.NodeID] = m
 	}
-	if withPeer { // snapshotVersion: the cluster ID follows
+	if withPeer { // version 3 on: the cluster ID follows
 		st.cluster = d.str("cluster id")
+	}
+	if version < snapshotVersion {
+		return
+	}
+	n, _ = d.count("removed count", 1)
+	for i := 0; i < n && d.err == nil; i++ {
+		id := d.str("removed node")
+		if i > 0 && strings.Compare(id, prev) <= 0 {
+			d.fail(fmt.Errorf("removed node %q not after %q", id, prev))
+		}
+		prev = id
+		st.removed[id] = true
 	}
 }
 

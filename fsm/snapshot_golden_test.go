@@ -24,14 +24,22 @@ func goldenState() *FSM {
 	return f
 }
 
-// The snapshot of goldenState is byte for byte testdata/snapshot-v3.golden, written by the
-// binary before the compact in-memory state (issue 9: the live slab, the generations held
-// once, the compact results): the state's layout in memory changed, its encoding did not.
-// The golden file restores to the same Hash and re-encodes to itself. Regenerate only for a
-// deliberate, versioned format change: go test ./fsm -run TestSnapshotGolden -update.
-func TestSnapshotGolden(t *testing.T) {
-	path := filepath.Join("testdata", "snapshot-v3.golden")
+// goldenStateV4 is goldenState with two more members, one of them removed since: the
+// removed section (version 4).
+func goldenStateV4() *FSM {
 	f := goldenState()
+	f.ApplyCommand(9, setMember(9, "n2", "r2", "a2"))
+	f.ApplyCommand(10, delMember(10, "n2"))
+	f.ApplyCommand(11, delMember(11, "gone-before-joining"))
+	return f
+}
+
+// The snapshot of goldenStateV4 is byte for byte testdata/snapshot-v4.golden. The golden file
+// restores to the same Hash and re-encodes to itself. Regenerate only for a deliberate,
+// versioned format change: go test ./fsm -run TestSnapshotGolden -update.
+func TestSnapshotGolden(t *testing.T) {
+	path := filepath.Join("testdata", "snapshot-v4.golden")
+	f := goldenStateV4()
 	var got bytes.Buffer
 	if _, err := f.Snapshot().WriteTo(&got); err != nil {
 		t.Fatal(err)
@@ -56,8 +64,33 @@ func TestSnapshotGolden(t *testing.T) {
 	if g.Hash() != f.Hash() {
 		t.Fatal("the golden snapshot restores to another Hash")
 	}
+	if !g.WasRemoved("n2") || !g.WasRemoved("gone-before-joining") || g.WasRemoved("n1") {
+		t.Fatal("the golden snapshot restores another removed set")
+	}
 	var again bytes.Buffer
 	if _, err := g.Snapshot().WriteTo(&again); err != nil || !bytes.Equal(again.Bytes(), want) {
 		t.Fatalf("the restored golden snapshot re-encodes differently (%v)", err)
+	}
+}
+
+// testdata/snapshot-v3.golden, goldenState's snapshot as the binary before the removed
+// section (version 3) wrote it, still restores, to goldenState (no removed node), and is
+// written again as version 4.
+func TestSnapshotV3Restores(t *testing.T) {
+	old, err := os.ReadFile(filepath.Join("testdata", "snapshot-v3.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(bytes.NewReader(old)); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, g)
+	if g.Hash() != goldenState().Hash() {
+		t.Fatal("the version 3 snapshot restores to another state than goldenState")
+	}
+	var again bytes.Buffer
+	if _, err := g.Snapshot().WriteTo(&again); err != nil || again.Bytes()[4] != snapshotVersion {
+		t.Fatalf("re-encoded: version %d, %v; want %d", again.Bytes()[4], err, snapshotVersion)
 	}
 }

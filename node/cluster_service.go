@@ -60,6 +60,14 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 			"node ID %s is already a member (raft %s, api %s): a node joins only with an empty data directory; remove the old member with Leave and join under a new ID",
 			req.NodeId, m.RaftAddr, m.APIAddr)
 	}
+	// A removed ID is refused too: its certificate stays valid until the CA is rotated, and
+	// Leave must keep its holder out (an attack review rejoined a removed node with its old
+	// certificate and an empty data directory, and it could then read and remove any key).
+	if s.n.fsm.WasRemoved(req.NodeId) {
+		s.n.log.Warn("join refused: the ID was removed from the cluster", "id", req.NodeId, "by", callerOf(ctx))
+		return nil, status.Errorf(codes.AlreadyExists,
+			"node ID %s was removed from this cluster (Leave), and a removed ID never joins again: start the node with a new --id (and, with TLS, a certificate for it)", req.NodeId)
+	}
 	voter, err := s.n.raft.AddMember(ctx, req.NodeId, req.RaftAddr)
 	if err != nil {
 		return nil, raftError(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,41 @@ func TestFirstJoinCutShortRejoins(t *testing.T) {
 	servers, err := leader.Raft().Servers()
 	if err != nil || len(servers) != 3 {
 		t.Fatalf("configuration after c's restart: %+v %v, want three servers", servers, err)
+	}
+}
+
+// TestRemovedIDNeverJoinsAgain: after Leave, a node with the removed ID and an empty data
+// directory (with TLS: the removed member's own certificate, valid until the CA is rotated)
+// is refused at Join, and a node with a new ID joins. Before, the leader refused only an ID
+// still in the member directory, so the removed member came back with full member rights
+// (attack review).
+func TestRemovedIDNeverJoinsAgain(t *testing.T) {
+	nodes := openCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gone := nodes[2]
+	if _, err := (clusterService{n: nodes[0]}).Leave(ctx, &pb.LeaveRequest{NodeId: gone.cfg.ID}); err != nil {
+		t.Fatalf("leave %s: %v", gone.cfg.ID, err)
+	}
+	mustClose(t, gone)
+	cfg := testConfig(t.TempDir())
+	cfg.ID, cfg.Txn.NodeID = gone.cfg.ID, gone.cfg.ID
+	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.Join = []string{nodes[0].PeerAddr(), nodes[1].PeerAddr()}
+	n, err := Open(ctx, cfg)
+	if n != nil {
+		_ = n.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "was removed from this cluster") {
+		t.Fatalf("a node with removed ID %s joined again: %v", cfg.ID, err)
+	}
+	join := cfg.Join
+	cfg = testConfig(t.TempDir())
+	cfg.ID, cfg.Txn.NodeID, cfg.Join = "d", "d", join
+	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	fresh := mustOpen(t, cfg)
+	defer mustClose(t, fresh)
+	if !slices.Contains(mustServers(t, nodes[0]), "d") {
+		t.Fatal("a node with a new ID did not join")
 	}
 }
