@@ -43,14 +43,14 @@ func serverOptions() []grpc.ServerOption {
 	)
 }
 
-// peerCreds are the transport credentials of a connection to member ("": whoever answers at
-// the address dialed; forward.Peers): mutual TLS when configured (tlsMaterial.peerClient),
-// plaintext otherwise.
-func (n *Node) peerCreds(member string) grpc.DialOption {
+// peerCreds are the transport credentials of a connection to member ("": whoever answers)
+// at addr (forward.Peers): mutual TLS when configured (tlsMaterial.peerClient), plaintext
+// otherwise.
+func (n *Node) peerCreds(member, addr string) grpc.DialOption {
 	if n.tls == nil {
 		return grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(n.tls.peerClient(member)))
+	return grpc.WithTransportCredentials(credentials.NewTLS(n.tls.peerClient(member, addr)))
 }
 
 // peerDialOptions are the other options of every call to another member (forward.Peers):

@@ -126,7 +126,8 @@ func (m *tlsMaterial) apiServer() *tls.Config {
 // peerClient presents this node's certificate and verifies the server's chain against the
 // cluster CA. Members are dialed by address (often an IP, a proxy, a NAT), so host-name
 // verification is replaced by chain verification in VerifyConnection (the pattern of
-// crypto/tls's own ExampleConfig_verifyConnection). When member is not empty the answering
+// crypto/tls's own ExampleConfig_verifyConnection). addr, the address dialed, is for the
+// refusal's message. When member is not empty the answering
 // certificate must also be that member's: a node certificate (no OperatorUnit) whose Common
 // Name is member. Otherwise any holder of a cluster certificate who answered at a member's
 // address (a removed member, until the CA is rotated) would be taken for it: its refusal
@@ -134,7 +135,7 @@ func (m *tlsMaterial) apiServer() *tls.Config {
 // Join and Leave, which follow redirects by address, and for the Raft transport, whose
 // dialing side checks the answering certificate against the Raft configuration itself
 // (raftmeta's streamLayer.checkServer) and whose listener admits only members (raft below).
-func (m *tlsMaterial) peerClient(member string) *tls.Config {
+func (m *tlsMaterial) peerClient(member, addr string) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{m.cert},
 		InsecureSkipVerify: true, // replaced by VerifyConnection below
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -153,9 +154,9 @@ func (m *tlsMaterial) peerClient(member string) *tls.Config {
 			switch {
 			case member == "":
 			case slices.Contains(leaf.Subject.OrganizationalUnit, OperatorUnit):
-				return fmt.Errorf("node: dialing member %s, the peer presented operator %s's certificate", member, leaf.Subject.CommonName)
+				return fmt.Errorf("node: dialing member %s at %s, the peer presented operator %s's certificate", member, addr, leaf.Subject.CommonName)
 			case leaf.Subject.CommonName != member:
-				return fmt.Errorf("node: dialing member %s, the peer presented member %s's certificate", member, leaf.Subject.CommonName)
+				return fmt.Errorf("node: dialing member %s at %s, the peer presented member %s's certificate", member, addr, leaf.Subject.CommonName)
 			}
 			return nil
 		}}
@@ -180,7 +181,7 @@ func (m *tlsMaterial) raft(admit func(id string) error) *raftmeta.TLS {
 		}
 		return admit(leaf.Subject.CommonName)
 	}
-	return &raftmeta.TLS{Server: srv, Client: m.peerClient("")}
+	return &raftmeta.TLS{Server: srv, Client: m.peerClient("", "")}
 }
 
 // identity is who called a peer RPC, from its verified certificate.

@@ -180,7 +180,7 @@ func TestTLSCluster(t *testing.T) {
 	if wc, err := follower.peers.Member(leader.cfg.ID, third.PeerAddr()); err != nil {
 		t.Fatal(err)
 	} else if _, err := wc.Status(ctx, &pb.StatusRequest{}); status.Code(err) != codes.Unavailable ||
-		!strings.Contains(err.Error(), fmt.Sprintf("the peer presented member %s's certificate", third.cfg.ID)) {
+		!strings.Contains(err.Error(), fmt.Sprintf("dialing member %s at %s, the peer presented member %s's certificate", leader.cfg.ID, third.PeerAddr(), third.cfg.ID)) {
 		t.Errorf("Status of leader %s answered by %s's certificate: %v, want Unavailable naming %s's certificate",
 			leader.cfg.ID, third.cfg.ID, err, third.cfg.ID)
 	}

@@ -15,7 +15,7 @@ import (
 // owner), whose connection accepts only that member's certificate.
 type Peers struct {
 	opts  []grpc.DialOption
-	creds func(member string) grpc.DialOption
+	creds func(member, addr string) grpc.DialOption
 	mu    sync.Mutex
 	conns map[peerKey]*grpc.ClientConn
 }
@@ -25,11 +25,11 @@ type Peers struct {
 type peerKey struct{ addr, member string }
 
 // NewPeers returns an empty set of connections. creds gives the transport credentials of a
-// connection to member (mutual TLS that checks the answering certificate is member's, or
+// connection to member at addr (mutual TLS that checks the answering certificate is member's, or
 // plaintext; member "" for a connection by address only); opts are every connection's other
 // options: keepalive, message-size limits and the interceptors that stamp this node's cluster
 // ID on every call (node/cluster.go peerDialOptions).
-func NewPeers(creds func(member string) grpc.DialOption, opts ...grpc.DialOption) *Peers {
+func NewPeers(creds func(member, addr string) grpc.DialOption, opts ...grpc.DialOption) *Peers {
 	return &Peers{opts: opts, creds: creds, conns: map[peerKey]*grpc.ClientConn{}}
 }
 
@@ -39,7 +39,7 @@ func (p *Peers) conn(k peerKey) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[k]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(k.addr, append([]grpc.DialOption{p.creds(k.member)}, p.opts...)...)
+	c, err := grpc.NewClient(k.addr, append([]grpc.DialOption{p.creds(k.member, k.addr)}, p.opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("node: dialing %s: %w", k.addr, err)
 	}
@@ -61,7 +61,7 @@ func (p *Peers) Client(addr string) (pb.ClusterClient, error) {
 // addr over a connection of its own, which close closes: for an address a peer named (a
 // join's redirect), which must not stay cached for the node's lifetime.
 func (p *Peers) Once(addr string) (cl pb.ClusterClient, close func(), err error) {
-	c, err := grpc.NewClient(addr, append([]grpc.DialOption{p.creds("")}, p.opts...)...)
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{p.creds("", addr)}, p.opts...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("node: dialing %s: %w", addr, err)
 	}
