@@ -126,12 +126,12 @@ func (m *tlsMaterial) apiServer() *tls.Config {
 // peerClient presents this node's certificate and verifies the server's chain against the
 // cluster CA. Members are dialed by address (often an IP, a proxy, a NAT), so host-name
 // verification is replaced by chain verification in VerifyConnection (the pattern of
-// crypto/tls's own ExampleConfig_verifyConnection). addr, the address dialed, is for the
-// refusal's message. When member is not empty the answering
+// crypto/tls's own ExampleConfig_verifyConnection). When member is not empty the answering
 // certificate must also be that member's: a node certificate (no OperatorUnit) whose Common
-// Name is member. Otherwise any holder of a cluster certificate who answered at a member's
-// address (a removed member, until the CA is rotated) would be taken for it: its refusal
-// for the leader's (the removal signal) and its answer for the owner's. member is empty for
+// Name is member; addr, the address dialed, is for the refusal's message. Otherwise any
+// holder of a cluster certificate who answered at a member's address (a removed member,
+// until the CA is rotated) would be taken for it: its refusal for the leader's (the removal
+// signal) and its answer for the owner's. member is empty for
 // Join and Leave, which follow redirects by address, and for the Raft transport, whose
 // dialing side checks the answering certificate against the Raft configuration itself
 // (raftmeta's streamLayer.checkServer) and whose listener admits only members (raft below).
