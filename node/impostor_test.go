@@ -132,12 +132,19 @@ func startImpostor(t *testing.T, addr, dir, name string) *atomic.Int64 {
 }
 
 // TestStatusImpostorCannotRemove: all three members are down; a holder of a cluster node
-// certificate that is not a's ("evil") answers Cluster/Status at a's peer address, claiming
-// to be the leader a with a configuration without b. Member b, restarted, finds no leader,
-// asks the cluster for its configuration (clusterLists) and must not take that answer as
-// the leader's: before, it refused to start as removed, telling the operator to start a fresh
-// node with an empty data directory (attack review).
+// certificate that is not a's ("evil") answers Cluster/Status at a's peer address with a
+// configuration without b, naming as leader a (whose certificate it does not have) or itself
+// (a follow-up review: a server b's configuration does not list). Member b, restarted, finds
+// no leader, asks the cluster for its configuration (clusterLists) and must not take either
+// answer as the leader's: before, it refused to start as removed, telling the operator to
+// start a fresh node with an empty data directory (attack review).
 func TestStatusImpostorCannotRemove(t *testing.T) {
+	for _, claimed := range []string{"a", "evil"} {
+		t.Run("leader="+claimed, func(t *testing.T) { statusImpostor(t, claimed) })
+	}
+}
+
+func statusImpostor(t *testing.T, claimed string) {
 	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
 	nodes := openTLSCluster(t, dir, "a", "b", "c")
 	mustOffload(t, nodes[1], objects(1, 8<<10, keyOf("b", 0)))
@@ -154,8 +161,8 @@ func TestStatusImpostorCannotRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})))
-	pb.RegisterClusterServer(srv, fakeStatus{resp: &pb.StatusResponse{LeaderId: "a",
-		Members: []*pb.Member{{NodeId: "a", PeerAddr: aPeer, Leader: true}}}})
+	pb.RegisterClusterServer(srv, fakeStatus{resp: &pb.StatusResponse{LeaderId: claimed,
+		Members: []*pb.Member{{NodeId: claimed, PeerAddr: aPeer, Leader: true}}}})
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
@@ -166,7 +173,7 @@ func TestStatusImpostorCannotRemove(t *testing.T) {
 		_ = n.Close()
 	}
 	if errors.Is(err, ErrRemoved) {
-		t.Fatalf("member b refused to start as removed on the word of certificate evil answering at a's address: %v", err)
+		t.Fatalf("member b refused to start as removed on the word of certificate evil answering at a's address as leader %s: %v", claimed, err)
 	}
 	t.Logf("restart of b with no member up: %v", err)
 }

@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/node/forward"
+	"github.com/kvoffload/kvoffload/raftmeta"
 )
 
 // startMember starts a cluster member. The cluster ID comes first (every Raft connection
@@ -159,17 +160,15 @@ func (n *Node) joinClient(addr string, redirect bool) (cl pb.ClusterClient, done
 const maxRedirects = 8
 
 // inConfiguration reports whether this node appears in its Raft configuration.
-func (n *Node) inConfiguration() bool {
+func (n *Node) inConfiguration() bool { return n.knowsServer(n.cfg.ID) }
+
+// knowsServer reports whether node id appears in this node's Raft configuration.
+func (n *Node) knowsServer(id string) bool {
 	servers, err := n.raft.Servers()
 	if err != nil {
 		return false
 	}
-	for _, sv := range servers {
-		if sv.ID == n.cfg.ID {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(servers, func(sv raftmeta.Server) bool { return sv.ID == id })
 }
 
 // removedGrace is how long a node in a cluster waits for a Raft leader before it checks
@@ -296,7 +295,14 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 		// that member's certificate (with TLS), so that a holder of another cluster certificate
 		// answering at this address cannot make this member believe it was removed (attack
 		// review: it made a restarting member refuse to start).
+		// The leader it names must also be a server of this node's own Raft configuration: a
+		// holder of any cluster certificate could otherwise name itself leader (a follow-up
+		// review). A leader this node's stale configuration does not know yet is not taken
+		// (the node keeps waiting for one to contact it).
 		id := st.LeaderId
+		if !n.knowsServer(id) {
+			continue
+		}
 		if st, err = n.memberStatus(ctx, id, addr); err != nil || st.LeaderId != id {
 			continue
 		}
