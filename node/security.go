@@ -163,9 +163,11 @@ func (m *tlsMaterial) peerClient(member, addr string) *tls.Config {
 }
 
 // raft is the Raft transport's TLS. Its listener admits only node certificates (no operator)
-// whose Common Name admit accepts: Raft messages carry their sender's ID unauthenticated, so
-// the connection itself must come from a member (adversarial review: an operator certificate
-// sent AppendEntries as the leader).
+// whose Common Name admit accepts, at the handshake and again each time the connection sends
+// (raftmeta.TLS.Admit): Raft messages carry their sender's ID unauthenticated, so the
+// connection itself must come from a member, and stop when it no longer is (adversarial
+// reviews: an operator certificate sent AppendEntries as the leader; a removed member did,
+// over a connection it opened while a member).
 func (m *tlsMaterial) raft(admit func(id string) error) *raftmeta.TLS {
 	if m == nil {
 		return nil
@@ -181,7 +183,7 @@ func (m *tlsMaterial) raft(admit func(id string) error) *raftmeta.TLS {
 		}
 		return admit(leaf.Subject.CommonName)
 	}
-	return &raftmeta.TLS{Server: srv, Client: m.peerClient("", "")}
+	return &raftmeta.TLS{Server: srv, Client: m.peerClient("", ""), Admit: admit}
 }
 
 // identity is who called a peer RPC, from its verified certificate.

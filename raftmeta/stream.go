@@ -17,7 +17,8 @@ import (
 type streamLayer struct {
 	net.Listener // tls.NewListener with TLS: the handshake runs on the first read
 	advertise    net.Addr
-	tls          *tls.Config // dialing; nil: plain TCP
+	tls          *tls.Config           // dialing; nil: plain TCP
+	admit        func(id string) error // TLS.Admit: re-checked on every read of an accepted connection
 	policy       *ClusterPolicy
 	raft         atomic.Pointer[raft.Raft] // set once raft is started: its configuration names who may answer a dial
 }
@@ -41,7 +42,7 @@ func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTranspor
 		s.policy = &ClusterPolicy{ID: cfg.ClusterID, Open: cfg.ClusterOpen}
 	}
 	if cfg.TLS != nil {
-		s.Listener, s.tls = tls.NewListener(ln, cfg.TLS.Server), cfg.TLS.Client
+		s.Listener, s.tls, s.admit = tls.NewListener(ln, cfg.TLS.Server), cfg.TLS.Client, cfg.TLS.Admit
 	}
 	nt.Stream = s
 	return raft.NewNetworkTransportWithConfig(nt), s, nil
@@ -51,10 +52,45 @@ func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTranspor
 // its first read (so a slow or silent dialer does not hold up raft's accept loop).
 func (s *streamLayer) Accept() (net.Conn, error) {
 	c, err := s.Listener.Accept()
-	if err != nil || s.policy == nil {
+	if err != nil {
 		return c, err
 	}
+	if tc, ok := c.(*tls.Conn); ok && s.admit != nil {
+		c = &admittedConn{Conn: tc, admit: s.admit}
+	}
+	if s.policy == nil {
+		return c, nil
+	}
 	return &acceptedConn{Conn: c, policy: s.policy}, nil
+}
+
+// admittedConn is an accepted TLS connection whose sender (its client certificate's Common
+// Name, a server ID) must still be admitted each time it sends: raft keeps a connection
+// open as long as its peer does, so a member removed from the configuration could otherwise
+// go on sending AppendEntries, forged ones included, over a connection it opened while it
+// was a member (a follow-up attack review injected a committed entry that way).
+type admittedConn struct {
+	*tls.Conn
+	admit func(id string) error
+}
+
+// Read reads, then refuses the bytes and closes the connection unless the sender is still
+// admitted. The first read runs the TLS handshake.
+func (a *admittedConn) Read(p []byte) (int, error) {
+	n, err := a.Conn.Read(p)
+	if n == 0 {
+		return n, err
+	}
+	cs := a.Conn.ConnectionState()
+	if len(cs.PeerCertificates) == 0 {
+		_ = a.Conn.Close()
+		return 0, fmt.Errorf("raftmeta: raft connection from %s: no client certificate", a.RemoteAddr())
+	}
+	if aerr := a.admit(cs.PeerCertificates[0].Subject.CommonName); aerr != nil {
+		_ = a.Conn.Close()
+		return 0, fmt.Errorf("raftmeta: raft connection from %s closed: %w", a.RemoteAddr(), aerr)
+	}
+	return n, err
 }
 
 // Addr is the advertised address (raft records it in configurations).
@@ -120,8 +156,12 @@ func (s *streamLayer) checkServer(address raft.ServerAddress, cs tls.ConnectionS
 // require and verify client certificates), Client for dialing (it must verify the server
 // against the cluster CA and present this node's certificate; the transport then checks that
 // the answering certificate's Common Name is the server ID the Raft configuration lists at the
-// dialed address, checkServer).
+// dialed address, checkServer). Admit, when set, is called with the Common Name of an accepted
+// connection's client certificate each time it sends (admittedConn): an error closes the
+// connection, so a server removed from the configuration loses the connections it opened
+// while it was a member.
 type TLS struct {
 	Server *tls.Config
 	Client *tls.Config
+	Admit  func(id string) error
 }
