@@ -117,6 +117,7 @@ func (n *Node) join(ctx context.Context) error {
 					continue
 				}
 				n.pinJoining(st.ClusterId)
+				n.pinJoinAdmit(st.Members)
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var trailer metadata.MD
@@ -152,6 +153,16 @@ func (n *Node) joinClient(addr string, redirect bool) (cl pb.ClusterClient, done
 	}
 	cl, err = n.peers.Client(addr)
 	return cl, func() {}, err
+}
+
+// pinJoinAdmit records the members of the cluster's Status answer as the only peers whose
+// Raft connections this fresh node admits until its configuration lists any (admitRaftPeer).
+func (n *Node) pinJoinAdmit(members []*pb.Member) {
+	ids := make([]string, 0, len(members))
+	for _, m := range members {
+		ids = append(ids, m.NodeId)
+	}
+	n.joinAdmit.Store(&ids)
 }
 
 // maxRedirects bounds the leader addresses one round of join or clusterLists follows beyond
@@ -390,7 +401,8 @@ func (n *Node) checkJoinIgnored(ctx context.Context) error {
 
 // admitRaftPeer accepts a Raft connection from node id when the Raft configuration lists it,
 // or while this node knows no configuration yet (a fresh node being added: the leader, which
-// it does not know yet, is the first to dial it).
+// it does not know yet, is the first to dial it) when id is a member the cluster listed as
+// this node asked to join (pinJoinAdmit), or any id if it has not asked.
 func (n *Node) admitRaftPeer(id string) error {
 	r := n.raftAdmit.Load()
 	if r == nil {
@@ -398,6 +410,14 @@ func (n *Node) admitRaftPeer(id string) error {
 	}
 	servers, err := r.Servers()
 	if err != nil || len(servers) == 0 {
+		// A fresh node waiting for its leader's first contact: only the members the cluster
+		// listed when it asked to join (a removed member's certificate stays valid until the
+		// CA is rotated, and a follow-up attack review wrote forged entries into a joining
+		// node in this window).
+		if ids := n.joinAdmit.Load(); ids != nil && !slices.Contains(*ids, id) {
+			n.log.Warn("raft connection refused: not a member the cluster listed when this node asked to join", "peer", id)
+			return fmt.Errorf("node: raft: %q is not a member the cluster listed when this node asked to join", id)
+		}
 		return nil
 	}
 	for _, sv := range servers {

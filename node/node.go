@@ -47,6 +47,9 @@ type Node struct {
 	// raftAdmit is raft for the Raft listener's admission check, which runs on connections
 	// accepted while raftmeta.Open is still returning.
 	raftAdmit atomic.Pointer[raftmeta.Node]
+	// joinAdmit, set by join from the cluster's Status before this fresh node sends Join, is
+	// the members whose Raft connections it admits while its configuration is still empty.
+	joinAdmit atomic.Pointer[[]string]
 	// clusterID is the cluster ID of the data directory (identity.go); nil until known.
 	clusterID atomic.Pointer[string]
 	adoptMu   sync.Mutex // serializes adoptClusterID's check and write of CLUSTER_ID
