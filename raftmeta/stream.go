@@ -48,8 +48,9 @@ func newStreamTransport(cfg Config, advertise net.Addr, nt *raft.NetworkTranspor
 	return raft.NewNetworkTransportWithConfig(nt), s, nil
 }
 
-// Accept returns the next connection; with a cluster ID, one that checks the dialer's ID on
-// its first read (so a slow or silent dialer does not hold up raft's accept loop).
+// Accept returns the next connection: with TLS and an Admit, one whose sender is checked
+// again each time it sends (admittedConn); with a cluster ID, one that checks the dialer's ID
+// on its first read (so a slow or silent dialer does not hold up raft's accept loop).
 func (s *streamLayer) Accept() (net.Conn, error) {
 	c, err := s.Listener.Accept()
 	if err != nil {
