@@ -208,13 +208,16 @@ func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
 		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("node: waiting for a Raft leader: %w", err)
 		}
-		listed, known := n.clusterLists(ctx)
+		listed, known, leader, at := n.clusterLists(ctx)
 		if ctx.Err() != nil {
 			return fmt.Errorf("node: waiting for a Raft leader: %w", ctx.Err())
 		}
 		switch {
 		case known && !listed:
-			return n.removedError("the cluster's Raft configuration does not list it")
+			// Named, so that an operator who removed no node sees who said so before acting
+			// on the advice (a follow-up review: a removed member's certificate at an address
+			// of --join could claim to lead).
+			return n.removedError(fmt.Sprintf("the cluster's leader %s, answering at %s, lists no %s in its Raft configuration; if you did not remove this node, check what answers there before you act", leader, at, n.cfg.ID))
 		case !known && unlisted:
 			return n.removedError("its Raft state is from an earlier membership, its Raft configuration no longer lists it, and no leader contacts it")
 		}
@@ -277,8 +280,9 @@ func (e removedError) Is(target error) bool { return target == ErrRemoved }
 // addresses) for the cluster's
 // Raft configuration (Cluster/Status), following each answer to the leader it names: only
 // the leader's own answer counts (a lagging follower's configuration may predate this
-// node's join). known reports that the leader answered; listed, that it lists this node.
-func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
+// node's join). known reports that the leader answered, leader its ID and at its peer
+// address; listed, that it lists this node.
+func (n *Node) clusterLists(ctx context.Context) (listed, known bool, leader, at string) {
 	addrs := slices.Clone(n.cfg.Join)
 	for _, m := range n.fsm.Members() {
 		if a := m.PeerTarget(); m.NodeID != n.cfg.ID && a != "" && !slices.Contains(addrs, a) {
@@ -295,21 +299,21 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 		if err != nil || st.LeaderId == "" {
 			continue
 		}
-		leader := slices.IndexFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == st.LeaderId })
-		if leader < 0 || st.Members[leader].PeerAddr != addr {
-			if leader >= 0 && st.Members[leader].PeerAddr != "" && !slices.Contains(addrs, st.Members[leader].PeerAddr) && len(addrs) < given+maxRedirects {
-				addrs = append(addrs, st.Members[leader].PeerAddr) // ask the leader itself
+		li := slices.IndexFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == st.LeaderId })
+		if li < 0 || st.Members[li].PeerAddr != addr {
+			if li >= 0 && st.Members[li].PeerAddr != "" && !slices.Contains(addrs, st.Members[li].PeerAddr) && len(addrs) < given+maxRedirects {
+				addrs = append(addrs, st.Members[li].PeerAddr) // ask the leader itself
 			}
 			continue
 		}
-		// The answer says it is the leader's own: ask again over a connection that accepts only
-		// that member's certificate (with TLS), so that a holder of another cluster certificate
-		// answering at this address cannot make this member believe it was removed (attack
-		// review: it made a restarting member refuse to start).
-		// The leader it names must also be a server of this node's own Raft configuration: a
-		// holder of any cluster certificate could otherwise name itself leader (a follow-up
-		// review). A leader this node's stale configuration does not know yet is not taken
-		// (the node keeps waiting for one to contact it).
+		// The answer says it is the leader's own. The leader it names must be a server of
+		// this node's own Raft configuration (a follow-up review: a holder of any cluster
+		// certificate named itself leader; a leader this node's stale configuration does not
+		// know yet is not taken, and the node keeps waiting for one to contact it). Then ask
+		// again over a connection that accepts only that member's certificate (with TLS), so
+		// that a holder of another cluster certificate answering at this address cannot make
+		// this member believe it was removed (attack review: it made a restarting member
+		// refuse to start).
 		id := st.LeaderId
 		if !n.knowsServer(id) {
 			continue
@@ -318,9 +322,9 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool) {
 			continue
 		}
 		listed = slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID })
-		return listed, true
+		return listed, true, id, addr
 	}
-	return false, false
+	return false, false, "", ""
 }
 
 // peerStatus asks whichever member answers at peer address addr for Cluster/Status, within

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +83,13 @@ func TestRemovedNodeRestartRefused(t *testing.T) {
 				}
 				if !errors.Is(err, ErrRemoved) || !strings.Contains(err.Error(), "node "+cfg.ID+" "+removedMsg) {
 					t.Fatalf("restart %d of the removed node: %v; want ErrRemoved with %q", attempt, err, removedMsg)
+				}
+				named := false // the leader that said so, by ID and peer address (either member may lead)
+				for _, nd := range []*Node{leader, via} {
+					named = named || strings.Contains(err.Error(), fmt.Sprintf("the cluster's leader %s, answering at %s,", nd.cfg.ID, nd.PeerAddr()))
+				}
+				if !named {
+					t.Fatalf("restart %d of the removed node: %v; want it to name the leader that said so and its address", attempt, err)
 				}
 				t.Logf("restart %d refused after %v: %v", attempt, time.Since(start).Round(time.Millisecond), err)
 			}
