@@ -139,12 +139,16 @@ func startImpostor(t *testing.T, addr, dir, name string) *atomic.Int64 {
 // answer as the leader's: before, it refused to start as removed, telling the operator to
 // start a fresh node with an empty data directory (attack review).
 func TestStatusImpostorCannotRemove(t *testing.T) {
-	for _, claimed := range []string{"a", "evil"} {
-		t.Run("leader="+claimed, func(t *testing.T) { statusImpostor(t, claimed) })
+	for _, c := range []struct{ claimed, cert string }{{"a", "evil"}, {"evil", "evil"}, {"c", "c"}} {
+		t.Run("leader="+c.claimed+",cert="+c.cert, func(t *testing.T) { statusImpostor(t, c.claimed, c.cert) })
 	}
 }
 
-func statusImpostor(t *testing.T, claimed string) {
+// statusImpostor is one case of TestStatusImpostorCannotRemove: the answer at a's address
+// names claimed as leader, with the certificate of cert. With claimed and cert "c", a member
+// of b's configuration (as a member removed while b was down would be) names itself leader:
+// a third review made b refuse to start that way, before a second member had to confirm.
+func statusImpostor(t *testing.T, claimed, certName string) {
 	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
 	nodes := openTLSCluster(t, dir, "a", "b", "c")
 	mustOffload(t, nodes[1], objects(1, 8<<10, keyOf("b", 0)))
@@ -152,7 +156,7 @@ func statusImpostor(t *testing.T, claimed string) {
 	for _, nd := range nodes {
 		mustClose(t, nd)
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "evil.crt"), filepath.Join(dir, "evil.key"))
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, certName+".crt"), filepath.Join(dir, certName+".key"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +177,7 @@ func statusImpostor(t *testing.T, claimed string) {
 		_ = n.Close()
 	}
 	if errors.Is(err, ErrRemoved) {
-		t.Fatalf("member b refused to start as removed on the word of certificate evil answering at a's address as leader %s: %v", claimed, err)
+		t.Fatalf("member b refused to start as removed on the word of certificate %s answering at a's address as leader %s: %v", certName, claimed, err)
 	}
 	t.Logf("restart of b with no member up: %v", err)
 }

@@ -321,10 +321,36 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool, leader, at
 		if st, err = n.memberStatus(ctx, id, addr); err != nil || st.LeaderId != id {
 			continue
 		}
-		listed = slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID })
-		return listed, true, id, addr
+		if slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID }) {
+			return true, true, id, addr
+		}
+		// "Not listed" ends this node's life as a member, so it needs a second witness: a
+		// member the leader lists, also in this node's configuration, asked over a connection
+		// that accepts only its certificate, naming the same leader and not listing this node
+		// either. A member removed while this node was down is still in its configuration and
+		// could otherwise name itself leader (a third review); without a witness the node
+		// keeps waiting.
+		if n.corroborated(ctx, st, id) {
+			return false, true, id, addr
+		}
 	}
 	return false, false, "", ""
+}
+
+// corroborated reports whether a member of leader's answer st other than the leader itself,
+// one this node's Raft configuration lists, confirms over a member-checked connection that
+// leader leads and does not list this node.
+func (n *Node) corroborated(ctx context.Context, st *pb.StatusResponse, leader string) bool {
+	for _, m := range st.Members {
+		if m.NodeId == leader || m.NodeId == n.cfg.ID || m.PeerAddr == "" || !n.knowsServer(m.NodeId) {
+			continue
+		}
+		w, err := n.memberStatus(ctx, m.NodeId, m.PeerAddr)
+		if err == nil && w.LeaderId == leader && !slices.ContainsFunc(w.Members, func(x *pb.Member) bool { return x.NodeId == n.cfg.ID }) {
+			return true
+		}
+	}
+	return false
 }
 
 // peerStatus asks whichever member answers at peer address addr for Cluster/Status, within
