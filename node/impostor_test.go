@@ -139,8 +139,9 @@ func startImpostor(t *testing.T, addr, dir, name string) *atomic.Int64 {
 // answer as the leader's: before, it refused to start as removed, telling the operator to
 // start a fresh node with an empty data directory (attack review).
 func TestStatusImpostorCannotRemove(t *testing.T) {
-	for _, c := range []struct{ claimed, cert string }{{"a", "evil"}, {"evil", "evil"}, {"c", "c"}} {
-		t.Run("leader="+c.claimed+",cert="+c.cert, func(t *testing.T) { statusImpostor(t, c.claimed, c.cert) })
+	for _, c := range []struct{ claimed, cert, cluster string }{{"a", "evil", ""}, {"evil", "evil", ""}, {"c", "c", ""},
+		{"", "evil", "kv-0000000000000000000000ff"}} {
+		t.Run("leader="+c.claimed+",cert="+c.cert+",cluster="+c.cluster, func(t *testing.T) { statusImpostor(t, c.claimed, c.cert, c.cluster) })
 	}
 }
 
@@ -148,7 +149,9 @@ func TestStatusImpostorCannotRemove(t *testing.T) {
 // names claimed as leader, with the certificate of cert. With claimed and cert "c", a member
 // of b's configuration (as a member removed while b was down would be) names itself leader:
 // a third review made b refuse to start that way, before a second member had to confirm.
-func statusImpostor(t *testing.T, claimed, certName string) {
+// With cluster set, the answer names another cluster instead (--join's check, the same
+// review): b must not refuse to start on the word of a certificate outside its configuration.
+func statusImpostor(t *testing.T, claimed, certName, cluster string) {
 	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
 	nodes := openTLSCluster(t, dir, "a", "b", "c")
 	mustOffload(t, nodes[1], objects(1, 8<<10, keyOf("b", 0)))
@@ -165,7 +168,7 @@ func statusImpostor(t *testing.T, claimed, certName string) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})))
-	pb.RegisterClusterServer(srv, fakeStatus{resp: &pb.StatusResponse{LeaderId: claimed,
+	pb.RegisterClusterServer(srv, fakeStatus{resp: &pb.StatusResponse{LeaderId: claimed, ClusterId: cluster,
 		Members: []*pb.Member{{NodeId: claimed, PeerAddr: aPeer, Leader: true}}}})
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
@@ -176,8 +179,8 @@ func statusImpostor(t *testing.T, claimed, certName string) {
 	if n != nil {
 		_ = n.Close()
 	}
-	if errors.Is(err, ErrRemoved) {
-		t.Fatalf("member b refused to start as removed on the word of certificate %s answering at a's address as leader %s: %v", certName, claimed, err)
+	if errors.Is(err, ErrRemoved) || errors.Is(err, ErrClusterMismatch) {
+		t.Fatalf("member b refused to start on the word of certificate %s answering at a's address (leader %q, cluster %q): %v", certName, claimed, cluster, err)
 	}
 	t.Logf("restart of b with no member up: %v", err)
 }

@@ -395,38 +395,67 @@ func (n *Node) checkNoPriorKeys(ctx context.Context) error {
 // checkJoinIgnored handles --join given to a node that already has Raft state: the join is
 // not done (a member never joins again). Pointing at another cluster is an error naming both
 // IDs; pointing at its own, or at members that cannot be asked, a WARN that it is ignored.
+// With TLS, the other cluster's ID counts only from a member of this node's own Raft
+// configuration (identifiedStatus): a certificate of the CA that is not one could otherwise
+// keep this member from starting (a third review); its word is logged at ERROR and the join
+// ignored (the Raft transport's cluster-ID handshake keeps the clusters apart either way).
 func (n *Node) checkJoinIgnored(ctx context.Context) error {
 	mine := n.ClusterID()
-	byAddr := map[string]string{} // peer address -> the member the directory lists there
-	for _, m := range n.fsm.Members() {
-		byAddr[m.PeerTarget()] = m.NodeID
-	}
 	for _, addr := range n.cfg.Join {
-		// A member this node knows is asked over a connection that accepts only its
-		// certificate (with TLS): another certificate of the cluster answering at its address
-		// must not keep this member from starting (attack review). The directory is the one
-		// restored so far (the latest snapshot's): a member added after it is asked by address.
-		var st *pb.StatusResponse
-		var err error
-		if id, ok := byAddr[addr]; ok && id != n.cfg.ID {
-			st, err = n.memberStatus(ctx, id, addr)
-		} else {
-			st, err = n.peerStatus(ctx, addr)
-		}
-		if err != nil {
-			if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch") {
-				return fmt.Errorf("%w: --join %s: %s", ErrClusterMismatch, addr, status.Convert(err).Message())
-			}
+		st, who, err := n.identifiedStatus(ctx, addr)
+		var refusal error
+		switch {
+		case err != nil && status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch"):
+			refusal = fmt.Errorf("%w: --join %s: %s", ErrClusterMismatch, addr, status.Convert(err).Message())
+		case err != nil:
 			continue
+		case st.ClusterId != "" && mine != "" && st.ClusterId != mine:
+			refusal = fmt.Errorf("%w: --join %s points at cluster %s, but this data directory belongs to cluster %s: refusing to start (drop --join to restart this member, or use an empty --data to join that cluster as a new node; docs/operations.md)", ErrClusterMismatch, addr, st.ClusterId, mine)
 		}
-		if theirs := st.ClusterId; theirs != "" && mine != "" && theirs != mine {
-			return fmt.Errorf("%w: --join %s points at cluster %s, but this data directory belongs to cluster %s: refusing to start (drop --join to restart this member, or use an empty --data to join that cluster as a new node; docs/operations.md)", ErrClusterMismatch, addr, theirs, mine)
+		switch {
+		case refusal != nil && n.tls != nil && who == "":
+			n.log.Error("--join ignored: a peer that is not a member of this node's Raft configuration says it is in another cluster; starting as a member of this one", "join", addr, "said", refusal, "cluster", mine)
+			return nil
+		case refusal != nil:
+			return refusal
 		}
 		n.log.Warn("--join ignored: this node has Raft state (--join is used only by a node that has none); it points at this node's own cluster", "join", addr, "cluster", mine)
 		return nil
 	}
 	n.log.Warn("--join ignored: this node already has Raft state (no member in --join answered to compare cluster IDs)", "join", strings.Join(n.cfg.Join, ","), "cluster", mine)
 	return nil
+}
+
+// identifiedStatus asks the peer at addr for Cluster/Status and, with TLS, says which member of
+// this node's Raft configuration answered: the one whose certificate it presented (its
+// directory's entry for addr first, then each other server in turn), or "" when it is none of
+// them (then it is asked by address). Without TLS who is "" (the network is trusted).
+func (n *Node) identifiedStatus(ctx context.Context, addr string) (st *pb.StatusResponse, who string, err error) {
+	if n.tls == nil {
+		st, err = n.peerStatus(ctx, addr)
+		return st, "", err
+	}
+	var ids []string
+	for _, m := range n.fsm.Members() {
+		if m.PeerTarget() == addr {
+			ids = append(ids, m.NodeID)
+		}
+	}
+	if servers, err := n.raft.Servers(); err == nil {
+		for _, sv := range servers {
+			ids = append(ids, sv.ID)
+		}
+	}
+	for _, id := range ids {
+		if id == n.cfg.ID {
+			continue
+		}
+		if st, err := n.memberStatus(ctx, id, addr); err == nil || status.Code(err) == codes.FailedPrecondition {
+			return st, id, err // the handshake passed: id's certificate answered
+		}
+	}
+	st, err = n.peerStatus(ctx, addr)
+	return st, "", err
 }
 
 // admitRaftPeer accepts a Raft connection from node id when the Raft configuration lists it,
