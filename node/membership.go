@@ -149,7 +149,7 @@ func (n *Node) join(ctx context.Context) error {
 // of cfg.Join, over one of its own (closed by done) for a redirect, whose address a peer named.
 func (n *Node) joinClient(addr string, redirect bool) (cl pb.ClusterClient, done func(), err error) {
 	if redirect {
-		return n.peers.Once(addr)
+		return n.peers.Once("", addr)
 	}
 	cl, err = n.peers.Client(addr)
 	return cl, func() {}, err
@@ -321,7 +321,7 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool, leader, at
 		if st, err = n.memberStatus(ctx, id, addr); err != nil || st.LeaderId != id {
 			continue
 		}
-		if slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == n.cfg.ID }) {
+		if lists(st, n.cfg.ID) {
 			return true, true, id, addr
 		}
 		// "Not listed" ends this node's life as a member, so it needs a second witness: a
@@ -346,7 +346,7 @@ func (n *Node) corroborated(ctx context.Context, st *pb.StatusResponse, leader s
 			continue
 		}
 		w, err := n.memberStatus(ctx, m.NodeId, m.PeerAddr)
-		if err == nil && w.LeaderId == leader && !slices.ContainsFunc(w.Members, func(x *pb.Member) bool { return x.NodeId == n.cfg.ID }) {
+		if err == nil && w.LeaderId == leader && !lists(w, n.cfg.ID) {
 			return true
 		}
 	}
@@ -363,14 +363,21 @@ func (n *Node) peerStatus(ctx context.Context, addr string) (*pb.StatusResponse,
 	return statusWithin(ctx, cl)
 }
 
-// memberStatus asks member id at peer address addr for Cluster/Status, within 2 s; with TLS
-// the call fails unless the certificate that answers is id's (forward.Peers.Member).
+// memberStatus asks member id at peer address addr for Cluster/Status, within 2 s, over a
+// connection of its own (a start-up probe; forward.Peers.Once); with TLS the call fails
+// unless the certificate that answers is id's.
 func (n *Node) memberStatus(ctx context.Context, id, addr string) (*pb.StatusResponse, error) {
-	cl, err := n.peers.Member(id, addr)
+	cl, done, err := n.peers.Once(id, addr)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	return statusWithin(ctx, cl)
+}
+
+// lists reports whether a Status answer's members include node id.
+func lists(st *pb.StatusResponse, id string) bool {
+	return slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == id })
 }
 
 func statusWithin(ctx context.Context, cl pb.ClusterClient) (*pb.StatusResponse, error) {

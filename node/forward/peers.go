@@ -39,11 +39,20 @@ func (p *Peers) conn(k peerKey) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[k]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(k.addr, append([]grpc.DialOption{p.creds(k.member, k.addr)}, p.opts...)...)
+	c, err := p.dial(k.member, k.addr)
 	if err != nil {
-		return nil, fmt.Errorf("node: dialing %s: %w", k.addr, err)
+		return nil, err
 	}
 	p.conns[k] = c
+	return c, nil
+}
+
+// dial makes a connection to member ("": whoever answers) at addr.
+func (p *Peers) dial(member, addr string) (*grpc.ClientConn, error) {
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{p.creds(member, addr)}, p.opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("node: dialing %s: %w", addr, err)
+	}
 	return c, nil
 }
 
@@ -57,13 +66,14 @@ func (p *Peers) Client(addr string) (pb.ClusterClient, error) {
 	return pb.NewClusterClient(c), nil
 }
 
-// Once returns a client of the Cluster service of whichever member answers at peer address
+// Once returns a client of the Cluster service of member ("": whoever answers) at peer address
 // addr over a connection of its own, which close closes: for an address a peer named (a
-// join's redirect), which must not stay cached for the node's lifetime.
-func (p *Peers) Once(addr string) (cl pb.ClusterClient, close func(), err error) {
-	c, err := grpc.NewClient(addr, append([]grpc.DialOption{p.creds("", addr)}, p.opts...)...)
+// join's redirect) and for start-up probes, which must not stay cached (and redialed) for the
+// node's lifetime.
+func (p *Peers) Once(member, addr string) (cl pb.ClusterClient, close func(), err error) {
+	c, err := p.dial(member, addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("node: dialing %s: %w", addr, err)
+		return nil, nil, err
 	}
 	return pb.NewClusterClient(c), func() { _ = c.Close() }, nil
 }
