@@ -73,9 +73,11 @@ type RecordWrite struct {
 // WriteRecords writes recs like WriteRecord, but records whose extents follow each other in
 // one bucket are encoded into one aligned buffer and written with one pwrite per run of at
 // most MaxRunBytes (a record larger than that is a run of its own). It returns one error per
-// record (nil: written, not yet synced); a failed pwrite fails every record of its run, the
-// others go on. recs should be in extent order (ReserveRun gives them so); runs form only
-// between neighbours.
+// record (nil: written, not yet synced: durable only after Sync of its bucket returns nil).
+// A run whose pwrite fails for want of space (ENOSPC, EDQUOT) is written again record by
+// record, so only the records that do not fit fail, each as WriteRecord fails; any other
+// failed pwrite fails every record of its run. Other runs go on either way. recs should be
+// in extent order (ReserveRun gives them so); runs form only between neighbours.
 func (s *Store) WriteRecords(recs []RecordWrite) []error {
 	errs := make([]error, len(recs))
 	for start := 0; start < len(recs); {
@@ -94,8 +96,8 @@ func (s *Store) WriteRecords(recs []RecordWrite) []error {
 	return errs
 }
 
-// writeRun writes recs, consecutive extents of one bucket, with one pwrite; errs[i] is set
-// for every record that was not written.
+// writeRun writes recs, consecutive extents of one bucket, with one pwrite (one per record
+// when that runs out of space); errs[i] is set for every record that was not written.
 func (s *Store) writeRun(recs []RecordWrite, errs []error) {
 	if len(recs) == 1 {
 		errs[0] = s.WriteRecord(recs[0].Ext, recs[0].Header, recs[0].Payload)
@@ -133,11 +135,23 @@ func (s *Store) writeRun(recs []RecordWrite, errs []error) {
 		_, _ = b.f.WriteAt(buf[:len(buf)/2/Alignment*Alignment], first.Offset)
 		failpoint.Crash()
 	}
-	if _, err := b.f.WriteAt(buf, first.Offset); err != nil {
+	_, err = b.f.WriteAt(buf, first.Offset)
+	switch {
+	case err == nil:
+		b.writes.Add(1)
+	case noSpace(err):
+		// What fits depends on each record's size, and a short write may have stopped
+		// anywhere: every record is written again from the same bytes on its own, and only
+		// a successful write is counted for Sync.
+		for i, r := range recs {
+			if errs[i] == nil {
+				off := r.Ext.Offset - first.Offset
+				errs[i] = s.writeEncoded(b, r.Ext, buf[off:off+r.Ext.Length])
+			}
+		}
+	default:
 		fail(fmt.Errorf("bucketstore: write %d records at %+v: %w", len(recs), first, err))
-		return
 	}
-	b.writes.Add(1)
 }
 
 // writableRun checks, under one lock, that every extent of recs is live and reserved in one

@@ -3,9 +3,13 @@ package bucketstore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
@@ -126,4 +130,138 @@ func TestWriteRecordsFailedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRead(t, s, written{ext: recs[2].Ext, h: recs[2].Header, payload: recs[2].Payload})
+}
+
+// A run that runs out of space fails only the records that do not fit (docs/design.md): a
+// small record and a large one, in either order, on a filesystem with room for the small one
+// and half of the large one (so the run's pwrite is short). The small one is written, the
+// large one fails with ENOSPC and gives back the blocks its short write took, and the small
+// one, written again on its own, is covered by the next Sync: it survives a crash after it.
+func TestWriteRecordsOutOfSpace(t *testing.T) {
+	for _, bigFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bigFirst=%v", bigFirst), func(t *testing.T) {
+			m := memfs.New()
+			small := RecordWrite{Payload: testPayload(1, 4<<10)}
+			small.Header = testHeader("small", 1, small.Payload)
+			big := RecordWrite{Payload: testPayload(2, 1<<20)}
+			big.Header = testHeader("big", 2, big.Payload)
+			recs := []RecordWrite{small, big}
+			if bigFirst {
+				recs = []RecordWrite{big, small}
+			}
+			sizes := make([]int64, len(recs))
+			for i, rec := range recs {
+				sizes[i] = RecordSize(len(rec.Header.Key), len(rec.Payload))
+			}
+			const room = 1 << 20 // the small record and half of the big one
+			fsys := &fullFS{FS: m, free: room}
+			cfg := memConfig(fsys)
+			cfg.BucketSize = 64 << 20
+			s := mustOpen(t, cfg)
+			exts, err := s.ReserveRun(sizes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range recs {
+				recs[i].Ext = exts[i]
+			}
+			syncs := mustStats(t, s).Syncs
+			errs := s.WriteRecords(recs)
+			smallAt := 0
+			if bigFirst {
+				smallAt = 1
+			}
+			if errs[smallAt] != nil || !errors.Is(errs[1-smallAt], syscall.ENOSPC) {
+				t.Fatalf("errors %v: want the small record written, the big one failed with ENOSPC", errs)
+			}
+			fsys.mu.Lock()
+			free := fsys.free
+			fsys.mu.Unlock()
+			if want := room - recs[smallAt].Ext.Length; free != want {
+				t.Fatalf("%d bytes free after the write, want %d: the failed record keeps blocks", free, want)
+			}
+			if err := s.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if got := mustStats(t, s).Syncs; got != syncs+1 {
+				t.Fatalf("%d fdatasyncs after the write, want 1", got-syncs)
+			}
+			w := written{ext: recs[smallAt].Ext, h: recs[smallAt].Header, payload: recs[smallAt].Payload}
+			mustRead(t, s, w)
+			cfg.FS = m.Crash(memfs.CrashDropAll, testRand(t))
+			mustRead(t, mustOpen(t, cfg), w)
+		})
+	}
+}
+
+// fullFS is memfs with room for free more bytes. A write takes a block of Alignment bytes
+// for each block it touches that its file does not have yet; when none is left it stops at
+// the last block it could take and returns the bytes written and ENOSPC, as a short pwrite
+// on Linux does. PunchHole gives back the blocks wholly inside its range; Truncate and
+// Remove give nothing back.
+type fullFS struct {
+	vfs.FS
+	mu     sync.Mutex
+	free   int64
+	blocks map[string]map[int64]bool // the blocks each file has taken, by index
+}
+
+type fullFile struct {
+	vfs.File
+	fs   *fullFS
+	name string
+}
+
+func (f *fullFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return fullFile{File: file, fs: f, name: name}, nil
+}
+
+// taken returns the blocks the file name has taken; f.mu must be held.
+func (f *fullFS) taken(name string) map[int64]bool {
+	if f.blocks == nil {
+		f.blocks = map[string]map[int64]bool{}
+	}
+	if f.blocks[name] == nil {
+		f.blocks[name] = map[int64]bool{}
+	}
+	return f.blocks[name]
+}
+
+func (f fullFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	taken, n := f.fs.taken(f.name), len(p)
+	for pos := off; pos < off+int64(len(p)); pos = (pos/Alignment + 1) * Alignment {
+		if taken[pos/Alignment] {
+			continue
+		}
+		if f.fs.free < Alignment {
+			n = int(pos - off)
+			break
+		}
+		f.fs.free -= Alignment
+		taken[pos/Alignment] = true
+	}
+	written, err := f.File.WriteAt(p[:n], off)
+	if err == nil && n < len(p) {
+		err = &fs.PathError{Op: "write", Path: f.name, Err: syscall.ENOSPC}
+	}
+	return written, err
+}
+
+func (f fullFile) PunchHole(off, length int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	taken := f.fs.taken(f.name)
+	for idx := (off + Alignment - 1) / Alignment; (idx+1)*Alignment <= off+length; idx++ {
+		if taken[idx] {
+			delete(taken, idx)
+			f.fs.free += Alignment
+		}
+	}
+	return f.File.PunchHole(off, length)
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Store appends records to bucket files. See the package documentation for the contract.
@@ -145,7 +146,9 @@ func (s *Store) preallocateLocked(b *bucket) {
 
 // WriteRecord encodes the record into an aligned buffer and writes it at ext, which must
 // come from Reserve in this Store. Writers of different extents may run concurrently.
-// The record is durable only after Sync of its bucket returns nil.
+// The record is durable only after Sync of its bucket returns nil. A write that fails for
+// want of space (the error wraps syscall.ENOSPC or EDQUOT) gives back the blocks it may have
+// taken: ext is punched, so they stay free for other records and for the WAL.
 func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
 	b, err := s.writableBucket(ext)
 	if err != nil {
@@ -165,11 +168,30 @@ func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
 		_, _ = b.f.WriteAt(buf[:len(buf)/2/Alignment*Alignment], ext.Offset)
 		failpoint.Crash()
 	}
+	return s.writeEncoded(b, ext, buf)
+}
+
+// writeEncoded writes buf, an encoded record, at ext of b and counts the write, so that the
+// next Sync of b runs an fdatasync that covers it. A write that fails for want of space may
+// have taken blocks for part of buf (a short write keeps them): ext is punched to give them
+// back, which is safe because nothing references a record whose write failed.
+func (s *Store) writeEncoded(b *bucket, ext Extent, buf []byte) error {
 	if _, err := b.f.WriteAt(buf, ext.Offset); err != nil {
+		if noSpace(err) {
+			if perr := b.f.PunchHole(ext.Offset, ext.Length); perr != nil {
+				s.log.Warn("could not give back the blocks of a write that ran out of space", "extent", ext, "err", perr)
+			}
+		}
 		return fmt.Errorf("bucketstore: write %+v: %w", ext, err)
 	}
 	b.writes.Add(1)
 	return nil
+}
+
+// noSpace reports whether err says the filesystem (or the user's quota) is out of space: such
+// a write depends on its size, so a smaller one may still succeed.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 func (s *Store) writableBucket(ext Extent) (*bucket, error) {
