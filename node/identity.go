@@ -46,27 +46,35 @@ func newClusterID() string {
 }
 
 // readClusterID returns the ID recorded in dir, "" if none.
-func readClusterID(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, clusterIDFile))
+func readClusterID(dir string) (string, error) { return readIDFile(dir, clusterIDFile, "cluster ID") }
+
+// writeClusterID records id in dir durably (writeIDFile).
+func writeClusterID(dir, id string) error { return writeIDFile(dir, clusterIDFile, "cluster ID", id) }
+
+// readIDFile returns the ID recorded in dir's file name (what names it in errors), "" if
+// there is none. A file name+".tmp" is never read: it is a write that did not finish.
+func readIDFile(dir, name, what string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, name))
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("node: reading the cluster ID: %w", err)
+		return "", fmt.Errorf("node: reading the %s: %w", what, err)
 	}
 	id := strings.TrimSpace(string(b))
 	if id == "" || len(id) > 255 {
-		return "", fmt.Errorf("node: %s holds no valid cluster ID (%d bytes)", filepath.Join(dir, clusterIDFile), len(id))
+		return "", fmt.Errorf("node: %s holds no valid %s (%d bytes)", filepath.Join(dir, name), what, len(id))
 	}
 	return id, nil
 }
 
-// writeClusterID records id in dir durably: a temporary file, fsync, rename, directory fsync.
-func writeClusterID(dir, id string) error {
-	tmp := filepath.Join(dir, clusterIDFile+".tmp")
+// writeIDFile records id in dir's file name durably: a temporary file, fsync, rename,
+// directory fsync.
+func writeIDFile(dir, name, what, id string) error {
+	tmp := filepath.Join(dir, name+".tmp")
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 	if err != nil {
-		return fmt.Errorf("node: writing the cluster ID: %w", err)
+		return fmt.Errorf("node: writing the %s: %w", what, err)
 	}
 	_, err = f.WriteString(id + "\n")
 	if err == nil {
@@ -76,7 +84,7 @@ func writeClusterID(dir, id string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, clusterIDFile))
+		err = os.Rename(tmp, filepath.Join(dir, name))
 	}
 	if err == nil {
 		var d *os.File
@@ -86,7 +94,7 @@ func writeClusterID(dir, id string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("node: writing the cluster ID: %w", err)
+		return fmt.Errorf("node: writing the %s: %w", what, err)
 	}
 	return nil
 }
@@ -286,4 +294,44 @@ func clusterIDCheck(id func() string, lg *slog.Logger) (grpc.UnaryServerIntercep
 		return status.Errorf(codes.FailedPrecondition, "cluster ID mismatch: the node called is in cluster %s, the caller in cluster %s", mine, theirs[0])
 	}
 	return guard(check)
+}
+
+// Node identity. A data directory belongs to one node ID for its life: the ID owns the keys
+// whose bytes the directory holds, and its Raft state is that node's. The file nodeIDFile
+// records it, written once: when a directory without Raft state is first opened, or, for a
+// directory that has state but no file (made before the file existed), when its first open
+// with the file's code succeeds (so a failed start under a wrong ID records nothing). Open
+// refuses any other ID at once, naming both, before Raft or a listener starts.
+
+// nodeIDFile holds the node ID in a data directory.
+const nodeIDFile = "NODE_ID"
+
+// ErrNodeIDMismatch is returned by Open for a node ID other than the one its data
+// directory belongs to.
+var ErrNodeIDMismatch = errors.New("node: node ID mismatch")
+
+// checkNodeID refuses a data directory that belongs to another node ID, and records the ID
+// of a directory without Raft state (fresh) that records none yet. It reports whether the
+// directory records the ID now.
+func (n *Node) checkNodeID(fresh bool) (recorded bool, err error) {
+	dir, id := n.cfg.DataDir, n.cfg.ID
+	cur, err := readIDFile(dir, nodeIDFile, "node ID")
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case cur == id:
+		return true, nil
+	case cur != "":
+		return false, fmt.Errorf("%w: data directory %s belongs to node %s, not --id %s: restart it with --id %s, or give node %s an empty --data of its own", ErrNodeIDMismatch, dir, cur, id, cur, id)
+	case fresh:
+		return true, writeIDFile(dir, nodeIDFile, "node ID", id)
+	}
+	return false, nil
+}
+
+// recordNodeID records the node ID in a data directory made before nodeIDFile, once the
+// node has opened under it.
+func (n *Node) recordNodeID() error {
+	return writeIDFile(n.cfg.DataDir, nodeIDFile, "node ID", n.cfg.ID)
 }

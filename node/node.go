@@ -79,10 +79,13 @@ type Node struct {
 	// payloadIn counts the payload bytes offloads brought to this node over the API (gRPC
 	// chunks, or copies out of local regions): Stats counter "payload_bytes_received".
 	payloadIn atomic.Uint64
-	ready     chan struct{} // closed when recovery has finished
-	closing   chan struct{}
-	repair    wal.RepairReport
-	recovery  txn.RecoveryReport
+	// nodeIDPending: the data directory records no node ID yet (it predates NODE_ID); Open
+	// records this node's once the node has started.
+	nodeIDPending bool
+	ready         chan struct{} // closed when recovery has finished
+	closing       chan struct{}
+	repair        wal.RepairReport
+	recovery      txn.RecoveryReport
 }
 
 // Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs
@@ -112,6 +115,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if err := start(ctx, fresh); err != nil {
 		return nil, err
+	}
+	if n.nodeIDPending {
+		if err := n.recordNodeID(); err != nil {
+			n.log.Warn("could not record the node ID in the data directory; the next start tries again", "err", err)
+		}
 	}
 	close(n.ready)
 	if n.health != nil && n.coord.Usable() == nil {
@@ -196,6 +204,11 @@ func (n *Node) openStores() (fresh bool, err error) {
 	}
 	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "raft", "raft.db"))
 	fresh = errors.Is(statErr, os.ErrNotExist)
+	recorded, err := n.checkNodeID(fresh) // before anything in the directory is opened
+	if err != nil {
+		return false, err
+	}
+	n.nodeIDPending = !recorded
 	bcfg := bucketstore.DefaultConfig(filepath.Join(cfg.DataDir, "buckets"))
 	bcfg.FS, bcfg.BucketSize, bcfg.Capacity, bcfg.Logger = cfg.FS, cfg.BucketSize, cfg.Capacity, n.log
 	if n.buckets, err = bucketstore.Open(bcfg); err != nil {
