@@ -69,8 +69,13 @@ func readIDFile(dir, name, what string) (string, error) {
 }
 
 // writeIDFile records id in dir's file name durably: a temporary file, fsync, rename,
-// directory fsync.
+// directory fsync. A file that holds id already is left as it is: a start that changes
+// nothing writes nothing (on a full disk, a restart must not fail for a file it has). A
+// write that fails removes its temporary file.
 func writeIDFile(dir, name, what, id string) error {
+	if cur, err := readIDFile(dir, name, what); err == nil && cur == id {
+		return nil
+	}
 	tmp := filepath.Join(dir, name+".tmp")
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 	if err != nil {
@@ -94,9 +99,21 @@ func writeIDFile(dir, name, what, id string) error {
 		}
 	}
 	if err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("node: writing the %s: %w", what, err)
 	}
 	return nil
+}
+
+// removeUnfinishedIDWrites removes the temporary files of ID writes that did not finish (a
+// crash between create and rename): they are never read, and only take space, so one that
+// cannot be removed is logged and left.
+func (n *Node) removeUnfinishedIDWrites() {
+	for _, name := range []string{clusterIDFile, nodeIDFile} {
+		if err := os.Remove(filepath.Join(n.cfg.DataDir, name+".tmp")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			n.log.Warn("could not remove an unfinished write of an ID file", "err", err)
+		}
+	}
 }
 
 // openClusterID reads the data directory's cluster ID; a node that bootstraps a new cluster

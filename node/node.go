@@ -204,6 +204,7 @@ func (n *Node) openStores() (fresh bool, err error) {
 	}
 	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "raft", "raft.db"))
 	fresh = errors.Is(statErr, os.ErrNotExist)
+	n.removeUnfinishedIDWrites()
 	recorded, err := n.checkNodeID(fresh) // before anything in the directory is opened
 	if err != nil {
 		return false, err

@@ -84,3 +84,34 @@ func TestNodeIDAdopted(t *testing.T) {
 		}
 	}
 }
+
+// TestIDFilesNotRewritten: a restart that changes no ID writes neither ID file (the same
+// files stay, so a restart on a full disk does not fail on them), and a temporary file left
+// by an unfinished write is removed at start.
+func TestIDFilesNotRewritten(t *testing.T) {
+	cfg := memberConfig(t, filepath.Join(t.TempDir(), "n1"), "n1")
+	mustClose(t, mustOpen(t, cfg))
+	before := map[string]os.FileInfo{}
+	for _, name := range []string{clusterIDFile, nodeIDFile} {
+		fi, err := os.Stat(filepath.Join(cfg.DataDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[name] = fi
+	}
+	stale := filepath.Join(cfg.DataDir, clusterIDFile+".tmp")
+	if err := os.WriteFile(stale, nil, 0o640); err != nil { // what a full disk left
+		t.Fatal(err)
+	}
+	n := mustOpen(t, cfg)
+	defer n.Close()
+	for name, fi := range before {
+		now, err := os.Stat(filepath.Join(cfg.DataDir, name))
+		if err != nil || !os.SameFile(fi, now) {
+			t.Errorf("%s was written again at a restart that changed nothing (%v)", name, err)
+		}
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unfinished write %s is still there after a start: %v", stale, err)
+	}
+}
