@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
@@ -91,10 +93,32 @@ func (n *Node) standing(hasNoState bool) (fresh, unlisted bool) {
 	return last == 0, last != 0
 }
 
+// checkJoinAddrs refuses an address of cfg.Join that is not host:port: gRPC would dial a
+// port-less one at port 443, and a join through it would wait for nothing.
+func checkJoinAddrs(join []string) error {
+	var errs []error
+	for _, a := range join {
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			errs = append(errs, fmt.Errorf("node: --join %q is not host:port: give members' --peer-addr, port included", a))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// joinAnswerWait is how long a fresh node's join waits for some address of cfg.Join to
+// answer as a member's peer service before it gives up. A member that is restarting listens
+// again well within it; an address where nothing listens, whose host does not resolve, or
+// where another server answers (a member's HTTP or Raft port) is a mistake that more waiting
+// does not mend. Once one address has answered, the join retries until it succeeds: that
+// member is not ready yet, or knows no leader yet.
+const joinAnswerWait = 10 * time.Second
+
 // join asks the members in cfg.Join, in turn, to add this node, until one accepts.
 func (n *Node) join(ctx context.Context) error {
 	req := &pb.JoinRequest{NodeId: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), ApiAddr: n.APIAddr(), PeerAddr: n.PeerAddr(), ClusterId: n.ClusterID()}
 	var last error
+	start, answered := time.Now(), false
+	unanswered := map[string]error{} // the last error of each address of cfg.Join, until one answers
 	for attempt := 0; ; attempt++ {
 		addrs := slices.Clone(n.cfg.Join)
 		for i := 0; i < len(addrs); i++ {
@@ -104,12 +128,25 @@ func (n *Node) join(ctx context.Context) error {
 				last = err
 				continue
 			}
+			// at is the server that answered the call, if one did: without it the call never
+			// reached a gRPC server (nothing listens, the host does not resolve, another
+			// protocol or a failed handshake).
+			var at peer.Peer
+			noteAnswer := func(err error) {
+				switch {
+				case at.Addr != nil:
+					answered = true
+				case i < len(n.cfg.Join):
+					unanswered[addr] = err
+				}
+			}
 			if req.ClusterId == "" { // learn the cluster's ID first, and take only its Raft traffic
-				st, err := statusWithin(ctx, cl)
+				st, err := statusWithin(ctx, cl, grpc.Peer(&at))
 				if status.Code(err) == codes.Unimplemented {
 					done()
-					return fmt.Errorf("node: join via %s: it does not serve the peer service (kvoffload.v1.Cluster): --join takes members' --peer-addr, not their --api-addr (%v)", addr, err)
+					return fmt.Errorf("node: --join %s: it does not serve the peer service (kvoffload.v1.Cluster): --join takes members' --peer-addr, not their --api-addr (%v)", addr, err)
 				}
+				noteAnswer(err)
 				if err != nil || st.ClusterId == "" {
 					done()
 					last = fmt.Errorf("join via %s: asking for the cluster ID: %v", addr, err)
@@ -121,9 +158,10 @@ func (n *Node) join(ctx context.Context) error {
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var trailer metadata.MD
-			resp, err := cl.Join(cctx, req, grpc.Trailer(&trailer))
+			resp, err := cl.Join(cctx, req, grpc.Trailer(&trailer), grpc.Peer(&at))
 			cancel()
 			done()
+			noteAnswer(err)
 			if to := trailer.Get(leaderTrailer); len(to) == 1 && !slices.Contains(addrs, to[0]) && len(addrs) < len(n.cfg.Join)+maxRedirects {
 				addrs = append(addrs, to[0]) // redirected to the leader (TLS: joins are not forwarded)
 			}
@@ -137,12 +175,57 @@ func (n *Node) join(ctx context.Context) error {
 				return fmt.Errorf("node: %w", last)
 			}
 		}
+		if !answered && time.Since(start) >= joinAnswerWait {
+			return n.joinUnanswered(ctx, unanswered)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("node: joining: %w (last error: %w)", ctx.Err(), last)
 		case <-time.After(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)):
 		}
 	}
+}
+
+// joinUnanswered is join's error when no address of cfg.Join answered as a member's peer
+// service within joinAnswerWait: each address with what answered there.
+func (n *Node) joinUnanswered(ctx context.Context, last map[string]error) error {
+	var what []string
+	for _, addr := range n.cfg.Join {
+		if err := last[addr]; err != nil {
+			what = append(what, fmt.Sprintf("%s: %s", addr, whatAnswered(ctx, addr, err)))
+		}
+	}
+	return fmt.Errorf("node: --join: no member's peer service answered within %v (--join takes members' --peer-addr): %s", joinAnswerWait, strings.Join(what, "; "))
+}
+
+// whatAnswered describes what answered at addr, a call to which failed with err without
+// reaching a gRPC server, followed by the call's own words.
+func whatAnswered(ctx context.Context, addr string, err error) string {
+	msg := status.Convert(err).Message()
+	var what string
+	switch {
+	case strings.Contains(msg, "name resolver error") || strings.Contains(msg, "no such host"):
+		host, _, _ := net.SplitHostPort(addr)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if _, lerr := net.DefaultResolver.LookupHost(ctx, host); lerr != nil {
+			return "the host does not resolve: " + lerr.Error()
+		}
+		what = "the host resolves to no address gRPC can dial"
+	case strings.Contains(msg, "connection refused"):
+		what = "nothing listens there"
+	case strings.Contains(msg, "HTTP/1.1"):
+		what = "an HTTP server answers there (a member's --http-addr?)"
+	case strings.Contains(msg, "does not look like a TLS handshake"):
+		what = "a server without TLS answers there (a member without TLS, or its --api-addr or --http-addr?)"
+	case strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF"):
+		what = "a server there closes a gRPC connection at once (a member's --raft-addr?)"
+	case status.Code(err) == codes.DeadlineExceeded:
+		what = "nothing answered in time"
+	default:
+		return msg
+	}
+	return what + ": " + msg
 }
 
 // joinClient returns a client of the member at addr: over the cached connection for an address
@@ -380,10 +463,10 @@ func lists(st *pb.StatusResponse, id string) bool {
 	return slices.ContainsFunc(st.Members, func(m *pb.Member) bool { return m.NodeId == id })
 }
 
-func statusWithin(ctx context.Context, cl pb.ClusterClient) (*pb.StatusResponse, error) {
+func statusWithin(ctx context.Context, cl pb.ClusterClient, opts ...grpc.CallOption) (*pb.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return cl.Status(ctx, &pb.StatusRequest{})
+	return cl.Status(ctx, &pb.StatusRequest{}, opts...)
 }
 
 // checkNoPriorKeys refuses to start a node that joined with an empty data directory while

@@ -142,7 +142,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 // newNode checks cfg, loads the TLS material and builds the node's parts that open nothing.
 func newNode(cfg Config) (*Node, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := errors.Join(cfg.Validate(), checkJoinAddrs(cfg.Join)); err != nil {
 		return nil, err
 	}
 	lg := cfg.Logger

@@ -129,9 +129,7 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 		return cfg, err
 	}
 	cfg.Security = sec
-	if j := strings.TrimSpace(vals["join"]); j != "" {
-		cfg.Join = strings.Split(j, ",")
-	}
+	cfg.Join = splitAddrs(vals["join"])
 	if c := vals["capacity"]; c != "0" && c != "" {
 		n, err := parseSize(c)
 		if err != nil {
