@@ -18,6 +18,7 @@ import (
 
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/wire"
 )
 
 // memMember is a minimal in-memory cluster member (no de-duplication, no limits): enough to
@@ -32,6 +33,10 @@ type memMember struct {
 	// members, when set, is the member list Status answers (else n1 alone, the leader).
 	members []*kvoffloadv1.Member
 	tokens  int // Status calls that carried an authorization header
+	// refusing, when set, is the reason Status gives in its refusing header; noLeader makes
+	// Status name no leader.
+	refusing string
+	noLeader bool
 }
 
 func (m *memMember) BatchOffload(st grpc.ClientStreamingServer[kvoffloadv1.OffloadChunk, kvoffloadv1.OffloadResponse]) error {
@@ -92,14 +97,21 @@ func (m *memMember) Status(ctx context.Context, _ *kvoffloadv1.StatusRequest) (*
 	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) > 0 {
 		m.tokens++
 	}
+	if m.refusing != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.RefusingHeader, m.refusing))
+	}
+	leader := "n1"
+	if m.noLeader {
+		leader = ""
+	}
 	if m.alone {
 		return &kvoffloadv1.StatusResponse{}, nil
 	}
 	if m.members != nil {
-		return &kvoffloadv1.StatusResponse{LeaderId: "n1", Members: m.members}, nil
+		return &kvoffloadv1.StatusResponse{LeaderId: leader, Members: m.members}, nil
 	}
-	return &kvoffloadv1.StatusResponse{LeaderId: "n1", AppliedIndex: 7, Keys: uint64(len(m.values)), Members: []*kvoffloadv1.Member{
-		{NodeId: "n1", RaftAddr: "127.0.0.1:7000", ApiAddr: "127.0.0.1:7100", Voter: true, Leader: true, Keys: uint64(len(m.values))},
+	return &kvoffloadv1.StatusResponse{LeaderId: leader, AppliedIndex: 7, Keys: uint64(len(m.values)), Members: []*kvoffloadv1.Member{
+		{NodeId: "n1", RaftAddr: "127.0.0.1:7000", ApiAddr: "127.0.0.1:7100", PeerAddr: "127.0.0.1:7300", Voter: true, Leader: leader != "", Keys: uint64(len(m.values))},
 	}}, nil
 }
 
@@ -304,5 +316,33 @@ func TestTokenWithoutTLSIsAFlagError(t *testing.T) {
 	err := runStatus(context.Background(), statusFlags{addr: deadAddress(t), timeout: time.Second, creds: apiCreds{tokenFile: tok}}, io.Discard)
 	if err == nil || strings.Contains(err.Error(), "cannot reach") || !strings.Contains(err.Error(), "--tls-ca") || !strings.Contains(err.Error(), "--insecure-token") {
 		t.Fatalf("status --token-file without --tls-ca: %v, want a flag error naming --tls-ca and --insecure-token", err)
+	}
+}
+
+// status exits non-zero, after printing what it saw, when the member that answered refuses
+// offloads and reads (the REFUSING line) or knows no leader; text and --json alike.
+func TestStatusFailsWhenRefusingOrLeaderless(t *testing.T) {
+	for _, tc := range []struct {
+		name, refusing string
+		noLeader       bool
+		says           string
+	}{
+		{"refusing", "this node was removed from the cluster", false, "refuses offloads and reads (this node was removed from the cluster)"},
+		{"no leader", "", true, "knows no leader"},
+	} {
+		m, addr := startMemMember(t)
+		m.mu.Lock()
+		m.refusing, m.noLeader = tc.refusing, tc.noLeader
+		m.mu.Unlock()
+		for _, js := range []bool{false, true} {
+			var out bytes.Buffer
+			err := runStatus(context.Background(), statusFlags{addr: addr, json: js, timeout: 5 * time.Second}, &out)
+			if err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), addr) {
+				t.Errorf("%s, json %v: err %v, want one naming %s and saying %q", tc.name, js, err, addr, tc.says)
+			}
+			if !strings.Contains(out.String(), "n1") {
+				t.Errorf("%s, json %v: nothing printed before the error: %q", tc.name, js, out.String())
+			}
+		}
 	}
 }

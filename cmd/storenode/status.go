@@ -35,7 +35,8 @@ address, peer address, voter, leader), the leader, and the keys and bytes each n
 several members, comma-separated: the first reachable one answers. Then it asks every member's API
 address itself, each within 2 s: UP says whether that member answers now (the answering member's view
 lists a stopped member like a running one). A member that refuses offloads and reads (removed by Leave,
-fail-stopped) still answers, and a REFUSING line says why.`,
+fail-stopped) still answers, and a REFUSING line says why. status exits non-zero when the member that
+answered refuses, or knows no leader (after printing what it saw).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), f, os.Stdout) },
 	}
@@ -78,10 +79,30 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 	}
 	up := probeMembers(ctx, opt, st, c.Addr())
 	if f.json {
-		return json.NewEncoder(w).Encode(statusJSON{ClusterStatus: st, Up: up})
+		if err := json.NewEncoder(w).Encode(statusJSON{ClusterStatus: st, Up: up}); err != nil {
+			return err
+		}
+	} else {
+		printStatus(w, st, up)
 	}
-	printStatus(w, st, up)
-	return nil
+	return unhealthy(st, c.Addr())
+}
+
+// unhealthy is status's error, after it has printed st, when the view needs the operator:
+// the member that answered at addr refuses offloads and reads, or it knows no leader. status
+// then exits non-zero.
+func unhealthy(st client.ClusterStatus, addr string) error {
+	var why []string
+	if st.Refusing != "" {
+		why = append(why, fmt.Sprintf("the member at %s refuses offloads and reads (%s)", addr, st.Refusing))
+	}
+	if st.LeaderID == "" {
+		why = append(why, fmt.Sprintf("the member at %s knows no leader: the cluster commits nothing until one is elected", addr))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("status: %s", strings.Join(why, "; "))
 }
 
 // statusJSON is what status --json prints: the answering member's view and, per member ID,
