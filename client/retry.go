@@ -108,7 +108,9 @@ var errRenew = errors.New("client: renew transaction")
 // Options.StallTimeout is cancelled and counts as an unknown outcome.
 func (c *Client) retry(ctx context.Context, name string, offload bool, op func(ctx context.Context, a *attempt) error) error {
 	backoff := c.opt.RetryBackoff
-	var last error
+	var last error     // the last error that left the outcome unknown
+	var refused []bool // the members that refused this call (wire.Refusal)
+	var refusal error  // the last refusal
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
 			return fmt.Errorf("%w: %s", kvoffload.ErrClosed, name)
@@ -119,7 +121,10 @@ func (c *Client) retry(ctx context.Context, name string, offload bool, op func(c
 			}
 			return giveUp(name, offload, err, last)
 		}
-		i := int(c.cur.Load())
+		i := c.serving(refused)
+		if i < 0 {
+			return giveUpRefused(name, offload, refusal, last)
+		}
 		a, actx, stop := c.watch(ctx, c.members[i], attempt)
 		began := time.Now()
 		err := stop(op(actx, a))
@@ -135,6 +140,14 @@ func (c *Client) retry(ctx context.Context, name string, offload bool, op func(c
 		if ctx.Err() != nil {
 			return giveUp(name, offload, ctx.Err(), err)
 		}
+		if reason := wire.RefusalReason(err); reason != "" {
+			// Final for this member, and nothing of the call was done there: the next
+			// member at once, without a backoff, or the refusal when none is left.
+			refused = refusedBy(refused, i, len(c.members))
+			refusal = fmt.Errorf("member %s %s: %w", c.members[i].addr, refusalText(reason), err)
+			c.failover(i)
+			continue
+		}
 		if !retryable(err) {
 			return permanent(name, err)
 		}
@@ -149,6 +162,48 @@ func (c *Client) retry(ctx context.Context, name string, offload bool, op func(c
 		}
 		backoff = min(2*backoff, c.opt.MaxBackoff)
 	}
+}
+
+// serving is the member the next attempt goes to: the current one, or the next after it
+// that has not refused this call (refused[i]); -1 when every member has.
+func (c *Client) serving(refused []bool) int {
+	cur := int(c.cur.Load())
+	for k := range c.members {
+		if i := (cur + k) % len(c.members); refused == nil || !refused[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// refusedBy marks member i of n in refused, allocating it on the first refusal.
+func refusedBy(refused []bool, i, n int) []bool {
+	if refused == nil {
+		refused = make([]bool, n)
+	}
+	refused[i] = true
+	return refused
+}
+
+// refusalText says what a refusal's reason means for the operator.
+func refusalText(reason string) string {
+	switch reason {
+	case wire.ReasonFailStopped:
+		return "has fail-stopped (it serves nothing until its process is restarted)"
+	case wire.ReasonRemoved:
+		return "was removed from the cluster"
+	}
+	return "refuses every call (" + reason + ")"
+}
+
+// giveUpRefused builds the error of a call that every member refused (wire.Refusal): it was
+// not done anywhere, so ErrUnavailable, unless an earlier attempt of an offload left its
+// outcome unknown (last): then ErrIndeterminate.
+func giveUpRefused(name string, offload bool, refusal, last error) error {
+	if offload && last != nil {
+		return fmt.Errorf("%w: %s: %w (an earlier attempt: %w)", kvoffload.ErrIndeterminate, name, refusal, last)
+	}
+	return fmt.Errorf("%w: %s: %w", kvoffload.ErrUnavailable, name, refusal)
 }
 
 // giveUp builds the error of a call that stopped retrying because of cause.

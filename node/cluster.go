@@ -155,10 +155,15 @@ func (n *Node) PeerAddr() string {
 	return n.peerListener.Addr().String()
 }
 
-// waitReady holds a request until recovery has finished.
+// waitReady holds a request until recovery has finished, then admits it while the node
+// serves: a fail-stopped or removed node refuses it at once (wire.Refusal), so that no
+// caller waits out its deadline for an answer the node already knows.
 func (n *Node) waitReady(ctx context.Context) error {
 	select {
 	case <-n.ready:
+		if err := n.coord.Usable(); err != nil && !errors.Is(err, txn.ErrClosed) {
+			return grpcError(fmt.Errorf("node %s: %w", n.cfg.ID, err))
+		}
 		return nil
 	case <-n.closing:
 		return status.Error(codes.Unavailable, "node is shutting down")

@@ -18,7 +18,8 @@ const (
 )
 
 // grpcError maps coordinator errors onto gRPC status codes the client understands:
-// ResourceExhausted and InvalidArgument are final, Unavailable may be retried elsewhere.
+// ResourceExhausted and InvalidArgument are final, Unavailable may be retried elsewhere, and
+// a fail-stop or removal is a refusal (wire.Refusal): final for this member.
 func grpcError(err error) error {
 	switch {
 	case err == nil:
@@ -27,7 +28,11 @@ func grpcError(err error) error {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, txn.ErrTxnIDInUse):
 		return status.Error(codes.FailedPrecondition, err.Error()) // final: a retry cannot succeed
-	case errors.Is(err, txn.ErrFailed), errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrIndeterminate), errors.Is(err, txn.ErrRemoved):
+	case errors.Is(err, txn.ErrFailed):
+		return wire.Refusal(wire.ReasonFailStopped, err.Error())
+	case errors.Is(err, txn.ErrRemoved):
+		return wire.Refusal(wire.ReasonRemoved, err.Error())
+	case errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrIndeterminate):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
