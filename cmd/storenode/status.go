@@ -40,44 +40,19 @@ answered refuses, or knows no leader (after printing what it saw).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), f, os.Stdout) },
 	}
-	fl := cmd.Flags()
-	fl.StringVar(&f.addr, "addr", "127.0.0.1:7100", "API address of a member (host:port[,host:port...])")
-	fl.BoolVar(&f.json, "json", false, "print the status as one JSON object")
-	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
-	f.creds.register(fl)
+	registerAsk(cmd.Flags(), &f, 5*time.Second)
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the status as one JSON object")
 	return cmd
 }
 
 func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
-	addrs := splitAddrs(f.addr)
-	if len(addrs) == 0 {
-		return fmt.Errorf("status: --addr is empty")
-	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	opt := client.DefaultOptions()
-	opt.DialTimeout = min(opt.DialTimeout, f.timeout)
-	if err := f.creds.apply(&opt); err != nil {
+	st, opt, answered, err := askStatus(ctx, f)
+	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	c, err := client.DialOptions(ctx, opt, addrs...)
-	if err != nil {
-		return fmt.Errorf("status: cannot reach %s: %w", f.addr, err)
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
-	if err != nil {
-		if notAPI(err) {
-			return fmt.Errorf("status: %w", apiAddrHint(c.Addr(), err))
-		}
-		return fmt.Errorf("status: %s: %w", c.Addr(), err)
-	}
-	if len(st.Members) == 0 {
-		// A member lists itself once it is in a configuration: this one is starting, or its
-		// --join has not succeeded yet.
-		return fmt.Errorf("status: %s answers but is in no cluster yet: it is starting, or still joining through its --join address (its log says which; /readyz answers 503 until it is ready); ask another member", c.Addr())
-	}
-	up := probeMembers(ctx, opt, st, c.Addr())
+	up := probeMembers(ctx, opt, st, answered)
 	if f.json {
 		if err := json.NewEncoder(w).Encode(statusJSON{ClusterStatus: st, Up: up}); err != nil {
 			return err
@@ -85,7 +60,41 @@ func runStatus(ctx context.Context, f statusFlags, w io.Writer) error {
 	} else {
 		printStatus(w, st, up)
 	}
-	return unhealthy(st, c.Addr())
+	return unhealthy(st, answered)
+}
+
+// askStatus asks the first member of f.addr that answers for the cluster's status
+// (KVOffload.Status on its API address), as status, members list and members remove do. It
+// returns the client options it used and the address that answered. A member in no cluster
+// yet is an error.
+func askStatus(ctx context.Context, f statusFlags) (_ client.ClusterStatus, _ client.Options, answered string, _ error) {
+	opt := client.DefaultOptions()
+	addrs := splitAddrs(f.addr)
+	if len(addrs) == 0 {
+		return client.ClusterStatus{}, opt, "", errors.New("--addr is empty")
+	}
+	opt.DialTimeout = min(opt.DialTimeout, f.timeout)
+	if err := f.creds.apply(&opt); err != nil {
+		return client.ClusterStatus{}, opt, "", err
+	}
+	c, err := client.DialOptions(ctx, opt, addrs...)
+	if err != nil {
+		return client.ClusterStatus{}, opt, "", fmt.Errorf("cannot reach %s: %w", f.addr, err)
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		if notAPI(err) {
+			return st, opt, "", apiAddrHint(c.Addr(), err)
+		}
+		return st, opt, "", fmt.Errorf("%s: %w", c.Addr(), err)
+	}
+	if len(st.Members) == 0 {
+		// A member lists itself once it is in a configuration: this one is starting, or its
+		// --join has not succeeded yet.
+		return st, opt, "", fmt.Errorf("%s answers but is in no cluster yet: it is starting, or still joining through its --join address (its log says which; /readyz answers 503 until it is ready); ask another member", c.Addr())
+	}
+	return st, opt, c.Addr(), nil
 }
 
 // unhealthy is status's error, after it has printed st, when the view needs the operator:
