@@ -41,6 +41,13 @@
 //
 // # Refusals and invalid keys
 //
+// A member that has fail-stopped or was removed from the cluster refuses every call with gRPC
+// Unavailable carrying an ErrorInfo (reason FAIL_STOPPED or NODE_REMOVED): nothing of the call
+// was done there, and the client never sends it to that member again. The call moves to the
+// next member at once, without a backoff; when every member has refused it, it returns
+// kvoffload.ErrUnavailable naming the refusal at once (an offload whose earlier attempt left
+// its outcome unknown: kvoffload.ErrIndeterminate).
+//
 // A request the cluster refused (gRPC InvalidArgument, ResourceExhausted, PermissionDenied,
 // Unauthenticated, or FailedPrecondition other than "not the leader") is returned at once
 // with kvoffload.ErrInvalidArgument, ErrTooLarge or ErrDenied, never retried; a read, an
