@@ -12,8 +12,9 @@ import (
 // MaxRunBytes, instead of one per record (the per-key syscall that bounded small objects,
 // docs/benchmarks.md). It reserves all or nothing: when the run does not fit in what the open
 // bucket has left, it rolls to a new bucket first; when it cannot be reserved at all (the
-// quota, a size over BucketSize, more than a bucket in total), it reserves nothing and returns
-// the error, and the caller reserves record by record. Sizes must be positive multiples of
+// quota, the filesystem's reserve, a size over BucketSize, more than a bucket in total), it
+// reserves nothing and returns the error (as Reserve's), and the caller reserves record by
+// record. Sizes must be positive multiples of
 // Alignment.
 func (s *Store) ReserveRun(sizes []int64) ([]Extent, error) {
 	var total int64
@@ -34,6 +35,9 @@ func (s *Store) ReserveRun(sizes []int64) ([]Extent, error) {
 	if c := s.cfg.Capacity; c > 0 && s.live+total > c {
 		return nil, fmt.Errorf("%w: live %d + %d > capacity %d", ErrNoSpace, s.live, total, c)
 	}
+	if err := s.checkSpaceLocked(total); err != nil {
+		return nil, err
+	}
 	if s.open == nil || s.open.failed.Load() || s.open.tail+total > s.cfg.BucketSize {
 		if err := s.rollLocked(); err != nil {
 			return nil, err
@@ -44,6 +48,7 @@ func (s *Store) ReserveRun(sizes []int64) ([]Extent, error) {
 	for i, size := range sizes {
 		exts[i] = Extent{Bucket: b.id, Offset: b.tail, Length: size}
 		b.tail += size
+		s.pendLocked(exts[i])
 		if err := s.addLiveLocked(b, exts[i]); err != nil {
 			return nil, err // an accounting bug: the tail only grows
 		}
@@ -136,6 +141,13 @@ func (s *Store) writeRun(recs []RecordWrite, errs []error) {
 		failpoint.Crash()
 	}
 	_, err = b.f.WriteAt(buf, first.Offset)
+	defer func() {
+		exts := make([]Extent, len(recs))
+		for i, r := range recs {
+			exts[i] = r.Ext
+		}
+		s.settle(exts...)
+	}()
 	switch {
 	case err == nil:
 		b.writes.Add(1)

@@ -22,6 +22,12 @@ type Config struct {
 	BucketSize int64
 	// Capacity is the quota on live plus reserved bytes; 0 means unlimited.
 	Capacity int64
+	// Reserve is the free space, in bytes, that Reserve and ReserveRun never take from the
+	// filesystem holding Dir: the room the WAL, the Raft log and its snapshots need on it. A
+	// reservation that would leave less free fails with a *DiskFullError (ErrDiskFull), and
+	// allocating ahead stops short of it. It is checked with the FS's vfs.SpaceReporter; an
+	// FS without one, or 0, leaves the free space unchecked.
+	Reserve int64
 	// Logger receives Info (open, collect), Debug (roll, remove) and Error (sync failure)
 	// events. nil discards.
 	Logger *slog.Logger
@@ -44,6 +50,9 @@ func (c Config) Validate() error {
 	}
 	if c.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("bucketstore: config: Capacity %d is negative", c.Capacity))
+	}
+	if c.Reserve < 0 {
+		errs = append(errs, fmt.Errorf("bucketstore: config: Reserve %d is negative", c.Reserve))
 	}
 	return errors.Join(errs...)
 }

@@ -30,6 +30,7 @@ func (s *Store) Free(ext Extent) error {
 	b.live.del(ext.Offset)
 	b.liveBytes -= ext.Length
 	s.live -= ext.Length
+	s.settleLocked(ext)
 	if err := failpoint.Hit(failpoint.BucketFree); err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, err) // the bytes stay until Collect

@@ -32,6 +32,13 @@ type Store struct {
 	dirSynced uint64 // dirGen covered by the last successful directory sync
 	closed    bool
 
+	// space reports the free space of Dir's filesystem when Config.Reserve is checked (nil:
+	// unchecked). pending holds the extents reserved and not yet written or freed, and
+	// pendingBytes their sum: bytes that will take free space the filesystem still reports.
+	space        vfs.SpaceReporter
+	pending      map[Extent]struct{}
+	pendingBytes int64
+
 	dirGroup syncGroup
 	syncs    atomic.Uint64 // fdatasyncs issued
 }
@@ -55,6 +62,9 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, fs: cfg.FS, log: cfg.Logger, lock: lock, buckets: map[uint32]*bucket{}, nextID: 1}
+	if sr, ok := cfg.FS.(vfs.SpaceReporter); ok && cfg.Reserve > 0 {
+		s.space, s.pending = sr, map[Extent]struct{}{}
+	}
 	if err := s.loadBuckets(); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -63,7 +73,9 @@ func Open(cfg Config) (*Store, error) {
 }
 
 // Reserve allocates size bytes (a RecordSize) in the open bucket, rolling to a new bucket
-// file when it is full or failed. The extent counts as live until freed.
+// file when it is full or failed. The extent counts as live until freed. Errors: ErrNoSpace
+// over Config.Capacity; a *DiskFullError (ErrDiskFull) when the filesystem would keep less
+// than Config.Reserve free; ErrTooLarge over BucketSize; ErrClosed.
 func (s *Store) Reserve(size int64) (Extent, error) {
 	if size <= 0 || size%Alignment != 0 {
 		return Extent{}, fmt.Errorf("bucketstore: reserve %d: not a positive multiple of %d", size, Alignment)
@@ -79,6 +91,9 @@ func (s *Store) Reserve(size int64) (Extent, error) {
 	if c := s.cfg.Capacity; c > 0 && s.live+size > c {
 		return Extent{}, fmt.Errorf("%w: live %d + %d > capacity %d", ErrNoSpace, s.live, size, c)
 	}
+	if err := s.checkSpaceLocked(size); err != nil {
+		return Extent{}, err
+	}
 	if s.open == nil || s.open.failed.Load() || s.open.tail+size > s.cfg.BucketSize {
 		if err := s.rollLocked(); err != nil {
 			return Extent{}, err
@@ -87,8 +102,62 @@ func (s *Store) Reserve(size int64) (Extent, error) {
 	b := s.open
 	ext := Extent{Bucket: b.id, Offset: b.tail, Length: size}
 	b.tail += size
+	s.pendLocked(ext)
 	s.preallocateLocked(b)
 	return ext, s.addLiveLocked(b, ext)
+}
+
+// checkSpaceLocked refuses a reservation of size bytes that would leave less than
+// Config.Reserve free on Dir's filesystem (a *DiskFullError). The free space counts out the
+// bytes reserved and not yet written, and counts in what the open bucket has allocated past
+// its tail when the reservation lands there (writes there take no more). Reserved bytes that
+// land inside an allocation are counted out too, so the check errs on the side of the reserve.
+// A filesystem whose free space cannot be read is not checked (the error is logged).
+func (s *Store) checkSpaceLocked(size int64) error {
+	if s.space == nil {
+		return nil
+	}
+	free, err := s.space.FreeSpace(s.cfg.Dir)
+	if err != nil {
+		s.log.Warn("free space unknown: the reserve is not checked", "dir", s.cfg.Dir, "err", err)
+		return nil
+	}
+	avail := free - s.pendingBytes
+	if b := s.open; b != nil && !b.failed.Load() && b.tail+size <= s.cfg.BucketSize && b.prealloc > b.tail {
+		avail += b.prealloc - b.tail
+	}
+	if avail-size < s.cfg.Reserve {
+		return &DiskFullError{Size: size, Free: avail, Reserve: s.cfg.Reserve}
+	}
+	return nil
+}
+
+// pendLocked records ext as reserved and not yet written (see checkSpaceLocked).
+func (s *Store) pendLocked(ext Extent) {
+	if s.pending != nil {
+		s.pending[ext] = struct{}{}
+		s.pendingBytes += ext.Length
+	}
+}
+
+// settleLocked records that ext no longer waits to be written: written, failed, or freed.
+func (s *Store) settleLocked(ext Extent) {
+	if _, ok := s.pending[ext]; ok {
+		delete(s.pending, ext)
+		s.pendingBytes -= ext.Length
+	}
+}
+
+// settle is settleLocked for each extent, under s.mu.
+func (s *Store) settle(exts ...Extent) {
+	if s.pending == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ext := range exts {
+		s.settleLocked(ext)
+	}
 }
 
 // preallocFirst is how much of a fresh bucket file is allocated at its first reservation;
@@ -124,8 +193,9 @@ func (s *Store) preallocateLocked(b *bucket) {
 	end := min(max(b.tail, 2*b.prealloc, preallocFirst), s.cfg.BucketSize)
 	// Allocating ahead must not take the room the WAL and the Raft log need on a nearly full
 	// disk (an attack review filled a 600 MB disk with one allocation, and the next WAL append
-	// fail-stopped the node): at most half of what is free, else not at all.
-	if free, err := a.FreeBytes(); err != nil || end-b.prealloc > free/2 {
+	// fail-stopped the node): at most half of what is free, and never into Config.Reserve
+	// (nor into the bytes reserved and not yet written), else not at all.
+	if free, err := a.FreeBytes(); err != nil || end-b.prealloc > min(free/2, free-s.cfg.Reserve-s.pendingBytes) {
 		s.log.Info("not preallocating: the free space is unknown or short; writes will extend the file",
 			"bucket", b.id, "want", end-b.prealloc, "free", free, "err", err)
 		b.prealloc = -1
@@ -150,6 +220,7 @@ func (s *Store) preallocateLocked(b *bucket) {
 // want of space (the error wraps syscall.ENOSPC or EDQUOT) gives back the blocks it may have
 // taken: ext is punched, so they stay free for other records and for the WAL.
 func (s *Store) WriteRecord(ext Extent, h Header, payload []byte) error {
+	defer s.settle(ext)
 	b, err := s.writableBucket(ext)
 	if err != nil {
 		return err
@@ -326,6 +397,10 @@ type Stats struct {
 	AllocatedBytes int64
 	Capacity       int64
 	Syncs          uint64 // fdatasyncs issued since Open
+	// FreeBytes is the free space of Dir's filesystem (statfs), -1 when the FS cannot tell;
+	// Reserve is Config.Reserve, the part of it that Reserve never takes.
+	FreeBytes int64
+	Reserve   int64
 }
 
 // Stats measures the store.
@@ -335,7 +410,13 @@ func (s *Store) Stats() (Stats, error) {
 	if s.closed {
 		return Stats{}, ErrClosed
 	}
-	st := Stats{Buckets: len(s.buckets), LiveBytes: s.live, Capacity: s.cfg.Capacity, Syncs: s.syncs.Load()}
+	st := Stats{Buckets: len(s.buckets), LiveBytes: s.live, Capacity: s.cfg.Capacity, Syncs: s.syncs.Load(),
+		FreeBytes: -1, Reserve: s.cfg.Reserve}
+	if sr, ok := s.fs.(vfs.SpaceReporter); ok {
+		if free, err := sr.FreeSpace(s.cfg.Dir); err == nil {
+			st.FreeBytes = free
+		}
+	}
 	for _, b := range s.buckets {
 		size, err := b.f.Size()
 		if err != nil {

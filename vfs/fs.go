@@ -66,3 +66,12 @@ type Allocator interface {
 	// ahead can leave room for the files that must not run out of it (the WAL, the Raft log).
 	FreeBytes() (int64, error)
 }
+
+// SpaceReporter is an optional FS capability: the free space of the filesystem that holds a
+// path, so that the bucket store can leave a reserve for the files that must not run out of
+// it (the WAL, the Raft log and its snapshots).
+type SpaceReporter interface {
+	// FreeSpace returns the bytes an unprivileged writer may still allocate on the filesystem
+	// holding path (statfs(2): f_bavail x f_bsize). Errors are the statfs error.
+	FreeSpace(path string) (int64, error)
+}

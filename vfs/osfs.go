@@ -227,3 +227,15 @@ func (f *osFile) FreeBytes() (int64, error) {
 }
 
 var _ Allocator = (*osFile)(nil)
+
+// FreeSpace implements SpaceReporter with statfs(2): f_bavail x f_bsize of the filesystem
+// holding path.
+func (OSFS) FreeSpace(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+var _ SpaceReporter = OSFS{}
