@@ -72,6 +72,11 @@ const (
 	CodeShortBuffer
 	// CodeInternal: a result the store did not expect (a bug). Failed or Unavailable.
 	CodeInternal
+	// CodeNoSpace: the member's data filesystem has no room for the value above the reserve
+	// it keeps for its WAL and Raft log (the Reason names the free bytes and the reserve).
+	// Rejected at admission, before anything is written; retry after space is freed (Remove,
+	// eviction), or on another member.
+	CodeNoSpace
 )
 
 var codeNames = [...]string{
@@ -94,6 +99,7 @@ var codeNames = [...]string{
 	CodeCorrupt:         "corrupt",
 	CodeShortBuffer:     "short buffer",
 	CodeInternal:        "internal",
+	CodeNoSpace:         "no space",
 }
 
 // String is the code's name in words ("quota", "back-pressure").

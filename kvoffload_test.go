@@ -30,10 +30,10 @@ func TestResultErrMatchesItsCode(t *testing.T) {
 	}
 }
 
-// Every code up to CodeInternal has a name; an unknown one reads as its number.
+// Every code up to CodeNoSpace has a name; an unknown one reads as its number.
 func TestCodeNames(t *testing.T) {
 	seen := map[string]bool{}
-	for c := kvoffload.CodeNone; c <= kvoffload.CodeInternal; c++ {
+	for c := kvoffload.CodeNone; c <= kvoffload.CodeNoSpace; c++ {
 		n := c.String()
 		if n == "" || strings.HasPrefix(n, "Code(") || seen[n] {
 			t.Fatalf("code %d: name %q (duplicate: %v)", c, n, seen[n])

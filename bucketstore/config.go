@@ -26,7 +26,7 @@ type Config struct {
 	// filesystem holding Dir: the room the WAL, the Raft log and its snapshots need on it. A
 	// reservation that would leave less free fails with a *DiskFullError (ErrDiskFull), and
 	// allocating ahead stops short of it. It is checked with the FS's vfs.SpaceReporter; an
-	// FS without one, or 0, leaves the free space unchecked.
+	// FS without one, or 0, leaves the free space unchecked. Store.SetReserve changes it.
 	Reserve int64
 	// Logger receives Info (open, collect), Debug (roll, remove) and Error (sync failure)
 	// events. nil discards.

@@ -111,3 +111,14 @@ func TestPreallocationLeavesTheReserve(t *testing.T) {
 		t.Fatalf("Allocate calls %v, want none: 64 MiB would take the 80 MiB reserve of 100 MiB free", fsys.calls)
 	}
 }
+
+// SetReserve applies to the reservations that follow.
+func TestSetReserve(t *testing.T) {
+	s := mustOpen(t, memConfig(diskFS{FS: memfs.New(), size: 40 * Alignment}))
+	s.SetReserve(36 * Alignment)
+	if _, err := s.Reserve(8 * Alignment); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("Reserve after SetReserve: %v, want ErrDiskFull", err)
+	}
+	s.SetReserve(0)
+	mustPut(t, s, "a", 1, 100)
+}

@@ -32,9 +32,10 @@ type Store struct {
 	dirSynced uint64 // dirGen covered by the last successful directory sync
 	closed    bool
 
-	// space reports the free space of Dir's filesystem when Config.Reserve is checked (nil:
-	// unchecked). pending holds the extents reserved and not yet written or freed, and
+	// reserve is Config.Reserve, or what SetReserve set since. space reports the free space of
+	// Dir's filesystem (nil: the FS cannot tell, and nothing is checked). pending holds the extents reserved and not yet written or freed, and
 	// pendingBytes their sum: bytes that will take free space the filesystem still reports.
+	reserve      atomic.Int64
 	space        vfs.SpaceReporter
 	pending      map[Extent]struct{}
 	pendingBytes int64
@@ -62,7 +63,8 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, fs: cfg.FS, log: cfg.Logger, lock: lock, buckets: map[uint32]*bucket{}, nextID: 1}
-	if sr, ok := cfg.FS.(vfs.SpaceReporter); ok && cfg.Reserve > 0 {
+	s.reserve.Store(cfg.Reserve)
+	if sr, ok := cfg.FS.(vfs.SpaceReporter); ok {
 		s.space, s.pending = sr, map[Extent]struct{}{}
 	}
 	if err := s.loadBuckets(); err != nil {
@@ -114,7 +116,8 @@ func (s *Store) Reserve(size int64) (Extent, error) {
 // land inside an allocation are counted out too, so the check errs on the side of the reserve.
 // A filesystem whose free space cannot be read is not checked (the error is logged).
 func (s *Store) checkSpaceLocked(size int64) error {
-	if s.space == nil {
+	reserve := s.reserve.Load()
+	if s.space == nil || reserve == 0 {
 		return nil
 	}
 	free, err := s.space.FreeSpace(s.cfg.Dir)
@@ -126,11 +129,15 @@ func (s *Store) checkSpaceLocked(size int64) error {
 	if b := s.open; b != nil && !b.failed.Load() && b.tail+size <= s.cfg.BucketSize && b.prealloc > b.tail {
 		avail += b.prealloc - b.tail
 	}
-	if avail-size < s.cfg.Reserve {
-		return &DiskFullError{Size: size, Free: avail, Reserve: s.cfg.Reserve}
+	if avail-size < reserve {
+		return &DiskFullError{Size: size, Free: avail, Reserve: reserve}
 	}
 	return nil
 }
+
+// SetReserve replaces Config.Reserve (bytes, not negative) for the reservations that follow:
+// the room the WAL and the Raft log need grows with the metadata (its snapshots).
+func (s *Store) SetReserve(bytes int64) { s.reserve.Store(max(bytes, 0)) }
 
 // pendLocked records ext as reserved and not yet written (see checkSpaceLocked).
 func (s *Store) pendLocked(ext Extent) {
@@ -195,7 +202,7 @@ func (s *Store) preallocateLocked(b *bucket) {
 	// disk (an attack review filled a 600 MB disk with one allocation, and the next WAL append
 	// fail-stopped the node): at most half of what is free, and never into Config.Reserve
 	// (nor into the bytes reserved and not yet written), else not at all.
-	if free, err := a.FreeBytes(); err != nil || end-b.prealloc > min(free/2, free-s.cfg.Reserve-s.pendingBytes) {
+	if free, err := a.FreeBytes(); err != nil || end-b.prealloc > min(free/2, free-s.reserve.Load()-s.pendingBytes) {
 		s.log.Info("not preallocating: the free space is unknown or short; writes will extend the file",
 			"bucket", b.id, "want", end-b.prealloc, "free", free, "err", err)
 		b.prealloc = -1
@@ -411,7 +418,7 @@ func (s *Store) Stats() (Stats, error) {
 		return Stats{}, ErrClosed
 	}
 	st := Stats{Buckets: len(s.buckets), LiveBytes: s.live, Capacity: s.cfg.Capacity, Syncs: s.syncs.Load(),
-		FreeBytes: -1, Reserve: s.cfg.Reserve}
+		FreeBytes: -1, Reserve: s.reserve.Load()}
 	if sr, ok := s.fs.(vfs.SpaceReporter); ok {
 		if free, err := sr.FreeSpace(s.cfg.Dir); err == nil {
 			st.FreeBytes = free

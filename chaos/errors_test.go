@@ -427,6 +427,7 @@ func TestRealENOSPC(t *testing.T) {
 	dir := filepath.Join(mnt, "data")
 	cfg := node.DefaultConfig(dir)
 	cfg.BucketSize = 8 << 20
+	cfg.SpaceReserve = -1 // no reserve: the bucket, WAL and Raft writes themselves meet ENOSPC
 	cfg.Txn.CommitTimeout = 3 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -22,6 +22,11 @@ type Config struct {
 	BucketSize int64
 	// Capacity is the quota in bytes on live bucket data; 0 means unlimited.
 	Capacity int64
+	// SpaceReserve is the free space in bytes of the data filesystem that bucket data never
+	// takes, kept for the WAL, the Raft log and its snapshots: an offload that would take it
+	// is Rejected with CodeNoSpace. 0 means sized from their limits (SpaceReserve, space.go;
+	// docs/operations.md); negative means none.
+	SpaceReserve int64
 	// Txn holds the coordinator's limits (key, object and batch sizes, in-flight slots).
 	Txn txn.Config
 	// SnapshotThreshold and TrailingLogs tune Raft log compaction (entries).

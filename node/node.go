@@ -129,6 +129,8 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	go n.pruneLoop()
+	go n.spaceLoop()
+	n.warnSpace()
 	if n.cfg.cluster() {
 		go n.watchRemoval()
 	}
@@ -212,6 +214,7 @@ func (n *Node) openStores() (fresh bool, err error) {
 	n.nodeIDPending = !recorded
 	bcfg := bucketstore.DefaultConfig(filepath.Join(cfg.DataDir, "buckets"))
 	bcfg.FS, bcfg.BucketSize, bcfg.Capacity, bcfg.Logger = cfg.FS, cfg.BucketSize, cfg.Capacity, n.log
+	bcfg.Reserve = n.spaceReserve()
 	if n.buckets, err = bucketstore.Open(bcfg); err != nil {
 		return false, fmt.Errorf("node: %w", err)
 	}

@@ -188,8 +188,10 @@ func (c *Coordinator) finish(p *plan, ws []*write) {
 
 // reserve allocates an extent for every write; the ones that fail are finished at once. The
 // whole batch is first reserved as one run (bucketstore.ReserveRun), so that writeData writes
-// it with one pwrite per run; when that fails (the quota, a run over a bucket) the writes are
-// reserved one by one, each evicting for room and failing on its own.
+// it with one pwrite per run; when that fails (the quota, the data filesystem's reserve, a run
+// over a bucket) the writes are reserved one by one, each evicting for room (the quota only)
+// and failing on its own: a key the filesystem has no room for above the reserve is Rejected
+// with CodeNoSpace before anything of it is logged or written.
 func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 	sizes := make([]int64, len(p.writes))
 	for i, w := range p.writes {
@@ -211,6 +213,8 @@ func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 			continue
 		case errors.Is(err, bucketstore.ErrNoSpace):
 			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeQuota, "quota: "+err.Error()
+		case errors.Is(err, bucketstore.ErrDiskFull):
+			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeNoSpace, err.Error()
 		case errors.Is(err, bucketstore.ErrTooLarge):
 			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeTooLarge, "too large: "+err.Error()
 		default:

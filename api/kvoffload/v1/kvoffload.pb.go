@@ -115,6 +115,7 @@ const (
 	Code_CODE_CORRUPT          Code = 16
 	Code_CODE_SHORT_BUFFER     Code = 17
 	Code_CODE_INTERNAL         Code = 18
+	Code_CODE_NO_SPACE         Code = 19
 )
 
 // Enum value maps for Code.
@@ -139,6 +140,7 @@ var (
 		16: "CODE_CORRUPT",
 		17: "CODE_SHORT_BUFFER",
 		18: "CODE_INTERNAL",
+		19: "CODE_NO_SPACE",
 	}
 	Code_value = map[string]int32{
 		"CODE_NONE":             0,
@@ -160,6 +162,7 @@ var (
 		"CODE_CORRUPT":          16,
 		"CODE_SHORT_BUFFER":     17,
 		"CODE_INTERNAL":         18,
+		"CODE_NO_SPACE":         19,
 	}
 )
 
@@ -2298,7 +2301,7 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x16OUTCOME_ALREADY_STORED\x10\x02\x12\x14\n" +
 	"\x10OUTCOME_CONFLICT\x10\x03\x12\x14\n" +
 	"\x10OUTCOME_REJECTED\x10\x04\x12\x12\n" +
-	"\x0eOUTCOME_FAILED\x10\x05*\x87\x03\n" +
+	"\x0eOUTCOME_FAILED\x10\x05*\x9a\x03\n" +
 	"\x04Code\x12\r\n" +
 	"\tCODE_NONE\x10\x00\x12\x14\n" +
 	"\x10CODE_INVALID_KEY\x10\x01\x12\x16\n" +
@@ -2320,7 +2323,8 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x0eCODE_NOT_FOUND\x10\x0f\x12\x10\n" +
 	"\fCODE_CORRUPT\x10\x10\x12\x15\n" +
 	"\x11CODE_SHORT_BUFFER\x10\x11\x12\x11\n" +
-	"\rCODE_INTERNAL\x10\x12*\xa7\x01\n" +
+	"\rCODE_INTERNAL\x10\x12\x12\x11\n" +
+	"\rCODE_NO_SPACE\x10\x13*\xa7\x01\n" +
 	"\tGetStatus\x12\x1a\n" +
 	"\x16GET_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10GET_STATUS_FOUND\x10\x01\x12\x18\n" +

@@ -91,6 +91,7 @@ class Code(_Named):
     CORRUPT = 16
     SHORT_BUFFER = 17
     INTERNAL = 18
+    NO_SPACE = 19
 
 
 def code_of(n: int) -> Union[Code, int]:

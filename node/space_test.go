@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload"
+)
+
+// mountTmpfs mounts a tmpfs of size (mount's syntax: "32m") for the test, or skips it.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	mnt := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.Mkdir(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("needs root to mount a tmpfs: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	return mnt
+}
+
+// A node whose data space fills (its whole data directory on a 32 MiB tmpfs, with a 12 MiB
+// reserve) refuses further offloads per key with CodeNoSpace, at once and naming the free
+// bytes and the reserve; it keeps answering reads, BatchExists and Remove and stays healthy
+// (the reserve keeps the WAL and Raft writable); after a Remove it takes offloads again.
+func TestNoSpaceRefusedPerKeyAndFreedByRemove(t *testing.T) {
+	mnt := mountTmpfs(t, "32m")
+	cfg := testConfig(filepath.Join(mnt, "data"))
+	cfg.SpaceReserve = 12 << 20
+	n := mustOpen(t, cfg)
+	defer mustClose(t, n)
+	ctx := context.Background()
+	const size = 1 << 20
+	seed := testSeed(t)
+
+	var stored []string
+	var refused kvoffload.KeyResult
+	var took time.Duration
+	for b := 0; refused.Key == "" && b < 40; b++ {
+		keys := []string{keyOf(fmt.Sprint("fill", b), 0), keyOf(fmt.Sprint("fill", b), 1)}
+		start := time.Now()
+		res, err := n.BatchOffload(ctx, kvoffload.NewTxnID(), objects(seed, size, keys...))
+		took = time.Since(start)
+		if err != nil {
+			t.Fatalf("batch %d: %v", b, err)
+		}
+		for _, r := range res {
+			switch {
+			case r.Outcome.OK():
+				stored = append(stored, r.Key)
+			case r.Code == kvoffload.CodeNoSpace && r.Outcome == kvoffload.Rejected:
+				refused = r
+			default:
+				t.Fatalf("batch %d: %s %s %v %q, want Stored or Rejected (no space)", b, r.Key, r.Outcome, r.Code, r.Reason)
+			}
+		}
+	}
+	if refused.Key == "" {
+		t.Fatalf("no key refused for want of space after %d stored", len(stored))
+	}
+	t.Logf("%d MiB stored, then %q refused in %v: %s", len(stored), refused.Key, took, refused.Reason)
+	if took > time.Second {
+		t.Errorf("the no-space refusal took %v, want under a second", took)
+	}
+	for _, want := range []string{"bytes free", fmt.Sprintf("reserve %d bytes", cfg.SpaceReserve)} {
+		if !strings.Contains(refused.Reason, want) {
+			t.Errorf("reason %q does not say %q", refused.Reason, want)
+		}
+	}
+	if len(stored) < 4 {
+		t.Fatalf("only %d keys stored before the refusal", len(stored))
+	}
+	if err := n.Ready(); err != nil {
+		t.Fatalf("a node out of data space must stay ready (the reserve keeps the WAL and Raft writable): %v", err)
+	}
+
+	checkReadable(t, n, seed, size, stored...)
+	ex, err := n.BatchExists(ctx, stored, 0)
+	if err != nil || ex.PrefixPresent != len(stored) {
+		t.Fatalf("BatchExists: %d of %d present, %v", ex.PrefixPresent, len(stored), err)
+	}
+	rm, err := n.Remove(ctx, stored[:4])
+	if err != nil {
+		t.Fatalf("Remove on a full data space: %v", err)
+	}
+	for _, r := range rm {
+		if !r.Removed {
+			t.Fatalf("Remove %s: not removed", r.Key)
+		}
+	}
+
+	// The removed keys' bytes are freed once the removal is applied and punched.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := n.BatchOffload(ctx, kvoffload.NewTxnID(), objects(seed, size, keyOf("after", 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Outcome.OK() {
+			break
+		}
+		if res[0].Code != kvoffload.CodeNoSpace || time.Now().After(deadline) {
+			t.Fatalf("offload after Remove: %s %v %q", res[0].Outcome, res[0].Code, res[0].Reason)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	checkReadable(t, n, seed, size, keyOf("after", 0))
+	checkReadable(t, n, seed, size, stored[4:]...)
+	if err := n.Ready(); err != nil {
+		t.Fatalf("ready after: %v", err)
+	}
+}
+
+// The reserve grows with the Raft limits and the snapshots; Config.SpaceReserve overrides it.
+func TestSpaceReserveFormula(t *testing.T) {
+	base := SpaceReserve(8192, 10240, 0)
+	want := int64(2*64<<20 + (8192+10240)*4096 + 3*8192*4096)
+	if base != want {
+		t.Fatalf("SpaceReserve(8192, 10240, 0) = %d, want %d", base, want)
+	}
+	if got := SpaceReserve(0, 0, 0); got != base {
+		t.Fatalf("zero limits mean raftmeta's defaults: %d, want %d", got, base)
+	}
+	if got := SpaceReserve(8192, 10240, 1<<20); got != base+3<<20 {
+		t.Fatalf("a 1 MiB snapshot adds %d, want %d", got-base, 3<<20)
+	}
+}
