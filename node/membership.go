@@ -170,10 +170,11 @@ func (n *Node) join(ctx context.Context) error {
 				return n.adoptClusterID(resp.ClusterId)
 			}
 			last = fmt.Errorf("join via %s: %w", addr, err)
-			n.log.Warn("join attempt failed; retrying", "via", addr, "err", err)
+			// A refusal is final and is the error Open returns; only a retried attempt is logged.
 			if c := status.Code(err); c == codes.AlreadyExists || c == codes.FailedPrecondition && strings.Contains(err.Error(), "cluster ID mismatch") {
 				return fmt.Errorf("node: %w", last)
 			}
+			n.log.Warn("join attempt failed; retrying", "via", addr, "err", err)
 		}
 		if !answered && time.Since(start) >= joinAnswerWait {
 			return n.joinUnanswered(ctx, unanswered)

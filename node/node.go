@@ -229,7 +229,8 @@ func (n *Node) openStores() (fresh bool, err error) {
 // raftConfig is the Raft configuration both modes share.
 func (n *Node) raftConfig() raftmeta.Config {
 	rcfg := raftmeta.DefaultConfig(n.cfg.ID, filepath.Join(n.cfg.DataDir, "raft"))
-	rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = n.log, n.cfg.RaftAddr, n.cfg.RaftAdvertise
+	// raftmeta and txn name the node in their records themselves: they take cfg.Logger, not n.log.
+	rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = n.cfg.Logger, n.cfg.RaftAddr, n.cfg.RaftAdvertise
 	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
 	return rcfg
 }
@@ -257,7 +258,7 @@ func (n *Node) streamIdle() time.Duration {
 // mode sees it, and has it watch the FSM.
 func (n *Node) openCoordinator(m txn.Meta) error {
 	tcfg := n.cfg.Txn
-	tcfg.NodeID, tcfg.Logger, tcfg.Capacity = n.cfg.ID, n.log, n.cfg.Capacity
+	tcfg.NodeID, tcfg.Logger, tcfg.Capacity = n.cfg.ID, n.cfg.Logger, n.cfg.Capacity
 	var err error
 	if n.coord, err = txn.New(tcfg, n.wal, n.buckets, m); err != nil {
 		return err

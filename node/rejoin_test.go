@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -175,12 +177,17 @@ func TestRemovedIDNeverJoinsAgain(t *testing.T) {
 	cfg.ID, cfg.Txn.NodeID = gone.cfg.ID, gone.cfg.ID
 	cfg.RaftAddr, cfg.APIAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
 	cfg.Join = []string{nodes[0].PeerAddr(), nodes[1].PeerAddr()}
+	var logs bytes.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	n, err := Open(ctx, cfg)
 	if n != nil {
 		_ = n.Close()
 	}
 	if err == nil || !strings.Contains(err.Error(), "was removed from this cluster") {
 		t.Fatalf("a node with removed ID %s joined again: %v", cfg.ID, err)
+	}
+	if strings.Contains(logs.String(), "retrying") {
+		t.Errorf("a final refusal was logged as retried:\n%s", logs.String())
 	}
 	join := cfg.Join
 	cfg = testConfig(t.TempDir())

@@ -2,13 +2,17 @@ package raftmeta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
 // hcLogger adapts an *slog.Logger to hclog.Logger, which raft requires.
@@ -51,13 +55,45 @@ func (h *hcLogger) Log(level hclog.Level, msg string, args ...any) {
 		return
 	}
 	for i, a := range args {
+		if i%2 == 0 && a == "node" { // raft's own "Node at addr [state]": the record names the node already
+			args[i] = "raft_node"
+		}
 		if f, ok := a.(hclog.Format); ok && len(f) > 0 { // hclog.Fmt("%+v", x): format it as hclog would
 			if format, ok := f[0].(string); ok {
 				args[i] = fmt.Sprintf(format, f[1:]...)
 			}
 		}
 	}
-	h.l.Log(context.Background(), slogLevel(level), msg, args...)
+	h.l.Log(context.Background(), routineLevel(slogLevel(level), msg, args), msg, args...)
+}
+
+// routineLevel lowers what raft reports as a warning or an error but is routine:
+//   - an election with no leader known before: every start (a single node elects itself so);
+//     losing a known leader stays a warning;
+//   - an error caused by this node's own transport closing: a clean shutdown.
+func routineLevel(level slog.Level, msg string, args []any) slog.Level {
+	if level < slog.LevelWarn {
+		return level
+	}
+	if msg == "heartbeat timeout reached, starting election" && argValue(args, "last-leader-id") == "" {
+		return slog.LevelInfo
+	}
+	for _, a := range args {
+		if err, ok := a.(error); ok && (errors.Is(err, raft.ErrTransportShutdown) || errors.Is(err, net.ErrClosed)) {
+			return slog.LevelDebug
+		}
+	}
+	return level
+}
+
+// argValue is the value of key in hclog's alternating key-value args, as text ("" if absent).
+func argValue(args []any, key string) string {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok && k == key {
+			return fmt.Sprint(args[i+1])
+		}
+	}
+	return ""
 }
 
 func (h *hcLogger) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }

@@ -63,11 +63,15 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Logger = cfg.Logger.With("node", cfg.NodeID) // raft's records and raftmeta's name the node once
 	n := &Node{cfg: cfg, fsm: f, closed: make(chan struct{}), log: cfg.Logger, notify: make(chan bool, notifyBuffer)}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
-	n.log = n.log.With("component", "raftmeta", "node", cfg.NodeID)
+	n.log = n.log.With("component", "raftmeta")
 	if err := n.open(); err != nil {
 		n.closeStores()
 		return nil, err

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -68,9 +71,10 @@ environment, which wins over the file.`,
 		},
 	}
 	for _, s := range serveSettings {
-		cmd.Flags().String(s.name, s.def, s.usage)
-		if s.def == "false" { // a switch: --api-tls means --api-tls=true
-			cmd.Flags().Lookup(s.name).NoOptDefVal = "true"
+		if s.def == "false" { // a switch: --api-tls means --api-tls=true, --api-tls=false turns it off
+			cmd.Flags().Bool(s.name, false, s.usage)
+		} else {
+			cmd.Flags().String(s.name, s.def, s.usage)
 		}
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON config file")
@@ -85,14 +89,17 @@ func resolveSettings(fl *pflag.FlagSet, configFile string) (map[string]string, e
 		if err != nil {
 			return nil, fmt.Errorf("--config: %w", err)
 		}
-		if err := json.Unmarshal(b, &file); err != nil {
+		// Numbers stay as written: {"capacity": 1048576} is the size 1048576, not 1.048576e+06.
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&file); err != nil {
 			return nil, fmt.Errorf("--config %s: %w", configFile, err)
 		}
 	}
 	vals := map[string]string{}
 	for _, s := range serveSettings {
 		key := strings.ReplaceAll(s.name, "-", "_")
-		v, _ := fl.GetString(s.name)
+		v := fl.Lookup(s.name).Value.String()
 		if !fl.Changed(s.name) {
 			if e, ok := os.LookupEnv("KVOFFLOAD_" + strings.ToUpper(key)); ok {
 				v = e
@@ -146,7 +153,102 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 	if cfg.RaftAddr == "" {
 		return cfg, errors.New("--raft-addr is required for serve")
 	}
-	return cfg, cfg.Validate()
+	return cfg, flagNames(cfg.Validate())
+}
+
+// configFlags maps the node.Config fields that node.Config.Validate names to the serve
+// flags that set them; a field is replaced only as a whole word.
+var configFlags = []struct{ field, flag string }{ // "Insecure (--insecure)" is flagNames' own case
+	{"Local.SocketMode", "--local-socket-mode"}, {"Local.Socket", "--local-socket"},
+	{"CertFile", "--tls-cert"}, {"KeyFile", "--tls-key"}, {"CAFile", "--tls-ca"}, {"APITLS", "--api-tls"},
+	{"RaftAddr", "--raft-addr"}, {"PeerAddr", "--peer-addr"}, {"APIAddr", "--api-addr"},
+	{"DataDir", "--data"}, {"Capacity", "--capacity"}, {"Join", "--join"}, {"ID", "--id"},
+}
+
+var configFieldRE = func() *regexp.Regexp {
+	alts := make([]string, len(configFlags))
+	for i, m := range configFlags {
+		alts[i] = regexp.QuoteMeta(m.field)
+	}
+	return regexp.MustCompile(`\b(` + strings.Join(alts, "|") + `)\b`)
+}()
+
+// flagNames rewrites a node.Config validation error in the serve flags' names: the user
+// set flags, not Go fields.
+func flagNames(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := strings.ReplaceAll(err.Error(), "Insecure (--insecure)", "--insecure")
+	msg = configFieldRE.ReplaceAllStringFunc(msg, func(field string) string {
+		for _, m := range configFlags {
+			if m.field == field {
+				return m.flag
+			}
+		}
+		return field
+	})
+	return errors.New(msg)
+}
+
+// serveEnvPrefix starts the environment variable of each serve setting.
+const serveEnvPrefix = "KVOFFLOAD_"
+
+// harnessEnv are KVOFFLOAD_ variables that are no serve setting: the test, chaos and bench
+// harnesses read them (names, or prefixes ending in "_").
+var harnessEnv = []string{"KVOFFLOAD_BENCH_", "KVOFFLOAD_CHAOS_", "KVOFFLOAD_FAILPOINTS", "KVOFFLOAD_MUTANT",
+	"KVOFFLOAD_COVERAGE", "KVOFFLOAD_SEED", "KVOFFLOAD_LOCAL_ACK", "KVOFFLOAD_LOCAL_CLIENT", "KVOFFLOAD_LOCAL_SEED"}
+
+// unknownEnv names each KVOFFLOAD_ variable of environ that sets no serve setting, with
+// the closest setting's variable when one is a few edits away (a misspelt name is
+// otherwise ignored without a word).
+func unknownEnv(environ []string) []string {
+	var known []string
+	for _, s := range serveSettings {
+		known = append(known, serveEnvPrefix+strings.ToUpper(strings.ReplaceAll(s.name, "-", "_")))
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, serveEnvPrefix) || slices.Contains(known, name) || slices.ContainsFunc(harnessEnv, func(h string) bool {
+			return name == h || strings.HasSuffix(h, "_") && strings.HasPrefix(name, h)
+		}) {
+			continue
+		}
+		msg := fmt.Sprintf("%s is no serve setting and is ignored", name)
+		best, bestDist := "", 4 // at most three edits away
+		for _, k := range known {
+			if d := editDistance(name, k); d < bestDist {
+				best, bestDist = k, d
+			}
+		}
+		if best != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", best)
+		}
+		out = append(out, msg)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // listenHint names the serve flag behind an address that is in use (new-user trial: the
@@ -165,15 +267,25 @@ func listenHint(err error) error {
 	return err
 }
 
+// parseSwitch reads the bool setting name, which the environment and the config file give
+// as text (true, false, 1, 0).
+func parseSwitch(name string, vals map[string]string) (bool, error) {
+	b, err := strconv.ParseBool(vals[name])
+	if err != nil {
+		return false, fmt.Errorf("--%s %q: want true or false", name, vals[name])
+	}
+	return b, nil
+}
+
 // securityConfig reads the TLS and token settings.
 func securityConfig(vals map[string]string) (node.Security, error) {
 	sec := node.Security{CertFile: vals["tls-cert"], KeyFile: vals["tls-key"], CAFile: vals["tls-ca"]}
 	var err error
-	if sec.APITLS, err = strconv.ParseBool(vals["api-tls"]); err != nil {
-		return sec, fmt.Errorf("--api-tls: %w", err)
+	if sec.APITLS, err = parseSwitch("api-tls", vals); err != nil {
+		return sec, err
 	}
-	if sec.Insecure, err = strconv.ParseBool(vals["insecure"]); err != nil {
-		return sec, fmt.Errorf("--insecure: %w", err)
+	if sec.Insecure, err = parseSwitch("insecure", vals); err != nil {
+		return sec, err
 	}
 	if f := vals["api-token-file"]; f != "" {
 		if sec.APITokens, err = readTokens(f); err != nil {
@@ -193,6 +305,9 @@ func runServe(ctx context.Context, vals map[string]string) error {
 		return err
 	}
 	cfg.Logger = level.logger()
+	for _, w := range unknownEnv(os.Environ()) {
+		cfg.Logger.Warn(w)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registry = reg
