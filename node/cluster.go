@@ -173,9 +173,13 @@ func (n *Node) waitReady(ctx context.Context) error {
 }
 
 // Healthy reports nil unless the node has fail-stopped: after an fsync error of the WAL or
-// a bucket (never retried, docs/design.md) it accepts nothing more and only a restart
-// recovers it, so a liveness probe (/healthz) must see it.
+// a bucket (never retried, docs/design.md), or an error writing the Raft log (raft.db: then
+// Raft is stopped, and the error says whether the filesystem is full), it accepts nothing
+// more and only a restart recovers it, so a liveness probe (/healthz) must see it.
 func (n *Node) Healthy() error {
+	if r := n.raftAdmit.Load(); r != nil && r.LogFault() != nil {
+		return fmt.Errorf("node %s: fail-stopped, restart the process to recover: %w", n.cfg.ID, r.LogFault())
+	}
 	if n.coord == nil {
 		return nil // still opening: readiness says so
 	}

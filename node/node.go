@@ -123,7 +123,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	close(n.ready)
 	if n.health != nil && n.coord.Usable() == nil {
-		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		n.setServing(healthpb.HealthCheckResponse_SERVING)
 		if n.coord.Usable() != nil {
 			n.notServing() // it stopped between the check and SERVING; notServing may have run first
 		}
@@ -232,6 +232,7 @@ func (n *Node) raftConfig() raftmeta.Config {
 	// raftmeta and txn name the node in their records themselves: they take cfg.Logger, not n.log.
 	rcfg.Logger, rcfg.BindAddr, rcfg.AdvertiseAddr = n.cfg.Logger, n.cfg.RaftAddr, n.cfg.RaftAdvertise
 	rcfg.SnapshotThreshold, rcfg.TrailingLogs = n.cfg.SnapshotThreshold, n.cfg.TrailingLogs
+	rcfg.OnLogFault = n.raftLogFault
 	return rcfg
 }
 
@@ -280,7 +281,7 @@ func (n *Node) notServing() {
 	select {
 	case <-n.ready:
 		if n.health != nil {
-			n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+			n.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 		}
 	default:
 	}

@@ -97,3 +97,14 @@ func (n *Node) warnSpace() {
 	n.log.Warn("the data filesystem has less free space than the reserve for the WAL and the Raft log: every offload is refused (no space) until space is freed or the reserve lowered (Config.SpaceReserve, docs/operations.md)",
 		"free_bytes", st.FreeBytes, "reserve_bytes", st.Reserve, "dir", n.cfg.DataDir)
 }
+
+// raftLogFault fail-stops the node once raft.db cannot be written (raftmeta.Config.OnLogFault):
+// Raft has stopped, so every call is refused at once, naming the Raft log, and Healthy says
+// so (raftmeta.Node.LogFault) even before the coordinator exists.
+func (n *Node) raftLogFault(err error) {
+	select {
+	case <-n.ready:
+		n.coord.FailStop(err)
+	case <-n.closing:
+	}
+}

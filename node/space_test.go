@@ -137,3 +137,59 @@ func TestSpaceReserveFormula(t *testing.T) {
 		t.Fatalf("a 1 MiB snapshot adds %d, want %d", got-base, 3<<20)
 	}
 }
+
+// fill writes zeros to path until the filesystem is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			return
+		}
+	}
+}
+
+// A node whose Raft log cannot be written (its filesystem filled past the reserve by another
+// writer) fail-stops: Healthy names the Raft log and the full filesystem, Raft is stopped
+// (no election loop), and calls are refused at once.
+func TestRaftLogFullFailStops(t *testing.T) {
+	mnt := mountTmpfs(t, "24m")
+	cfg := testConfig(filepath.Join(mnt, "data"))
+	cfg.SpaceReserve = 4 << 20
+	n := mustOpen(t, cfg)
+	defer func() { _ = n.Close() }()
+	ctx := context.Background()
+	seed := testSeed(t)
+	mustOffload(t, n, objects(seed, 4<<10, keyOf("k", 0)))
+	fill(t, filepath.Join(mnt, "filler"))
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; n.Healthy() == nil; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("still healthy after %d removals on a full filesystem", i)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = n.Remove(rctx, []string{keyOf("r", i)})
+		cancel()
+	}
+	err := n.Healthy()
+	t.Logf("Healthy: %v", err)
+	for _, want := range []string{"Raft log", "filesystem is full", "no space left on device"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Healthy %q does not say %q", err, want)
+		}
+	}
+	if err := n.Ready(); err == nil || !strings.Contains(err.Error(), "Raft log") {
+		t.Errorf("Ready: %v, want the Raft log named", err)
+	}
+	waitFor(t, "Raft to stop", func() bool { return n.raft.Raft().State().String() == "Shutdown" })
+	start := time.Now()
+	_, err = n.BatchOffload(ctx, kvoffload.NewTxnID(), objects(seed, 4<<10, keyOf("after", 0)))
+	if err == nil || time.Since(start) > refusalBound {
+		t.Errorf("offload on a fail-stopped node: %v after %v, want a refusal within %v", err, time.Since(start), refusalBound)
+	}
+}

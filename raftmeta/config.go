@@ -75,6 +75,12 @@ type Config struct {
 	// earlier deadline. Default 10s.
 	ApplyTimeout time.Duration
 
+	// OnLogFault, when set, is called once, on a goroutine of its own, with the first error
+	// writing raft.db (it wraps ErrLogWrite; Node.LogFault returns it too). Raft is shut
+	// down then: a member that cannot write its log or its vote would otherwise step down
+	// and stand for election without end.
+	OnLogFault func(error)
+
 	// Logger receives raft's own logs (through an hclog adapter) and ours;
 	// nil discards them.
 	Logger *slog.Logger

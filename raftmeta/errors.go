@@ -19,6 +19,9 @@ var (
 	ErrInvalidCommand = errors.New("raftmeta: invalid command")
 	// ErrInvalidConfig: Config.Validate found a problem.
 	ErrInvalidConfig = errors.New("raftmeta: invalid config")
+	// ErrLogWrite: raft.db (the Raft log and its term and vote) could not be written, so this
+	// member can neither append nor vote: it stops Raft (Node.LogFault).
+	ErrLogWrite = errors.New("raftmeta: the Raft log (raft.db) cannot be written")
 	// ErrInvalidMember: AddMember or RemoveMember got an empty ID or address.
 	ErrInvalidMember = errors.New("raftmeta: invalid member")
 )

@@ -2,6 +2,10 @@ package raftmeta
 
 import (
 	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"syscall"
 
 	upstream "github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -22,12 +26,58 @@ import (
 // BoltStore is the fork's StableStore as it is: that interface uses only []byte and
 // uint64, and the fork recognizes a missing key by its message "not found", which
 // raftboltdb.ErrKeyNotFound has.
-type boltLogs struct{ s *raftboltdb.BoltStore }
+type boltLogs struct {
+	s     *raftboltdb.BoltStore
+	fault *logFault
+}
+
+// boltStable is BoltStore as the fork's StableStore, its writes recorded by fault.
+type boltStable struct {
+	*raftboltdb.BoltStore
+	fault *logFault
+}
 
 var (
 	_ raft.LogStore    = boltLogs{}
-	_ raft.StableStore = (*raftboltdb.BoltStore)(nil)
+	_ raft.StableStore = boltStable{}
 )
+
+func (b boltStable) Set(k, v []byte) error { return b.fault.record(b.BoltStore.Set(k, v)) }
+
+func (b boltStable) SetUint64(k []byte, v uint64) error {
+	return b.fault.record(b.BoltStore.SetUint64(k, v))
+}
+
+// logFault keeps the first error writing raft.db and calls onFault with it once. Every such
+// error is fatal to the member: bolt does not retry, and Raft cannot go on without its log.
+type logFault struct {
+	err     atomic.Pointer[error]
+	onFault func(error)
+}
+
+// record returns err, after recording it (wrapped in ErrLogWrite, with a hint when the
+// filesystem is full) if it is the first.
+func (f *logFault) record(err error) error {
+	if err == nil {
+		return nil
+	}
+	what := fmt.Errorf("%w: %w", ErrLogWrite, err)
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || strings.Contains(err.Error(), "no space left on device") {
+		what = fmt.Errorf("%w: the data filesystem is full (free space on it, then restart): %w", ErrLogWrite, err)
+	}
+	if f.err.CompareAndSwap(nil, &what) && f.onFault != nil {
+		go f.onFault(what)
+	}
+	return err
+}
+
+// get returns the recorded error, or nil.
+func (f *logFault) get() error {
+	if p := f.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 func (b boltLogs) FirstIndex() (uint64, error) { return b.s.FirstIndex() }
 
@@ -57,10 +107,10 @@ func (b boltLogs) StoreLogs(logs []*raft.Log) error {
 		us[i] = toUpstream(l)
 		ptrs[i] = &us[i]
 	}
-	return b.s.StoreLogs(ptrs)
+	return b.fault.record(b.s.StoreLogs(ptrs))
 }
 
-func (b boltLogs) DeleteRange(lo, hi uint64) error { return b.s.DeleteRange(lo, hi) }
+func (b boltLogs) DeleteRange(lo, hi uint64) error { return b.fault.record(b.s.DeleteRange(lo, hi)) }
 
 // toUpstream and fromUpstream copy every field of raft.Log; TestLogStructsMatch fails when
 // either release adds, removes or changes one. The slices are shared, not copied: the

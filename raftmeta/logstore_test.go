@@ -20,7 +20,7 @@ func openBoltLogs(t *testing.T) boltLogs {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return boltLogs{s}
+	return boltLogs{s, &logFault{}}
 }
 
 // testLog has every field of raft.Log set, each to a value that differs by index.

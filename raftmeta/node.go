@@ -37,7 +37,10 @@ type Node struct {
 	raft  *raft.Raft
 	store *raftboltdb.BoltStore
 	logs  raft.LogStore // the cached log store raft uses
-	trans raft.Transport
+	fault *logFault     // the first error writing raft.db
+	// opened is closed once open has returned: raft is set then, or never.
+	opened chan struct{}
+	trans  raft.Transport
 	// stream is trans's stream layer (TLS or the cluster-ID handshake); nil otherwise. With
 	// TLS it checks a dialed server's certificate against the Raft configuration.
 	stream *streamLayer
@@ -67,7 +70,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Logger = cfg.Logger.With("node", cfg.NodeID) // raft's records and raftmeta's name the node once
-	n := &Node{cfg: cfg, fsm: f, closed: make(chan struct{}), log: cfg.Logger, notify: make(chan bool, notifyBuffer)}
+	n := &Node{cfg: cfg, fsm: f, closed: make(chan struct{}), opened: make(chan struct{}), log: cfg.Logger, notify: make(chan bool, notifyBuffer)}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -80,6 +83,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 }
 
 func (n *Node) open() error {
+	defer close(n.opened)
 	cfg := n.cfg
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return fmt.Errorf("raftmeta: %w", err)
@@ -93,7 +97,9 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raftmeta: open raft.db: %w", err)
 	}
-	logs, err := raft.NewLogCache(logCacheSize, boltLogs{n.store})
+	n.fault = &logFault{onFault: n.onLogFault}
+	stable := boltStable{n.store, n.fault}
+	logs, err := raft.NewLogCache(logCacheSize, boltLogs{n.store, n.fault})
 	if err != nil {
 		return fmt.Errorf("raftmeta: log cache: %w", err)
 	}
@@ -109,11 +115,11 @@ func (n *Node) open() error {
 	rc := cfg.raftConfig(cfg.Logger)
 	rc.NotifyCh = n.notify
 	if cfg.Bootstrap {
-		if err := bootstrap(rc, logs, n.store, snaps, n.trans); err != nil {
+		if err := bootstrap(rc, logs, stable, snaps, n.trans); err != nil {
 			return err
 		}
 	}
-	n.raft, err = raft.NewRaft(rc, raftFSM{n.fsm}, logs, n.store, snaps, n.trans)
+	n.raft, err = raft.NewRaft(rc, raftFSM{n.fsm}, logs, stable, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("raftmeta: start raft: %w", err)
 	}
@@ -126,6 +132,25 @@ func (n *Node) open() error {
 		"fsm_applied", n.fsm.AppliedIndex())
 	return nil
 }
+
+// onLogFault stops Raft after the first error writing raft.db (Config.OnLogFault), then
+// tells the owner.
+func (n *Node) onLogFault(err error) {
+	n.log.Error("the Raft log cannot be written: Raft stopped; this member fail-stops", "err", err)
+	<-n.opened // a fault while NewRaft is still returning
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			n.log.Warn("stopping Raft after a log fault", "err", err)
+		}
+	}
+	if n.cfg.OnLogFault != nil {
+		n.cfg.OnLogFault(err)
+	}
+}
+
+// LogFault returns the first error writing raft.db (wrapping ErrLogWrite; it says so when
+// the filesystem is full), or nil. After one, Raft is stopped and the member must restart.
+func (n *Node) LogFault() error { return n.fault.get() }
 
 // newTransport returns an in-memory transport (BindAddr "") addressed by the
 // node ID, or a TCP transport listening on BindAddr and advertising

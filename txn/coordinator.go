@@ -150,6 +150,10 @@ func (c *Coordinator) MarkRemoved(why error) {
 // block). Call before serving.
 func (c *Coordinator) OnUnusable(fn func(error)) { c.onUnusable = fn }
 
+// FailStop records err, a fatal error of a layer below the coordinator (the Raft log cannot
+// be written), as a fail-stop: from then on Usable fails with ErrFailed wrapping it.
+func (c *Coordinator) FailStop(err error) { c.failStop(err) }
+
 // failStop records a fatal error: nothing more is accepted (fsync errors are never retried).
 func (c *Coordinator) failStop(err error) {
 	if c.failed.CompareAndSwap(nil, &err) {
