@@ -81,7 +81,7 @@ const peerConnectTimeout = 5 * time.Second
 // a client of the API cannot reach a single peer RPC (docs/security.md).
 func (n *Node) serve() error {
 	n.health = health.NewServer()
-	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until recovery ends
+	n.setServing(healthpb.HealthCheckResponse_NOT_SERVING) // until recovery ends
 	if n.cfg.Local.Socket != "" {
 		if err := n.serveLocal(); err != nil {
 			return err

@@ -123,7 +123,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	close(n.ready)
 	if n.health != nil && n.coord.Usable() == nil {
-		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		n.setServing(healthpb.HealthCheckResponse_SERVING)
 		if n.coord.Usable() != nil {
 			n.notServing() // it stopped between the check and SERVING; notServing may have run first
 		}
@@ -281,7 +281,7 @@ func (n *Node) notServing() {
 	select {
 	case <-n.ready:
 		if n.health != nil {
-			n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+			n.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 		}
 	default:
 	}

@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 )
 
 type slogLevel slog.Level
@@ -17,6 +17,14 @@ func (l *slogLevel) set(s string) error {
 	return nil
 }
 
-func (l slogLevel) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(l)}))
+// logger writes records at l or above to w, as text (key=value) or JSON (one object a line).
+func (l slogLevel) logger(format string, w io.Writer) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: slog.Level(l)}
+	switch format {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }

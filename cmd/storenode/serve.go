@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"regexp"
@@ -16,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -47,6 +50,8 @@ var serveSettings = []struct{ name, def, usage string }{
 	{"local-socket-mode", "0600", "permission bits of --local-socket (0600: this user only; 0660: also its group)"},
 	{"capacity", "0", "quota on live bucket bytes, e.g. 64GiB (0 = unlimited)"},
 	{"log-level", "info", "debug, info, warn or error"},
+	{"log-format", "text", "text (key=value) or json (one object a line)"},
+	{"log-file", "", "append the log to this file (empty = standard error)"},
 }
 
 func serveCmd() *cobra.Command {
@@ -304,7 +309,18 @@ func runServe(ctx context.Context, vals map[string]string) error {
 	if err := level.set(vals["log-level"]); err != nil {
 		return err
 	}
-	cfg.Logger = level.logger()
+	var logTo io.Writer = os.Stderr
+	if path := vals["log-file"]; path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("--log-file: %w", err)
+		}
+		defer f.Close()
+		logTo = f
+	}
+	if cfg.Logger, err = level.logger(vals["log-format"], logTo); err != nil {
+		return err
+	}
 	for _, w := range unknownEnv(os.Environ()) {
 		cfg.Logger.Warn(w)
 	}
@@ -345,9 +361,19 @@ func runServe(ctx context.Context, vals map[string]string) error {
 	if p := n.LocalSocket(); p != "" {
 		fmt.Fprintf(os.Stderr, "storenode %s: local socket %s (clients: unix://%s)\n", cfg.ID, p, p)
 	}
+	notifySystemd(cfg.Logger, daemon.SdNotifyReady) // recovery has ended: the node serves
 	<-ctx.Done()
+	notifySystemd(cfg.Logger, daemon.SdNotifyStopping)
 	fmt.Fprintf(os.Stderr, "storenode %s: shutting down\n", cfg.ID)
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return n.Shutdown(sctx)
+}
+
+// notifySystemd sends state to the service manager (a systemd unit of Type=notify); without
+// NOTIFY_SOCKET, as outside systemd, it does nothing.
+func notifySystemd(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("could not notify the service manager", "state", state, "err", err)
+	}
 }

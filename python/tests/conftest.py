@@ -38,17 +38,27 @@ def free_addr() -> str:
             return f"127.0.0.1:{port}"
 
 
+def _build(out: Path, *flags: str) -> str:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    t0 = time.monotonic()
+    r = subprocess.run([go, "build", *flags, "-o", str(out), "./cmd/storenode"], cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"go build {' '.join(flags)} ./cmd/storenode failed:\n{r.stdout}{r.stderr}")
+    print(f"built storenode {' '.join(flags)} in {time.monotonic() - t0:.1f} s")
+    return str(out)
+
+
 @pytest.fixture(scope="session")
 def storenode_bin(tmp_path_factory) -> str:
     """go build -o <tmp>/storenode ./cmd/storenode from the repository root, once."""
-    out = tmp_path_factory.mktemp("bin") / "storenode"
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    t0 = time.monotonic()
-    r = subprocess.run([go, "build", "-o", str(out), "./cmd/storenode"], cwd=REPO, capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"go build ./cmd/storenode failed:\n{r.stdout}{r.stderr}")
-    print(f"built storenode in {time.monotonic() - t0:.1f} s")
-    return str(out)
+    return _build(tmp_path_factory.mktemp("bin") / "storenode")
+
+
+@pytest.fixture(scope="session")
+def storenode_chaos_bin(tmp_path_factory) -> str:
+    """storenode built with -tags chaos: the failpoints of internal/failpoint armed from the
+    KVOFFLOAD_FAILPOINTS environment variable."""
+    return _build(tmp_path_factory.mktemp("bin") / "storenode-chaos", "-tags", "chaos")
 
 
 class Proc:
@@ -63,8 +73,8 @@ class Proc:
 
 
 class Cluster:
-    def __init__(self, binary: str, n: int, base: str, extra_args=()):
-        self.binary, self.base, self.extra = binary, base, list(extra_args)
+    def __init__(self, binary: str, n: int, base: str, extra_args=(), env=None):
+        self.binary, self.base, self.extra, self.env = binary, base, list(extra_args), env
         self.procs = [Proc(f"n{i + 1}", os.path.join(base, f"n{i + 1}")) for i in range(n)]
         for p in self.procs:
             self.start(p)
@@ -80,7 +90,7 @@ class Cluster:
         if p is not self.procs[0]:
             args += ["--join", self.procs[0].peer]
         args += self.extra
-        p.popen = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(p.log, "ab"))
+        p.popen = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(p.log, "ab"), env=self.env)
 
     def wait_ready(self, p: Proc, limit: float) -> None:
         deadline = time.monotonic() + limit
@@ -114,10 +124,10 @@ class Cluster:
                 p.popen.wait()
 
 
-def _cluster(binary, n, extra=(), local=False):
+def _cluster(binary, n, extra=(), local=False, env=None):
     base = tempfile.mkdtemp(prefix=f"kvoffload-py-{n}n-")
     sock = os.path.join(base, "local.sock")
-    c = Cluster(binary, n, base, list(extra) + (["--local-socket", sock] if local else []))
+    c = Cluster(binary, n, base, list(extra) + (["--local-socket", sock] if local else []), env=env)
     c.local_addr = "unix://" + sock if local else None
     return c, base
 

@@ -7,6 +7,9 @@ repository; docs/api.md):
   the leader") is sent again, with the same txn ID, to the next member after a jittered
   backoff, until the call's deadline (default 30 s) or max_attempts; only then
   IndeterminateError (batch_offload) or UnavailableError (other calls) is raised;
+- a member's refusal (it fail-stopped or was removed: _refusal.py) is final for that member:
+  the call moves to the next member at once, and UnavailableError naming the refusal is
+  raised at once when every member has refused;
 - when a retried batch_offload finds every key Failed with Code.ABORTED (the lost attempt was
   rolled back, storing nothing), the batch is sent once more under a fresh txn ID
   (client/offload.go batchOffload);
@@ -39,6 +42,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Unio
 
 import grpc
 
+from . import _refusal
 from . import errors as E
 from .local import MAX_STAGING_BYTES, Region, _Registrar, _Staging, local_path
 from .types import (
@@ -268,6 +272,17 @@ class Client:
             if self._cur == i:
                 self._cur = (i + 1) % len(self._members)
 
+    def _serving(self, refused: set) -> Optional[int]:
+        """The member the next attempt goes to: the current one, or the next after it that
+        has not refused this call; None when every member has (client/retry.go serving)."""
+        with self._lock:
+            cur = self._cur
+        for k in range(len(self._members)):
+            i = (cur + k) % len(self._members)
+            if i not in refused:
+                return i
+        return None
+
     @staticmethod
     def _retryable(err: BaseException) -> bool:
         if isinstance(err, _StreamEnded):
@@ -306,7 +321,9 @@ class Client:
         an error whose outcome is known, or the deadline passes (client/retry.go retry). With
         member=True op gets the member's index instead of its stub."""
         backoff = self._backoff
-        last: Optional[BaseException] = None
+        last: Optional[BaseException] = None  # the last error that left the outcome unknown
+        refused: set = set()  # the members that refused this call (_refusal)
+        refusal = ""  # the last refusal, described
         attempt = 0
         while True:
             attempt += 1
@@ -315,8 +332,11 @@ class Client:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise self._give_up(name, offload, "deadline passed", last, attempt == 1)
-            with self._lock:
-                i = self._cur
+            i = self._serving(refused)
+            if i is None:
+                if offload and last is not None:
+                    raise E.IndeterminateError(f"{name}: {refusal} (an earlier attempt: {last})", reason=refusal)
+                raise E.UnavailableError(f"{name}: {refusal}", reason=refusal, grpc_code="UNAVAILABLE")
             addr, _, stub = self._members[i]
             began = time.monotonic()
             err: Optional[BaseException] = None
@@ -342,6 +362,14 @@ class Client:
             timed_out = deadline is not None and time.monotonic() >= deadline
             if timed_out:
                 raise self._give_up(name, offload, "deadline passed", err, False)
+            why = _refusal.reason(err)
+            if why is not None:
+                # Final for this member, and nothing of the call was done there: the next
+                # member at once, without a backoff, or the refusal when none is left.
+                refused.add(i)
+                refusal = f"{_refusal.describe(addr, why)}: {err.details()}"
+                self._failover(i)
+                continue
             if not self._retryable(err):
                 raise self._permanent(name, err) from err
             last = err

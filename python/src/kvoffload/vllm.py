@@ -105,7 +105,11 @@ class _KVOffloadTier:
                 elif p == Presence.ABSENT:
                     self._known[key] = (False, time.monotonic())
         except Exception as e:
+            # A miss, remembered as an ABSENT answer is: the scheduler computes the block
+            # instead of waiting on a store that cannot answer now (a fail-stopped member).
             logger.warning("kvoffload: lookup failed: %s", e)
+            with self._lock:
+                self._known[key] = (False, time.monotonic())
         finally:
             with self._lock:
                 self._busy.discard(key)
