@@ -66,7 +66,7 @@ non-voters. SIGTERM or SIGINT shuts the node down gracefully.
 Every flag can also be set in the environment (KVOFFLOAD_RAFT_ADDR=...) or in a JSON file
 given with --config ({"id": "n2", "raft_addr": "127.0.0.1:7001", ...}); a flag wins over the
 environment, which wins over the file.`,
-		Args: cobra.NoArgs,
+		Args: serveArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			vals, err := resolveSettings(cmd.Flags(), configFile)
 			if err != nil {
@@ -84,6 +84,15 @@ environment, which wins over the file.`,
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON config file")
 	return cmd
+}
+
+// serveArgs refuses any argument: serve takes only flags. A word after a switch is the
+// usual one (--api-tls yes), so the refusal says how a switch takes a value.
+func serveArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q: a switch (--api-tls, --insecure) takes a value only as --api-tls=true or --api-tls=false", args[0])
+	}
+	return nil
 }
 
 // resolveSettings applies the precedence flag > environment > config file > default.

@@ -55,6 +55,9 @@ func TestServeSwitchesAreBools(t *testing.T) {
 	if err := cmd.Flags().Parse([]string{"--api-tls", "yes"}); err != nil || cmd.Flags().Arg(0) != "yes" {
 		t.Errorf("--api-tls yes: %v, args %q; want the flag set and yes an argument", err, cmd.Flags().Args())
 	}
+	if err := cmd.Args(cmd, cmd.Flags().Args()); err == nil || !strings.Contains(err.Error(), "--api-tls=false") {
+		t.Errorf("--api-tls yes: %v, want a refusal saying how a switch takes a value", err)
+	}
 	for _, c := range []struct {
 		args []string
 		env  string
