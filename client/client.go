@@ -21,6 +21,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/internal/transport"
+	"github.com/kvoffload/kvoffload/internal/wire"
 )
 
 // Client is a connection to a kvoffload cluster through any of its members. It is safe for
@@ -143,9 +144,11 @@ func DialOptions(ctx context.Context, opt Options, addrs ...string) (*Client, er
 // PermitWithoutStream true, or it ends the connection with GOAWAY "too_many_pings".
 const keepaliveTime = 10 * time.Second
 
-// dialOptions are the gRPC options of every member's connection.
+// dialOptions are the gRPC options of every member's connection. The message limit is the
+// largest message a call of MaxBatchKeys keys of the longest key any member accepts needs
+// (wire.MaxMessageBytes), the limit the members derive from their own limits.
 func dialOptions(opt Options) []grpc.DialOption {
-	limit := opt.ChunkSize + messageSlack
+	limit := wire.MaxMessageBytes(opt.MaxBatchKeys, wire.MaxKeyBytes)
 	creds := insecure.NewCredentials()
 	if opt.TLS != nil {
 		creds = credentials.NewTLS(opt.TLS)

@@ -26,10 +26,11 @@ import (
 // the other objects are sent as the batch (if none is left, nothing is sent).
 //
 // Errors, when no results could be obtained: kvoffload.ErrInvalidArgument (a zero id, or an
-// id used for a different batch), ErrTooLarge (over MaxBatchKeys or MaxBatchBytes), ErrDenied
-// (nothing was stored; none of these is retried); ErrIndeterminate when ctx ended (it wraps
-// the context's error too) or MaxAttempts ran out while the outcome was unknown: call again
-// with the same id to learn it; ErrClosed.
+// id used for a different batch), ErrTooLarge (over MaxBatchKeys or MaxBatchBytes, or keys of
+// more than MaxBatchKeys x MaxKeyBytes bytes in all), ErrDenied (nothing was stored; none of
+// these is retried); ErrIndeterminate when ctx ended (it wraps the context's error too) or
+// MaxAttempts ran out while the outcome was unknown: call again with the same id to learn it;
+// ErrClosed.
 func (c *Client) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	if err := kvoffload.CheckTxnID(id); err != nil {
 		return nil, err

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/kvoffload/kvoffload/internal/wire"
 )
 
 // Options shape a Client. The zero value is usable: every zero field takes its default
 // (DefaultOptions), so set only what differs.
 type Options struct {
-	// ChunkSize is the most value bytes in one gRPC message, in bytes (default 1 MiB, the
-	// protocol's chunk size). The client's gRPC message limits are ChunkSize + 8 MiB.
+	// ChunkSize is the most value bytes in one gRPC message, in bytes (default and most 1
+	// MiB, the protocol's chunk size).
 	ChunkSize int
 	// DialTimeout bounds Dial's connection attempt to each address (default 2 s).
 	DialTimeout time.Duration
@@ -29,7 +31,9 @@ type Options struct {
 	// MaxBatchKeys is the most keys one call may name (default 4096, the store's own default
 	// limit): a larger call fails with kvoffload.ErrTooLarge before anything is sent. It counts
 	// every key, those the client answers itself (CheckKey) included, as the store counts
-	// them; set it to the members' MaxBatchKeys if they were configured otherwise.
+	// them; set it to the members' MaxBatchKeys if they were configured otherwise. It also
+	// sizes the client's gRPC message limit: what a call of that many keys of 1 KiB (the
+	// longest key a member accepts) needs, besides one chunk.
 	MaxBatchKeys int
 	// CallTimeout is the deadline of a call whose context has none (default 30 s), so a call
 	// to a cluster that is down returns (ErrIndeterminate or ErrUnavailable) instead of
@@ -122,13 +126,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// maxChunkSize bounds ChunkSize: the protocol promises messages of about 1 MiB, and servers
-// accept messages of 2 MiB.
-const maxChunkSize = 1 << 20
-
-// messageSlack is what a message may hold besides one chunk of value bytes: the keys and
-// results of the largest batch (4096 keys of up to 1 KiB).
-const messageSlack = 8 << 20
+// maxChunkSize bounds ChunkSize: the protocol's chunk size, which the members' message
+// limits allow for besides a batch's keys (wire.MaxMessageBytes).
+const maxChunkSize = wire.ChunkBytes
 
 // Validate reports every invalid field, after zero fields took their defaults.
 func (o Options) Validate() error {

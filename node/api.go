@@ -16,9 +16,10 @@ var _ kvoffload.Store = (*Node)(nil)
 // BatchOffload stores objs as one transaction named id (kvoffload.Store). It writes the
 // intent to the WAL, the records to a bucket, fdatasyncs them, and commits the metadata
 // through Raft (docs/design.md, "The write path"). Errors: ErrInvalidArgument (a zero id, or
-// an id used for a different batch), ErrTooLarge (MaxBatchKeys, MaxBatchBytes),
-// ErrIndeterminate (the commit could not be confirmed: call again with the same id),
-// ErrUnavailable (the node failed its WAL: restart it), ErrClosed.
+// an id used for a different batch), ErrTooLarge (MaxBatchKeys, MaxBatchBytes, keys of more
+// than MaxBatchKeys x MaxKeyBytes bytes in all), ErrIndeterminate (the commit could not be
+// confirmed: call again with the same id), ErrUnavailable (the node failed its WAL: restart
+// it), ErrClosed.
 func (n *Node) BatchOffload(ctx context.Context, id kvoffload.TxnID, objs []kvoffload.Object) ([]kvoffload.KeyResult, error) {
 	if err := kvoffload.CheckTxnID(id); err != nil {
 		return nil, err

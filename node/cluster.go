@@ -35,9 +35,12 @@ const (
 	keepaliveMinPing = 500 * time.Millisecond
 )
 
-func serverOptions() []grpc.ServerOption {
+// serverOptions are the options of each of the node's gRPC servers: the transport's tuning,
+// the message limit (maxMsgBytes) and keepalive.
+func (n *Node) serverOptions() []grpc.ServerOption {
+	limit := maxMsgBytes(n.cfg.Txn)
 	return append(transport.ServerOptions(),
-		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+		grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
 	)
@@ -54,14 +57,15 @@ func (n *Node) peerCreds(member, addr string) grpc.DialOption {
 }
 
 // peerDialOptions are the other options of every call to another member (forward.Peers):
-// the same keepalive as the listeners, the message-size limits, and this node's cluster ID
-// stamped on every call (clusterIDInterceptors).
+// the same keepalive and message limit (maxMsgBytes) as the listeners, and this node's
+// cluster ID stamped on every call (clusterIDInterceptors).
 func (n *Node) peerDialOptions() []grpc.DialOption {
 	unary, stream := clusterIDInterceptors(n.ClusterID)
+	limit := maxMsgBytes(n.cfg.Txn)
 	return append(transport.DialOptions(),
 		grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerBackoff, MinConnectTimeout: peerConnectTimeout}),
 	)
 }
@@ -98,7 +102,7 @@ func (n *Node) serve() error {
 	if !loopback(n.cfg.APIAddr) && !n.cfg.Security.APITLS && len(n.cfg.Security.APITokens) == 0 {
 		n.log.Warn("the client API is open: not on loopback, no TLS, no token; anyone who can reach it can read, offload and remove keys (docs/security.md)", "addr", lis.Addr().String())
 	}
-	opts := serverOptions()
+	opts := n.serverOptions()
 	if n.cfg.Security.APITLS {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.apiServer())))
 	}
@@ -120,7 +124,7 @@ func (n *Node) serve() error {
 	}
 	n.peerListener = plis
 	unary, stream := clusterIDCheck(n.ClusterID, n.log)
-	popts := append(serverOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	popts := append(n.serverOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 	if n.tls != nil {
 		popts = append(popts, grpc.Creds(credentials.NewTLS(n.tls.peerServer())))
 	}

@@ -2,17 +2,20 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
 // Config configures a node.
 type Config struct {
-	// ID names the node; it is recorded as the owner of the keys it stores.
+	// ID names the node; it is recorded as the owner of the keys it stores. 1 to 255 bytes
+	// (a forwarded proposal's result carries it with every key).
 	ID string
 	// DataDir holds the node's WAL, buckets and Raft state.
 	DataDir string
@@ -94,6 +97,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.ID == "" {
 		errs = append(errs, errors.New("node: ID is empty"))
+	}
+	if len(c.ID) > wire.MaxNodeIDBytes {
+		errs = append(errs, fmt.Errorf("node: ID of %d bytes is longer than %d", len(c.ID), wire.MaxNodeIDBytes))
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("node: DataDir is empty"))

@@ -12,10 +12,13 @@ import (
 	"github.com/kvoffload/kvoffload/txn"
 )
 
-const (
-	// maxMsgBytes bounds one gRPC message (a chunk plus its envelope).
-	maxMsgBytes = wire.ChunkBytes + 1<<20
-)
+// maxMsgBytes is the message limit, in bytes, of a node with the limits lim: of its gRPC
+// servers (the API, the local socket, the peer service) and its connections to peers. It is
+// the largest message a call within lim needs (wire.MaxMessageBytes), so every request and
+// answer of a batch at the limits fits, on every transport.
+func maxMsgBytes(lim txn.Config) int {
+	return wire.MaxMessageBytes(lim.MaxBatchKeys, lim.MaxKeyBytes)
+}
 
 // grpcError maps coordinator errors onto gRPC status codes the client understands:
 // ResourceExhausted and InvalidArgument are final, Unavailable may be retried elsewhere, and

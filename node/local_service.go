@@ -28,7 +28,7 @@ func (n *Node) serveLocal() error {
 		return err
 	}
 	n.localListener = lis
-	opts := append(serverOptions(), grpc.Creds(local.NewCredentials()))
+	opts := append(n.serverOptions(), grpc.Creds(local.NewCredentials()))
 	if tokens := n.cfg.Security.APITokens; len(tokens) > 0 {
 		unary, stream := tokenCheck(tokens)
 		opts = append(opts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
@@ -223,7 +223,7 @@ func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.Loc
 // intoRegion copies a Found value into the region, or answers why not.
 func intoRegion(r *region, d *pb.Desc, g kvoffload.GetResult) *pb.LocalGetResult {
 	if g.Status != kvoffload.Found {
-		return &pb.LocalGetResult{Status: wire.StatusToPB(g.Status), Code: pb.Code(g.Code), Reason: g.Reason}
+		return &pb.LocalGetResult{Status: wire.StatusToPB(g.Status), Code: pb.Code(g.Code), Reason: wire.Reason(g.Reason)}
 	}
 	size := uint64(len(g.Value))
 	if size > d.Length {
@@ -231,7 +231,7 @@ func intoRegion(r *region, d *pb.Desc, g kvoffload.GetResult) *pb.LocalGetResult
 			Reason: fmt.Sprintf("buffer of %d bytes for a value of %d bytes", d.Length, size)}
 	}
 	if err := safeCopy(r.mem[d.Offset:d.Offset+size], g.Value); err != nil {
-		return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_IO, Reason: err.Error()}
+		return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_UNAVAILABLE, Code: pb.Code_CODE_IO, Reason: wire.Reason(err.Error())}
 	}
 	return &pb.LocalGetResult{Status: pb.GetStatus_GET_STATUS_FOUND, Size: size}
 }

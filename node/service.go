@@ -59,7 +59,8 @@ func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChun
 // what a stream holds is at most twice what it sent (adversarial review).
 const firstValueBytes = 64 << 10
 
-// recvBatch reads the whole client stream. Objects over the size limit are not buffered:
+// recvBatch reads the whole client stream, refusing it as soon as it goes over MaxBatchKeys,
+// MaxBatchKeyBytes or MaxBatchBytes. Objects over the size limit are not buffered:
 // their bytes are discarded and the key is reported Rejected. A value's buffer is allocated
 // as its bytes arrive, not when its size is announced (a stream announcing 64 MiB and sending
 // nothing reserves nothing), and each allocation is acquired from buf first, waiting while
@@ -68,7 +69,7 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 	var id fsm.TxnID
 	var objs []kvoffload.Object
 	tooLarge := map[int]string{}
-	var remaining, total uint64
+	var remaining, total, keyBytes uint64
 	lim := s.n.cfg.Txn
 	recv := idleRecv(stream.Context(), stream.Recv, s.n.streamIdle())
 	for first := true; ; first = false {
@@ -98,6 +99,9 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			}
 			if len(objs) >= lim.MaxBatchKeys {
 				return id, nil, nil, grpcError(txn.BatchKeysError(uint64(len(objs)+1), ch.Key, lim.MaxBatchKeys))
+			}
+			if keyBytes += uint64(len(ch.Key)); keyBytes > uint64(lim.MaxBatchKeyBytes()) {
+				return id, nil, nil, grpcError(txn.BatchKeyBytesError(keyBytes, ch.Key, lim.MaxBatchKeyBytes()))
 			}
 			objs = append(objs, kvoffload.Object{Key: ch.Key})
 			remaining = ch.Size
@@ -209,7 +213,7 @@ func (s kvService) BatchExists(ctx context.Context, req *pb.ExistsRequest) (*pb.
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	out := &pb.ExistsResponse{Keys: make([]pb.Presence, len(ex.Keys)), PrefixPresent: uint32(ex.PrefixPresent), Reason: ex.Reason}
+	out := &pb.ExistsResponse{Keys: make([]pb.Presence, len(ex.Keys)), PrefixPresent: uint32(ex.PrefixPresent), Reason: wire.Reason(ex.Reason)}
 	for i, p := range ex.Keys {
 		out.Keys[i] = wire.PresenceToPB(p)
 	}

@@ -52,17 +52,23 @@ func (b *batch) valid(i int) bool { return !b.keys[i].answered() && b.keys[i].fi
 // size returns the length of object i's value in bytes.
 func (b *batch) size(i int) uint32 { return uint32(len(b.objs[i].Value)) }
 
-// checkBatch enforces the per-request limits.
+// checkBatch enforces the per-request limits: MaxBatchKeys, MaxBatchKeyBytes, MaxBatchBytes.
 func (c *Coordinator) checkBatch(objs []kvoffload.Object) error {
 	if len(objs) > c.cfg.MaxBatchKeys {
 		return BatchKeysError(uint64(len(objs)), objs[c.cfg.MaxBatchKeys].Key, c.cfg.MaxBatchKeys)
 	}
-	var total int64
-	over := -1 // the object at which the total first went over
+	var keyBytes, total int64
+	overKeys, over := -1, -1 // the objects at which the key bytes and the total first went over
 	for i, o := range objs {
+		if keyBytes += int64(len(o.Key)); keyBytes > c.cfg.MaxBatchKeyBytes() && overKeys < 0 {
+			overKeys = i
+		}
 		if total += int64(len(o.Value)); total > c.cfg.MaxBatchBytes && over < 0 {
 			over = i
 		}
+	}
+	if overKeys >= 0 {
+		return BatchKeyBytesError(uint64(keyBytes), objs[overKeys].Key, c.cfg.MaxBatchKeyBytes())
 	}
 	if over >= 0 {
 		return BatchBytesError(uint64(total), objs[over].Key, c.cfg.MaxBatchBytes)

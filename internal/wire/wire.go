@@ -16,9 +16,9 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 )
 
-// KeyResultToPB is the wire form of r.
+// KeyResultToPB is the wire form of r, its Reason cut to MaxReasonBytes.
 func KeyResultToPB(r kvoffload.KeyResult) *pb.KeyResult {
-	return &pb.KeyResult{Key: r.Key, Outcome: pb.Outcome(r.Outcome), Joined: r.Joined, Reason: r.Reason, Code: pb.Code(r.Code)}
+	return &pb.KeyResult{Key: r.Key, Outcome: pb.Outcome(r.Outcome), Joined: r.Joined, Reason: Reason(r.Reason), Code: pb.Code(r.Code)}
 }
 
 // KeyResultFromPB reads a result for key. An outcome this build does not know is Failed with
@@ -124,14 +124,15 @@ func SendGets(send func(*pb.GetChunk) error, res []kvoffload.GetResult) error {
 }
 
 // SendGet streams the result at position i: its first chunk carries the index, status, code
-// and reason (and size when Found); the value follows in chunks of at most ChunkBytes. A value
-// of one chunk is sent from its own bytes. A longer one is sent from a copy of each chunk:
-// gRPC keeps the data of a message it could not send yet until the client reads it or the
-// connection closes, and a chunk aliasing the value would keep the whole value (up to 64 MiB)
-// for a client that stopped reading, outside the node's buffer budget (adversarial review: 40
-// streams that never read left 163 MiB). So a stream holds at most about a chunk that way.
+// and reason (cut to MaxReasonBytes; and size when Found); the value follows in chunks of at
+// most ChunkBytes. A value of one chunk is sent from its own bytes. A longer one is sent from
+// a copy of each chunk: gRPC keeps the data of a message it could not send yet until the
+// client reads it or the connection closes, and a chunk aliasing the value would keep the
+// whole value (up to 64 MiB) for a client that stopped reading, outside the node's buffer
+// budget (adversarial review: 40 streams that never read left 163 MiB). So a stream holds at
+// most about a chunk that way.
 func SendGet(send func(*pb.GetChunk) error, i int, r kvoffload.GetResult) error {
-	first := &pb.GetChunk{Index: uint32(i), Status: StatusToPB(r.Status), Reason: r.Reason, Code: pb.Code(r.Code)}
+	first := &pb.GetChunk{Index: uint32(i), Status: StatusToPB(r.Status), Reason: Reason(r.Reason), Code: pb.Code(r.Code)}
 	var val []byte
 	if r.Status == kvoffload.Found {
 		first.Size, val = uint64(len(r.Value)), r.Value

@@ -49,6 +49,7 @@ from .types import (
     CHUNK_BYTES,
     MAX_BATCH_BYTES,
     MAX_BATCH_KEYS,
+    MAX_KEY_BYTES,
     MAX_OBJECT_BYTES,
     ClusterStatus,
     Code,
@@ -75,8 +76,12 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-# What a message may hold besides one chunk of value bytes (client/options.go messageSlack).
-_MESSAGE_SLACK = 8 << 20
+# The gRPC message limit: the largest message a call of MAX_BATCH_KEYS keys of MAX_KEY_BYTES
+# needs, besides one chunk (internal/wire/limits.go MaxMessageBytes, the limit of the Go client
+# and of the members).
+_MESSAGE_BYTES = (
+    MAX_BATCH_KEYS * max(2 * MAX_KEY_BYTES + 128 + 255, MAX_KEY_BYTES + 1024 + 64) + CHUNK_BYTES + (1 << 20)
+)
 # The largest size a member may announce for one value (client/get.go maxValueBytes).
 _MAX_VALUE_BYTES = 64 << 20
 # The smallest keepalive interval grpc servers of this project permit (client/client.go).
@@ -192,10 +197,9 @@ class Client:
         self._closed = False
         self._require_local = local is True
         self._value_hint = _MIN_VALUE_HINT
-        limit = chunk_size + _MESSAGE_SLACK
         opts = [
-            ("grpc.max_send_message_length", limit),
-            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", _MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", _MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
             ("grpc.keepalive_timeout_ms", int(stall_timeout * 1000)),
             ("grpc.keepalive_permit_without_calls", 1),
