@@ -20,12 +20,17 @@ import (
 
 // cutProxy forwards TCP connections to target until cut: then it closes them and refuses new
 // ones (a one-way partition when it stands in front of a node's Raft listener), until heal.
+// Once held (hold), it passes no more bytes from target back to the dialers, on any
+// connection, old or new, and keeps the connections open: to the dialers the target is a
+// stopped process (SIGSTOP) that takes requests and answers nothing, keepalive pings included.
 type cutProxy struct {
 	lis    net.Listener
 	target string
 	mu     sync.Mutex
 	cut    bool
 	conns  []net.Conn
+	held   chan struct{} // closed by hold
+	once   sync.Once
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -34,7 +39,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{lis: lis, target: target}
+	p := &cutProxy{lis: lis, target: target, held: make(chan struct{})}
 	t.Cleanup(func() { lis.Close(); p.setCut(true) })
 	go func() {
 		for {
@@ -71,8 +76,35 @@ func (p *cutProxy) serve(c net.Conn) {
 	p.conns = append(p.conns, c, up)
 	p.mu.Unlock()
 	go func() { _, _ = io.Copy(up, c); up.Close() }()
-	_, _ = io.Copy(c, up)
-	c.Close()
+	_, _ = io.Copy(c, heldReader{up, p.held})
+	select {
+	case <-p.held: // a stopped process closes nothing: c stays open until cut
+	default:
+		c.Close()
+	}
+}
+
+// hold stops every reply from target, for good.
+func (p *cutProxy) hold() { p.once.Do(func() { close(p.held) }) }
+
+// heldReader reads r; once held is closed, it drops what r gives, until r fails.
+type heldReader struct {
+	r    io.Reader
+	held <-chan struct{}
+}
+
+func (h heldReader) Read(b []byte) (int, error) {
+	for {
+		n, err := h.r.Read(b)
+		select {
+		case <-h.held:
+			if err != nil {
+				return 0, err
+			}
+		default:
+			return n, err
+		}
+	}
 }
 
 func (p *cutProxy) setCut(cut bool) {

@@ -9,6 +9,14 @@
 // leader refuses (PermissionDenied: this node is outside the configuration) is txn.ErrRefused;
 // any other failure of a forwarded proposal is raftmeta.ErrIndeterminate, because the leader
 // may have applied it before the reply was lost.
+//
+// A forwarded call lasts only while this node's Raft follows the leader it was sent to. Raft's
+// heartbeats are the leader's keepalive: a follower that has not heard from the leader for
+// its heartbeat timeout (0.5 to 1 s by default) drops it, as it does a leader that was
+// deposed, and the call is then abandoned and sent again to the next leader, so a frozen
+// leader (SIGSTOP: its connections open, nothing answers) costs a forwarded call the
+// failover, not the caller's deadline. Sending a proposal again is safe: the FSM applies a
+// command once per txn ID and answers a repeat with the recorded result (fsm.FSM.TxnResult).
 package forward
 
 import (
@@ -29,6 +37,14 @@ import (
 
 // leaderWait bounds how long a forwarded call waits for a leader to be known.
 const leaderWait = 10 * time.Second
+
+// leaderPoll is how often this node's Raft is asked for the leader: while waiting for one to
+// be known, and during a forwarded call, to abandon it once the leader is another.
+const leaderPoll = 20 * time.Millisecond
+
+// errLeaderLeft is the error of a forwarded call abandoned because this node's Raft stopped
+// following the leader it was sent to (deposed, or not heard from for a heartbeat timeout).
+var errLeaderLeft = errors.New("node: this node no longer follows the leader the call was sent to")
 
 // Leader forwards to the Raft leader the calls only the leader can answer.
 type Leader struct {
@@ -80,7 +96,7 @@ func (l *Leader) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	var resp *pb.ProposeResponse
 	forwarded, err := l.forward(ctx,
 		func() (err error) { res, err = l.raft.Propose(ctx, cmd); return err },
-		func(cl pb.ClusterClient) (err error) {
+		func(ctx context.Context, cl pb.ClusterClient) (err error) {
 			resp, err = cl.Propose(ctx, &pb.ProposeRequest{Command: cmd})
 			return err
 		})
@@ -111,7 +127,10 @@ func (l *Leader) Barrier(ctx context.Context) error {
 	var resp *pb.BarrierResponse
 	forwarded, err := l.forward(ctx,
 		func() error { return l.raft.Barrier(ctx) },
-		func(cl pb.ClusterClient) (err error) { resp, err = cl.Barrier(ctx, &pb.BarrierRequest{}); return err })
+		func(ctx context.Context, cl pb.ClusterClient) (err error) {
+			resp, err = cl.Barrier(ctx, &pb.BarrierRequest{})
+			return err
+		})
 	switch {
 	case !forwarded:
 		return err
@@ -128,7 +147,7 @@ func (l *Leader) ReadIndex(ctx context.Context) error {
 	var index uint64
 	forwarded, err := l.forward(ctx,
 		func() (err error) { index, err = l.raft.ReadIndex(ctx); return err },
-		func(cl pb.ClusterClient) error {
+		func(ctx context.Context, cl pb.ClusterClient) error {
 			resp, err := cl.ReadIndex(ctx, &pb.ReadIndexRequest{NodeId: l.id})
 			if err == nil {
 				index = resp.ReadIndex
@@ -145,46 +164,83 @@ func (l *Leader) ReadIndex(ctx context.Context) error {
 }
 
 // forward runs local, the call on this node's Raft; when that fails with
-// raftmeta.ErrNotLeader it runs remote, the same call on the leader's Cluster service, and
-// while the leader answers FailedPrecondition (it moved between lookup and call) it starts
-// again with local (this node may have become the leader). forwarded reports that err, nil
-// or not, is remote's; otherwise it is local's or the leader lookup's.
-func (l *Leader) forward(ctx context.Context, local func() error, remote func(pb.ClusterClient) error) (forwarded bool, err error) {
+// raftmeta.ErrNotLeader it runs remote, the same call on the leader's Cluster service (within
+// ctx, and only while this node follows that leader: call). While the leader answers
+// FailedPrecondition (it moved between lookup and call), or the call is abandoned because this
+// node stopped following it, it starts again with local (this node may have become the
+// leader). forwarded reports that err, nil or not, is remote's; otherwise it is local's or
+// the leader lookup's.
+func (l *Leader) forward(ctx context.Context, local func() error, remote func(context.Context, pb.ClusterClient) error) (forwarded bool, err error) {
 	for {
 		if err := local(); !errors.Is(err, raftmeta.ErrNotLeader) {
 			return false, err
 		}
-		cl, err := l.Client(ctx)
+		id, cl, err := l.client(ctx)
 		if err != nil {
 			return false, err
 		}
-		err = remote(cl)
+		err = l.call(ctx, id, cl, remote)
 		if l.onRemoved != nil && notAMember(err) {
 			l.onRemoved(err)
 		}
-		if status.Code(err) != codes.FailedPrecondition {
+		if status.Code(err) != codes.FailedPrecondition && !errors.Is(err, errLeaderLeft) {
 			return true, err
 		}
 	}
 }
 
+// call runs remote on cl, the Cluster client of leader id, under a context that ends with ctx
+// or as soon as this node's Raft names a leader other than id (none included); the error of
+// a call cut short that way (Canceled) wraps errLeaderLeft.
+func (l *Leader) call(ctx context.Context, id string, cl pb.ClusterClient, remote func(context.Context, pb.ClusterClient) error) error {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(leaderPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+			}
+			if now, _ := l.raft.Leader(); now != id {
+				cancel(errLeaderLeft)
+				return
+			}
+		}
+	}()
+	err := remote(cctx, cl)
+	if status.Code(err) == codes.Canceled && ctx.Err() == nil && errors.Is(context.Cause(cctx), errLeaderLeft) {
+		return fmt.Errorf("%w: leader %s: %w", errLeaderLeft, id, err)
+	}
+	return err
+}
+
 // Client waits, up to leaderWait, until a leader with a known peer address exists and
 // returns a client of its Cluster service.
 func (l *Leader) Client(ctx context.Context) (pb.ClusterClient, error) {
+	_, cl, err := l.client(ctx)
+	return cl, err
+}
+
+// client is Client, which also returns the leader's ID.
+func (l *Leader) client(ctx context.Context) (string, pb.ClusterClient, error) {
 	deadline := time.Now().Add(leaderWait)
 	for {
 		if id, _ := l.raft.Leader(); id != "" {
 			if mem, ok := l.fsm.Member(id); ok && mem.PeerTarget() != "" {
-				return l.peers.Member(id, mem.PeerTarget())
+				cl, err := l.peers.Member(id, mem.PeerTarget())
+				return id, cl, err
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: no leader with a known API address", raftmeta.ErrNotLeader)
+			return "", nil, fmt.Errorf("%w: no leader with a known API address", raftmeta.ErrNotLeader)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("node: waiting for a leader: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+			return "", nil, fmt.Errorf("node: waiting for a leader: %w", ctx.Err())
+		case <-time.After(leaderPoll):
 		}
 	}
 }
