@@ -101,3 +101,30 @@ def test_cli_says_so_at_once(failstopped, storenode_chaos_bin):
         assert r.returncode != 0, f"storenode {args[0]} exited 0 on a fail-stopped member"
         assert "fail-stopped" in r.stdout + r.stderr or "coordinator failed" in r.stdout + r.stderr, r.stdout + r.stderr
         assert took < 5 * REFUSAL_BOUND, f"storenode {args[0]} took {took:.1f} s"
+
+
+def test_hostile_refusal_trailer_is_no_refusal():
+    import grpc
+
+    from kvoffload import _refusal
+
+    class Err(grpc.RpcError):
+        def __init__(self, v):
+            self.v = v
+
+        def code(self):
+            return grpc.StatusCode.UNAVAILABLE
+
+        def trailing_metadata(self):
+            return [("grpc-status-details-bin", self.v)]
+
+    def status(info_bytes):
+        st = _refusal._Status()
+        d = st.details.add()
+        d.type_url, d.value = "type.googleapis.com/google.rpc.ErrorInfo", info_bytes
+        return st.SerializeToString()
+
+    good = _refusal._ErrorInfo(reason="FAIL_STOPPED", domain=_refusal.ERROR_DOMAIN).SerializeToString()
+    assert _refusal.reason(Err(status(good))) == "FAIL_STOPPED"
+    for hostile in (b"\xff" * 64, status(b"\xff\xff\xff"), status(b"\x0a\x02\xc3\x28"), "not bytes"):
+        assert _refusal.reason(Err(hostile)) is None

@@ -52,17 +52,20 @@ def reason(err: BaseException) -> Optional[str]:
     for k, v in err.trailing_metadata() or ():
         if k != _DETAILS_TRAILER:
             continue
-        st = _Status()
+        if not isinstance(v, bytes):
+            return None
+        # A malformed trailer is no refusal: the error is then handled by its code alone.
         try:
+            st = _Status()
             st.ParseFromString(v)
+            for d in st.details:
+                if d.type_url.endswith("/google.rpc.ErrorInfo"):
+                    info = _ErrorInfo()
+                    info.ParseFromString(d.value)
+                    if info.domain == ERROR_DOMAIN:
+                        return info.reason
         except Exception:
             return None
-        for d in st.details:
-            if d.type_url.endswith("/google.rpc.ErrorInfo"):
-                info = _ErrorInfo()
-                info.ParseFromString(d.value)
-                if info.domain == ERROR_DOMAIN:
-                    return info.reason
     return None
 
 
