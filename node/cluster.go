@@ -107,8 +107,7 @@ func (n *Node) serve() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.apiServer())))
 	}
 	if tokens := n.cfg.Security.APITokens; len(tokens) > 0 {
-		unary, stream := tokenCheck(tokens)
-		opts = append(opts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+		opts = append(opts, tokenCheck(tokens)...)
 	}
 	n.server = grpc.NewServer(opts...)
 	pb.RegisterKVOffloadServer(n.server, kvService{n: n})

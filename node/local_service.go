@@ -30,8 +30,7 @@ func (n *Node) serveLocal() error {
 	n.localListener = lis
 	opts := append(n.serverOptions(), grpc.Creds(local.NewCredentials()))
 	if tokens := n.cfg.Security.APITokens; len(tokens) > 0 {
-		unary, stream := tokenCheck(tokens)
-		opts = append(opts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+		opts = append(opts, tokenCheck(tokens)...)
 	}
 	n.localServer = grpc.NewServer(opts...)
 	pb.RegisterKVOffloadServer(n.localServer, kvService{n: n})

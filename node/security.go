@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/kvoffload/kvoffload/internal/devca"
 	"github.com/kvoffload/kvoffload/raftmeta"
@@ -217,14 +218,17 @@ func callerOf(ctx context.Context) identity {
 	return identity{name: leaf.Subject.CommonName, operator: slices.Contains(leaf.Subject.OrganizationalUnit, OperatorUnit)}
 }
 
-// tokenCheck returns interceptors that refuse client API calls without one of tokens. The
-// comparison takes the same time whatever the token's content (crypto/subtle).
-func tokenCheck(tokens []string) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	check := func(ctx context.Context, method string) error {
+// tokenCheck returns the server options that refuse client API calls without one of tokens:
+// a tap handle, which refuses a stream on its headers before any of its message is read (gRPC
+// reads a unary request whole before an interceptor runs, so without it a caller without a
+// token could make the node buffer messages of up to the message limit), and interceptors
+// that check again. The comparison takes the same time whatever the token's content
+// (crypto/subtle).
+func tokenCheck(tokens []string) []grpc.ServerOption {
+	check := func(md metadata.MD, method string) error {
 		if strings.HasPrefix(method, "/grpc.health.") || strings.HasPrefix(method, "/grpc.reflection.") {
 			return nil
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
 		for _, v := range md.Get("authorization") {
 			got, ok := strings.CutPrefix(v, "Bearer ")
 			if !ok {
@@ -238,7 +242,14 @@ func tokenCheck(tokens []string) (grpc.UnaryServerInterceptor, grpc.StreamServer
 		}
 		return status.Error(codes.Unauthenticated, "this node's client API needs a bearer token (authorization: Bearer <token>)")
 	}
-	return guard(check)
+	early := func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		return ctx, check(info.Header, info.FullMethodName)
+	}
+	unary, stream := guard(func(ctx context.Context, method string) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		return check(md, method)
+	})
+	return []grpc.ServerOption{grpc.InTapHandle(early), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
 }
 
 // guard returns server interceptors that run check on every call (its context and full
