@@ -49,7 +49,11 @@ def reason(err: BaseException) -> Optional[str]:
     """The refusal's reason when err is a member's refusal, else None."""
     if not isinstance(err, grpc.RpcError) or not hasattr(err, "code") or err.code() != grpc.StatusCode.UNAVAILABLE:
         return None
-    for k, v in err.trailing_metadata() or ():
+    try:
+        trailers = err.trailing_metadata() or ()
+    except Exception:  # an RpcError that carries no call (raised by the client itself)
+        return None
+    for k, v in trailers:
         if k != _DETAILS_TRAILER:
             continue
         if not isinstance(v, bytes):
