@@ -3,6 +3,7 @@ package node
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/kvoffload/kvoffload/raftmeta"
@@ -48,13 +49,26 @@ func SpaceReserve(snapshotThreshold, trailingLogs uint64, snapshotBytes int64) i
 }
 
 // spaceReserve is this node's reserve in bytes: Config.SpaceReserve when set (negative:
-// none), else SpaceReserve over the snapshots in its Raft directory.
+// none), else SpaceReserve over the snapshots in its Raft directory, at most
+// maxReserveShare of the data filesystem's size: on a small filesystem the formula's fixed
+// terms (WAL segments, a full Raft log) would leave no room for data, and the few entries a
+// small node's log holds need far less; past the reserve, a Raft log that cannot be written
+// fail-stops the node saying so.
 func (n *Node) spaceReserve() int64 {
 	if r := n.cfg.SpaceReserve; r != 0 {
 		return max(r, 0)
 	}
-	return SpaceReserve(n.cfg.SnapshotThreshold, n.cfg.TrailingLogs, largestSnapshot(filepath.Join(n.cfg.DataDir, "raft", "snapshots")))
+	r := SpaceReserve(n.cfg.SnapshotThreshold, n.cfg.TrailingLogs, largestSnapshot(filepath.Join(n.cfg.DataDir, "raft", "snapshots")))
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(n.cfg.DataDir, &st); err == nil && st.Bsize > 0 {
+		r = min(r, int64(st.Blocks)*st.Bsize/maxReserveShare)
+	}
+	return r
 }
+
+// maxReserveShare: a computed reserve takes at most 1/maxReserveShare of the data
+// filesystem's size.
+const maxReserveShare = 4
 
 // largestSnapshot returns the size in bytes of the largest snapshot in dir (raft's
 // FileSnapshotStore: one directory per snapshot, holding state.bin), 0 if there is none.

@@ -193,3 +193,40 @@ func TestRaftLogFullFailStops(t *testing.T) {
 		t.Errorf("offload on a fail-stopped node: %v after %v, want a refusal within %v", err, time.Since(start), refusalBound)
 	}
 }
+
+// TestSmallDiskAutoReserve: on a 64 MiB data filesystem the computed reserve (its fixed
+// terms alone exceed 64 MiB) is capped at a quarter of the filesystem, so the node takes data
+// until the reserve, then refuses per key with CodeNoSpace, and restarts on the full disk
+// with every stored key readable.
+func TestSmallDiskAutoReserve(t *testing.T) {
+	mnt := mountTmpfs(t, "64m")
+	cfg := testConfig(filepath.Join(mnt, "data"))
+	n := mustOpen(t, cfg)
+	ctx := context.Background()
+	const size = 1 << 20
+	seed := testSeed(t)
+	var stored []string
+	refused := false
+	for b := 0; !refused && b < 64; b++ {
+		res, err := n.BatchOffload(ctx, kvoffload.NewTxnID(), objects(seed, size, keyOf(fmt.Sprint("small", b), 0)))
+		if err != nil {
+			t.Fatalf("batch %d: %v", b, err)
+		}
+		switch r := res[0]; {
+		case r.Outcome.OK():
+			stored = append(stored, r.Key)
+		case r.Outcome == kvoffload.Rejected && r.Code == kvoffload.CodeNoSpace:
+			refused = true
+			t.Logf("%d MiB stored, then: %s", len(stored), r.Reason)
+		default:
+			t.Fatalf("batch %d: %s %v %q, want Stored or Rejected (no space)", b, r.Outcome, r.Code, r.Reason)
+		}
+	}
+	if !refused || len(stored) < 24 {
+		t.Fatalf("refused %v after %d MiB stored; want a no-space refusal after at least 24 MiB of 64", refused, len(stored))
+	}
+	mustClose(t, n)
+	n = mustOpen(t, cfg)
+	defer mustClose(t, n)
+	checkReadable(t, n, seed, size, stored...)
+}

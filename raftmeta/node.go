@@ -205,13 +205,17 @@ func bootstrap(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, sna
 }
 
 // WaitLeader blocks until this node is the leader or knows a leader, or ctx
-// ends (its error is returned, wrapped).
+// ends (its error is returned, wrapped), or its Raft log cannot be written (LogFault's
+// error: Raft has stopped, so no leader will be known).
 func (n *Node) WaitLeader(ctx context.Context) error {
 	t := time.NewTicker(leaderPollPeriod)
 	defer t.Stop()
 	for {
 		if addr, _ := n.raft.LeaderWithID(); addr != "" {
 			return nil
+		}
+		if err := n.LogFault(); err != nil {
+			return err // Raft is stopped: no leader will ever be known here
 		}
 		select {
 		case <-ctx.Done():

@@ -49,6 +49,7 @@ var serveSettings = []struct{ name, def, usage string }{
 	{"local-socket", "", "path of a Unix domain socket for clients on this host: gRPC plus shared-memory regions (client address unix://PATH; empty = off)"},
 	{"local-socket-mode", "0600", "permission bits of --local-socket (0600: this user only; 0660: also its group)"},
 	{"capacity", "0", "quota on live bucket bytes, e.g. 64GiB (0 = unlimited)"},
+	{"space-reserve", "auto", "free space of the data filesystem that bucket data never takes, kept for the WAL and the Raft log, e.g. 256MiB (auto = sized from their limits, at most a quarter of the filesystem; 0 = none; docs/operations.md)"},
 	{"log-level", "info", "debug, info, warn or error"},
 	{"log-format", "text", "text (key=value) or json (one object a line)"},
 	{"log-file", "", "append the log to this file (empty = standard error)"},
@@ -157,6 +158,17 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 			return cfg, fmt.Errorf("--capacity: %w", err)
 		}
 		cfg.Capacity = n
+	}
+	switch r := vals["space-reserve"]; r {
+	case "auto", "":
+	case "0":
+		cfg.SpaceReserve = -1 // none (node.Config.SpaceReserve)
+	default:
+		n, err := parseSize(r)
+		if err != nil {
+			return cfg, fmt.Errorf("--space-reserve: %w (or auto, or 0 for none)", err)
+		}
+		cfg.SpaceReserve = n
 	}
 	cfg.Local.Socket = vals["local-socket"]
 	mode, err := strconv.ParseUint(vals["local-socket-mode"], 8, 32)

@@ -121,3 +121,20 @@ func TestUnknownEnv(t *testing.T) {
 		t.Errorf("unknownEnv = %q, want %q", got, want)
 	}
 }
+
+// --space-reserve: auto leaves the computed reserve, 0 turns it off, a size sets it, and a
+// bad value is refused naming the flag.
+func TestServeSpaceReserve(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{{nil, 0}, {[]string{"--space-reserve", "auto"}, 0}, {[]string{"--space-reserve", "0"}, -1}, {[]string{"--space-reserve", "256MiB"}, 256 << 20}} {
+		cfg, err := nodeConfig(serveValues(t, c.args, ""))
+		if err != nil || cfg.SpaceReserve != c.want {
+			t.Errorf("%q: SpaceReserve %d, %v; want %d", c.args, cfg.SpaceReserve, err, c.want)
+		}
+	}
+	if _, err := nodeConfig(serveValues(t, []string{"--space-reserve", "lots"}, "")); err == nil || !strings.Contains(err.Error(), "--space-reserve") {
+		t.Errorf("--space-reserve lots: %v, want a refusal naming the flag", err)
+	}
+}
