@@ -8,7 +8,9 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -62,9 +64,30 @@ func (h *hcLogger) Log(level hclog.Level, msg string, args ...any) {
 			if format, ok := f[0].(string); ok {
 				args[i] = fmt.Sprintf(format, f[1:]...)
 			}
+		} else if i%2 == 1 {
+			args[i] = hclogValue(a)
 		}
 	}
 	h.l.Log(context.Background(), routineLevel(slogLevel(level), msg, args), msg, args...)
+}
+
+// hclogValue is v as a log value: itself when it is a boolean, a number, a string, a
+// duration or a time, else its %v text, as hclog writes every value. Raft logs its own types
+// (a server's description, a configuration), whose unexported fields a JSON handler would
+// write as {}.
+func hclogValue(v any) any {
+	switch v.(type) {
+	case time.Duration, time.Time:
+		return v
+	case error:
+		return fmt.Sprint(v)
+	}
+	switch reflect.ValueOf(v).Kind() {
+	case reflect.Bool, reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return v
+	}
+	return fmt.Sprint(v)
 }
 
 // routineLevel lowers what raft reports as a warning or an error but is routine:

@@ -1,8 +1,10 @@
 package raftmeta
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/kvoffload/kvoffload/third_party/raft"
@@ -44,5 +46,21 @@ func TestRoutineLevel(t *testing.T) {
 		if got := routineLevel(c.level, c.msg, c.args); got != c.want {
 			t.Errorf("%v %q %v: %v, want %v", c.level, c.msg, c.args, got, c.want)
 		}
+	}
+}
+
+// Raft's own values (a configuration, a server) reach a JSON log as their %v text, never as
+// the {} of a struct without exported fields; numbers and strings stay typed.
+func TestHCLogValuesInJSON(t *testing.T) {
+	var buf strings.Builder
+	lg := newHCLogger(slog.New(slog.NewJSONHandler(&buf, nil)), "raft")
+	type opaque struct{ addr string }
+	lg.Info("entering leader state", "leader", opaque{"127.0.0.1:7000"}, "term", uint64(7), "id", raft.ServerID("n1"))
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(buf.String()), &rec); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	if rec["leader"] != "{127.0.0.1:7000}" || rec["term"] != float64(7) || rec["id"] != "n1" {
+		t.Errorf("record %s: want leader as its text, term a number, id a string", buf.String())
 	}
 }
