@@ -329,6 +329,7 @@ func TestStatusFailsWhenRefusingOrLeaderless(t *testing.T) {
 	}{
 		{"refusing", "this node was removed from the cluster", false, "refuses offloads and reads (this node was removed from the cluster)"},
 		{"no leader", "", true, "knows no leader"},
+		{"refusing, no leader", "this node was removed from the cluster", true, "refuses offloads and reads (this node was removed from the cluster)"},
 	} {
 		m, addr := startMemMember(t)
 		m.mu.Lock()
@@ -339,6 +340,9 @@ func TestStatusFailsWhenRefusingOrLeaderless(t *testing.T) {
 			err := runStatus(context.Background(), statusFlags{addr: addr, json: js, timeout: 5 * time.Second}, &out)
 			if err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), addr) {
 				t.Errorf("%s, json %v: err %v, want one naming %s and saying %q", tc.name, js, err, addr, tc.says)
+			}
+			if tc.refusing != "" && err != nil && strings.Contains(err.Error(), "knows no leader") {
+				t.Errorf("%s, json %v: err %v blames the cluster's leader for the member's own refusal", tc.name, js, err)
 			}
 			if !strings.Contains(out.String(), "n1") {
 				t.Errorf("%s, json %v: nothing printed before the error: %q", tc.name, js, out.String())

@@ -105,7 +105,7 @@ func unhealthy(st client.ClusterStatus, addr string) error {
 	if st.Refusing != "" {
 		why = append(why, fmt.Sprintf("the member at %s refuses offloads and reads (%s)", addr, st.Refusing))
 	}
-	if st.LeaderID == "" {
+	if st.LeaderID == "" && st.Refusing == "" { // a refusing member's view is its own, not the cluster's
 		why = append(why, fmt.Sprintf("the member at %s knows no leader: the cluster commits nothing until one is elected", addr))
 	}
 	if len(why) == 0 {
