@@ -36,8 +36,8 @@ func failStop(t *testing.T, n *Node, errno syscall.Errno) {
 	})
 	defer failpoint.Disable(failpoint.WALWriteBatch)
 	res, _ := n.BatchOffload(context.Background(), kvoffload.NewTxnID(), objects(1, 4096, keyOf("failstop", 999)))
-	if len(res) == 1 && res[0].Outcome.OK() {
-		t.Fatalf("offload with a failing WAL write: %s", res[0].Outcome)
+	if len(res) != 1 || res[0].Outcome.OK() || !strings.HasPrefix(res[0].Reason, "wal: ") || strings.Contains(res[0].Reason, "wal: wal:") {
+		t.Fatalf("offload with a failing WAL write: %+v; want Failed, its reason the WAL's error once", res)
 	}
 	if err := n.Healthy(); err == nil || !strings.Contains(err.Error(), errno.Error()) {
 		t.Fatalf("Healthy after a WAL write failed with %v: %v, want the fail-stop", errno, err)

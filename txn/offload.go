@@ -131,7 +131,7 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 	idx, err := c.logIntent(p.id, ws)
 	if err != nil {
 		c.failStop(err)
-		c.fail(p, ws, kvoffload.CodeIO, "wal: "+err.Error())
+		c.fail(p, ws, kvoffload.CodeIO, err.Error()) // "wal: ...": the WAL names itself
 		return
 	}
 	_ = failpoint.Hit(failpoint.IntentLogged)
