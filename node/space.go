@@ -119,6 +119,14 @@ func (n *Node) raftLogFault(err error) {
 	select {
 	case <-n.ready:
 		n.coord.FailStop(err)
-	case <-n.closing:
+		return
+	default:
 	}
+	go func() { // still opening: the coordinator fail-stops once it exists, unless Open fails first
+		select {
+		case <-n.ready:
+			n.coord.FailStop(err)
+		case <-n.closing:
+		}
+	}()
 }

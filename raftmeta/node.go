@@ -133,18 +133,19 @@ func (n *Node) open() error {
 	return nil
 }
 
-// onLogFault stops Raft after the first error writing raft.db (Config.OnLogFault), then
-// tells the owner.
+// onLogFault tells the owner of the first error writing raft.db (Config.OnLogFault), then
+// stops Raft: in that order, so that once Raft is seen stopped the owner refuses calls
+// already, and none is proposed to a stopped Raft.
 func (n *Node) onLogFault(err error) {
 	n.log.Error("the Raft log cannot be written: Raft stopped; this member fail-stops", "err", err)
+	if n.cfg.OnLogFault != nil {
+		n.cfg.OnLogFault(err)
+	}
 	<-n.opened // a fault while NewRaft is still returning
 	if n.raft != nil {
 		if err := n.raft.Shutdown().Error(); err != nil {
 			n.log.Warn("stopping Raft after a log fault", "err", err)
 		}
-	}
-	if n.cfg.OnLogFault != nil {
-		n.cfg.OnLogFault(err)
 	}
 }
 
