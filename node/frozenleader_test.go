@@ -159,3 +159,33 @@ func TestFrozenLeaderForwardedBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestFrozenLeaderCatchUp: a batch that reaches a follower just after the leader froze waits
+// for its catch-up read index (Coordinator.CatchUp) through the election that replaces the
+// leader, instead of failing it after one ReadIndexTimeout and sending the client elsewhere
+// (possibly to the frozen leader, whose stall watch then costs another 2 s).
+func TestFrozenLeaderCatchUp(t *testing.T) {
+	leader, follower, _, proxy := frozenLeaderCluster(t)
+	seed, size := testSeed(t), 16<<10
+	keys := keysN("frozen-catchup", 4)
+	frozenAt := time.Now()
+	proxy.hold()
+	if err := leader.raft.Raft().Shutdown().Error(); err != nil {
+		t.Fatalf("stopping the leader's raft: %v", err)
+	}
+	res, err := follower.BatchOffload(context.Background(), kvoffload.NewTxnID(), objects(seed, size, keys...))
+	stall := time.Since(frozenAt)
+	t.Logf("leader %s frozen: the batch through follower %s returned %s later", leader.cfg.ID, follower.cfg.ID, stall)
+	if err != nil {
+		t.Fatalf("offload through the follower right after the freeze: %v", err)
+	}
+	for _, r := range res {
+		if r.Outcome != kvoffload.Stored {
+			t.Fatalf("%s: %s %s", r.Key, r.Outcome, r.Reason)
+		}
+	}
+	if stall > 3*time.Second {
+		t.Errorf("the batch waited %s after the leader froze, want at most 3 s", stall)
+	}
+	checkReadable(t, follower, seed, size, keys...)
+}

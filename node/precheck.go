@@ -31,7 +31,7 @@ func (s kvService) Precheck(ctx context.Context, req *pb.PrecheckRequest) (*pb.P
 	// Every answer must hold at a point inside the offload call: catch up with the leader
 	// first, or claim nothing (every key needed). A Present from lagging metadata would let the
 	// client report AlreadyStored for a key removed before the call began.
-	if err := s.n.coord.CatchUp(ctx); err != nil {
+	if err := s.n.coord.OffloadCatchUp(ctx); err != nil {
 		return out, nil
 	}
 	if _, done := s.n.fsm.TxnResult(id); done {

@@ -32,11 +32,16 @@ type Config struct {
 	// MaxLease caps a BatchExists lease: a longer one is shortened to it, so no client can
 	// pin keys against eviction indefinitely.
 	MaxLease time.Duration
-	// ReadIndexTimeout bounds each Meta.ReadIndex (cluster members only): a read confirming a
-	// miss (past it the key is Unavailable from BatchGet, Unknown from BatchExists) and the
-	// catch-up at the start of a batch offload (past it the call fails with ErrIndeterminate,
-	// having written nothing).
+	// ReadIndexTimeout bounds each Meta.ReadIndex (cluster members only) of a read confirming
+	// a miss (past it the key is Unavailable from BatchGet, Unknown from BatchExists).
 	ReadIndexTimeout time.Duration
+	// OffloadCatchUpTimeout bounds the catch-up at the start of a batch offload instead
+	// (at least ReadIndexTimeout): long enough to ride out one leader election, since a
+	// follower's forwarded read index moves to the new leader (node/forward) once it stops
+	// following a silent one (its heartbeat timeout, 1 s by default), so a batch that
+	// arrives as the leader fails waits for the new one instead of failing and being sent,
+	// perhaps, to the failed leader.
+	OffloadCatchUpTimeout time.Duration
 	// MaxBufferedBytes bounds the value bytes the node's gRPC service holds in memory at once
 	// across all requests: BatchOffload's reassembled objects and BatchGet's results, each
 	// held until its response is sent. A request that would go over it waits for bytes to be
@@ -58,18 +63,19 @@ type Config struct {
 // DefaultConfig returns the default limits for node id.
 func DefaultConfig(id string) Config {
 	return Config{
-		NodeID:           id,
-		MaxKeyBytes:      1024,
-		MaxObjectBytes:   64 << 20,
-		MaxBatchKeys:     4096,
-		MaxBatchBytes:    1 << 30,
-		MaxInFlight:      64,
-		CommitTimeout:    10 * time.Second,
-		ReadIndexTimeout: time.Second,
-		MaxLease:         10 * time.Minute,
-		MaxBufferedBytes: 2 << 30,
-		ReadsInFlight:    32,
-		TruncateEvery:    4096,
+		NodeID:                id,
+		MaxKeyBytes:           1024,
+		MaxObjectBytes:        64 << 20,
+		MaxBatchKeys:          4096,
+		MaxBatchBytes:         1 << 30,
+		MaxInFlight:           64,
+		CommitTimeout:         10 * time.Second,
+		ReadIndexTimeout:      time.Second,
+		OffloadCatchUpTimeout: 2 * time.Second,
+		MaxLease:              10 * time.Minute,
+		MaxBufferedBytes:      2 << 30,
+		ReadsInFlight:         32,
+		TruncateEvery:         4096,
 	}
 }
 

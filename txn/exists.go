@@ -100,7 +100,17 @@ func (c *Coordinator) batchExists(keys []string, prev []kvoffload.Presence) kvof
 // Present seen in lagging metadata would answer AlreadyStored for a key removed meanwhile
 // (chaos/TestProcessNemesis found it).
 func (c *Coordinator) CatchUp(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadIndexTimeout)
+	return c.catchUp(ctx, c.cfg.ReadIndexTimeout)
+}
+
+// OffloadCatchUp is CatchUp before a batch offload or its precheck, bounded by
+// OffloadCatchUpTimeout (at least ReadIndexTimeout): it rides out a leader election.
+func (c *Coordinator) OffloadCatchUp(ctx context.Context) error {
+	return c.catchUp(ctx, max(c.cfg.OffloadCatchUpTimeout, c.cfg.ReadIndexTimeout))
+}
+
+func (c *Coordinator) catchUp(ctx context.Context, bound time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	return c.meta.ReadIndex(rctx)
 }

@@ -35,9 +35,9 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 	// holds every result acknowledged before this call: a retry of a txn that another node
 	// committed finds its original results, and no key is answered AlreadyStored or Conflict
 	// from metadata that has not applied an acknowledged REMOVE (both found by the process
-	// nemesis). It is bounded by ReadIndexTimeout: with the leader paused or gone the call
-	// fails fast (nothing was written) and the client retries, on another member if need be.
-	if err := c.CatchUp(ctx); err != nil {
+	// nemesis). It is bounded by OffloadCatchUpTimeout: with no leader elected by then the
+	// call fails (nothing was written) and the client retries, on another member if need be.
+	if err := c.OffloadCatchUp(ctx); err != nil {
 		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
 	}
 	b := c.admit(objs)
