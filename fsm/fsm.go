@@ -110,6 +110,7 @@ type FSM struct {
 	st       *state
 	watch    func(*Result)
 	restored func(RestoreDiff)
+	changes  ChangeHook // WatchChanges
 	// hooked is the applied index whose hooks (Watch, WatchRestore) have returned: what
 	// waiting for "applied here" must wait for, since the hooks run after the lock is
 	// released (review: a Remove on a follower returned before its free was queued).
@@ -240,7 +241,7 @@ func (f *FSM) applyDecoded(index uint64, data []byte, t CommandType, cmd any, er
 	}
 	f.mu.Lock()
 	res, fresh := f.st.apply(index, cmd)
-	watch, applied := f.watch, f.st.applied
+	watch, applied, changes := f.watch, f.st.applied, f.changes
 	f.mu.Unlock()
 	// res is this call's own (the state keeps a record, record.go): the hook reads it, then
 	// the caller gets it.
@@ -249,6 +250,9 @@ func (f *FSM) applyDecoded(index uint64, data []byte, t CommandType, cmd any, er
 	}
 	if fresh && watch != nil {
 		watch(res)
+	}
+	if fresh && changes != nil {
+		changes.Applied(index, changesOf(index, cmd, res))
 	}
 	f.hooked.Store(applied) // ApplyCommand and Restore run on one goroutine (raft's FSM)
 	return res

@@ -180,7 +180,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.mu.Lock()
 	old := f.st
 	f.st = st
-	fn := f.restored
+	fn, changes := f.restored, f.changes
 	f.mu.Unlock()
 	if fn != nil {
 		// Under the read lock, not the write lock: readers are not held up by the diff.
@@ -188,6 +188,9 @@ func (f *FSM) Restore(r io.Reader) error {
 		d := diffLive(old, st)
 		f.mu.RUnlock()
 		fn(d)
+	}
+	if changes != nil {
+		changes.Restored(st.applied)
 	}
 	f.hooked.Store(st.applied)
 	return nil
