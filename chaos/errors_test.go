@@ -9,7 +9,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/tmpfs"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/vfs"
@@ -419,7 +419,7 @@ func runErrorCases(t *testing.T, seed uint64, faults []*fault) {
 func TestRealENOSPC(t *testing.T) {
 	seed := testSeed(t)
 	t.Cleanup(failpoint.Reset) // in-process hits must not shift the @N of later tiers
-	mnt := mountTmpfs(t, "40m")
+	mnt := tmpfs.Mount(t, "40m")
 	filler := filepath.Join(mnt, "filler")
 	if err := os.WriteFile(filler, make([]byte, 6<<20), 0o640); err != nil {
 		t.Fatal(err)
@@ -466,24 +466,6 @@ func TestRealENOSPC(t *testing.T) {
 		t.Fatalf("I5: %d unresolved intents after recovery (err %v)", open, err)
 	}
 	totals.checks += rep.Checks + 1
-}
-
-// mountTmpfs mounts a tmpfs of size (mount's syntax: "40m") for the test, or skips it.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	mnt := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(mnt, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("real-ENOSPC tier needs root to mount a tmpfs: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
-	return mnt
 }
 
 // fillNode offloads batches of 4 x 1 MiB until bucket writes fail, reads, then takes the

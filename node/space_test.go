@@ -4,39 +4,21 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/tmpfs"
 )
-
-// mountTmpfs mounts a tmpfs of size (mount's syntax: "32m") for the test, or skips it.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	mnt := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(mnt, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("needs root to mount a tmpfs: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
-	return mnt
-}
 
 // A node whose data space fills (its whole data directory on a 32 MiB tmpfs, with a 12 MiB
 // reserve) refuses further offloads per key with CodeNoSpace, at once and naming the free
 // bytes and the reserve; it keeps answering reads, BatchExists and Remove and stays healthy
 // (the reserve keeps the WAL and Raft writable); after a Remove it takes offloads again.
 func TestNoSpaceRefusedPerKeyAndFreedByRemove(t *testing.T) {
-	mnt := mountTmpfs(t, "32m")
+	mnt := tmpfs.Mount(t, "32m")
 	cfg := testConfig(filepath.Join(mnt, "data"))
 	cfg.SpaceReserve = 12 << 20
 	n := mustOpen(t, cfg)
@@ -158,7 +140,7 @@ func fill(t *testing.T, path string) {
 // writer) fail-stops: Healthy names the Raft log and the full filesystem, Raft is stopped
 // (no election loop), and calls are refused at once.
 func TestRaftLogFullFailStops(t *testing.T) {
-	mnt := mountTmpfs(t, "24m")
+	mnt := tmpfs.Mount(t, "24m")
 	cfg := testConfig(filepath.Join(mnt, "data"))
 	cfg.SpaceReserve = 4 << 20
 	n := mustOpen(t, cfg)
@@ -199,7 +181,7 @@ func TestRaftLogFullFailStops(t *testing.T) {
 // until the reserve, then refuses per key with CodeNoSpace, and restarts on the full disk
 // with every stored key readable.
 func TestSmallDiskAutoReserve(t *testing.T) {
-	mnt := mountTmpfs(t, "64m")
+	mnt := tmpfs.Mount(t, "64m")
 	cfg := testConfig(filepath.Join(mnt, "data"))
 	n := mustOpen(t, cfg)
 	ctx := context.Background()
