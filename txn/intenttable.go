@@ -1,8 +1,10 @@
 package txn
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
@@ -17,7 +19,13 @@ type intentTable struct {
 	truncMu    sync.RWMutex
 	mu         sync.Mutex
 	unresolved map[uint64]fsm.TxnID // WAL index of an unresolved INTENT -> its txn ID
+	// truncAfter (under truncMu): after a truncation found no room (wal.ErrNotTruncated),
+	// none is tried again before this time.
+	truncAfter time.Time
 }
+
+// truncRetry is how long truncation waits after one that found no room on the disk.
+const truncRetry = time.Second
 
 // append appends rec (an INTENT) durably and registers it as unresolved before truncation
 // may run, returning its WAL index.
@@ -42,13 +50,18 @@ func (t *intentTable) resolved(idx uint64) {
 }
 
 // maybeTruncate drops resolved history from the front of log once every entries have
-// accumulated, never past an unresolved intent. It returns TruncateFront's error.
+// accumulated, never past an unresolved intent. It returns TruncateFront's error; after
+// wal.ErrNotTruncated (no room on the disk: the log is unchanged) it tries again only after
+// truncRetry.
 func (t *intentTable) maybeTruncate(log IntentLog, every uint64) error {
 	if log.LastIndex()-log.FirstIndex() < every {
 		return nil
 	}
 	t.truncMu.Lock()
 	defer t.truncMu.Unlock()
+	if time.Now().Before(t.truncAfter) {
+		return nil
+	}
 	first, target := log.FirstIndex(), log.LastIndex()
 	if target-first < every {
 		return nil
@@ -64,6 +77,9 @@ func (t *intentTable) maybeTruncate(log IntentLog, every uint64) error {
 	_ = failpoint.Hit(failpoint.WALTruncateBefore)
 	err := log.TruncateFront(target)
 	_ = failpoint.Hit(failpoint.WALTruncateAfter)
+	if errors.Is(err, wal.ErrNotTruncated) {
+		t.truncAfter = time.Now().Add(truncRetry)
+	}
 	if err != nil {
 		return fmt.Errorf("wal truncate: %w", err)
 	}

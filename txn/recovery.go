@@ -3,6 +3,7 @@ package txn
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -67,7 +68,10 @@ func (c *Coordinator) Recover(ctx context.Context) (RecoveryReport, error) {
 	}
 	if last := c.log.LastIndex(); last > c.log.FirstIndex() {
 		_ = failpoint.Hit(failpoint.WALTruncateBefore)
-		if err := c.log.TruncateFront(last); err != nil {
+		if err := c.log.TruncateFront(last); errors.Is(err, wal.ErrNotTruncated) {
+			// A full disk: the resolved history stays until a later truncation.
+			c.lg.Warn("recovery: the WAL keeps its resolved history (no room to truncate it); free space on the data filesystem", "err", err)
+		} else if err != nil {
 			return rep, fmt.Errorf("txn: recovery: truncating the WAL: %w", err)
 		}
 		_ = failpoint.Hit(failpoint.WALTruncateAfter)

@@ -79,7 +79,9 @@ func (c *Coordinator) done(id fsm.TxnID, idx uint64) {
 	c.log.AppendAsync(wal.Record{Type: wal.RecordDone, TxnID: id})
 	_ = failpoint.Hit(failpoint.DoneLogged)
 	c.intents.resolved(idx)
-	if err := c.intents.maybeTruncate(c.log, c.cfg.TruncateEvery); err != nil {
+	if err := c.intents.maybeTruncate(c.log, c.cfg.TruncateEvery); errors.Is(err, wal.ErrNotTruncated) {
+		c.lg.Warn("the WAL keeps its resolved history (no room to truncate it); free space on the data filesystem", "err", err)
+	} else if err != nil {
 		c.failStop(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	tidwall "github.com/tidwall/wal"
@@ -253,8 +254,10 @@ func (l *Log) corruptAt(index uint64, reason string) error {
 
 // TruncateFront drops every entry before index, so that index becomes the
 // first, then fsyncs the directory. index <= FirstIndex is a no-op; index >
-// LastIndex is an error (the Log stays usable). A crash before it returns may
-// leave the log untruncated, never half-truncated.
+// LastIndex is an error (the Log stays usable). A failure to write the copy of
+// the segment that is to start the log returns ErrNotTruncated: nothing was
+// changed, the Log stays usable. Any later failure fail-stops the Log. A crash
+// before it returns may leave the log untruncated, never half-truncated.
 func (l *Log) TruncateFront(index uint64) error {
 	l.truncMu.Lock()
 	defer l.truncMu.Unlock()
@@ -269,6 +272,9 @@ func (l *Log) TruncateFront(index uint64) error {
 		return l.fail("truncate front", err)
 	}
 	if err := l.tw.TruncateFront(index); err != nil {
+		if startNotWritten(err) {
+			return fmt.Errorf("%w: truncate front to %d: %w", ErrNotTruncated, index, err)
+		}
 		return l.fail("truncate front", err)
 	}
 	if err := syncDir(l.dir); err != nil {
@@ -310,4 +316,12 @@ func (l *Log) Close() error {
 	}
 	l.logger.Info("closed log")
 	return nil
+}
+
+// startNotWritten reports a tidwall TruncateFront error from writing the .START
+// copy (atomicWrite, in github.com/tidwall/wal v1.2.1 wal.go truncateFront),
+// which comes before any change to the segments or to tidwall's state: its temp
+// file is removed, and the log is as it was.
+func startNotWritten(err error) bool {
+	return strings.HasPrefix(err.Error(), "failed to create start segment: ")
 }
