@@ -57,7 +57,7 @@ var rules = []rule{
 	{from: []string{"fsm/..."}, tests: true, only: []string{"internal/mutant", "extent"},
 		forbid: []string{raftFork, upstreamRaft, "github.com/hashicorp/raft-boltdb/..."},
 		why:    "fsm is the pure state machine: no Raft, no WAL, no buckets"},
-	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant", "vfs/...", "extent"},
+	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant", "internal/tmpfs", "vfs/...", "extent"},
 		why: "wal and bucketstore are leaves: storage that knows nothing of transactions or Raft"},
 	{from: []string{"vfs/..."}, tests: true, only: []string{"vfs/..."},
 		why: "vfs is a leaf: the filesystem seam and its test filesystems know nothing of the store"},
