@@ -85,8 +85,8 @@ type Change struct {
 // goroutine. Its methods must not block or call ApplyCommand or Restore (the rules of
 // Watch), and must not keep changes after returning (copy what they keep).
 type ChangeHook interface {
-	// Applied is called once per applied command that recorded a new Result (a
-	// de-duplicated command changes nothing), with its changes, possibly none.
+	// Applied is called once per applied command, after its Watch hook, with its changes,
+	// possibly none (a de-duplicated command changes nothing).
 	Applied(index uint64, changes []Change)
 	// Restored is called after each successful Restore, with the restored applied index:
 	// the commands folded into the snapshot are not reported, so what was reported up to

@@ -251,8 +251,12 @@ func (f *FSM) applyDecoded(index uint64, data []byte, t CommandType, cmd any, er
 	if fresh && watch != nil {
 		watch(res)
 	}
-	if fresh && changes != nil {
-		changes.Applied(index, changesOf(index, cmd, res))
+	if changes != nil {
+		var ch []Change
+		if fresh { // a de-duplicated command changes nothing
+			ch = changesOf(index, cmd, res)
+		}
+		changes.Applied(index, ch)
 	}
 	f.hooked.Store(applied) // ApplyCommand and Restore run on one goroutine (raft's FSM)
 	return res

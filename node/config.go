@@ -60,6 +60,13 @@ type Config struct {
 	// Join lists peer addresses (PeerAddr) of existing members. When set and the node has no Raft state
 	// yet, it joins through one of them instead of bootstrapping a new cluster.
 	Join []string
+	// WatchRetain is how many key events (WatchEvents) the node retains for consumers to
+	// resume from; a consumer further behind is sent a RESET and a listing. 0 means
+	// DefaultWatchRetain.
+	WatchRetain int
+	// MaxWatchers is the most WatchEvents streams the node serves at once; more are refused
+	// with RESOURCE_EXHAUSTED. 0 means DefaultMaxWatchers.
+	MaxWatchers int
 	// Registry receives the node's Prometheus metrics; nil means they are not registered.
 	Registry prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -106,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if c.BucketSize <= 0 {
 		errs = append(errs, errors.New("node: BucketSize must be positive"))
+	}
+	if c.WatchRetain < 0 || c.MaxWatchers < 0 {
+		errs = append(errs, errors.New("node: WatchRetain and MaxWatchers must not be negative"))
 	}
 	if c.Capacity < 0 {
 		errs = append(errs, errors.New("node: Capacity must not be negative"))

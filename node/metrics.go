@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.offloadSeconds, m.offloadKeys, m.offloadBytes, m.getSeconds, m.getKeys, m.getBytes,
-			m.existsKeys, m.keyFailures, m.bufferedBytes, m.bufferWaits, m.peerBuffered, m.peerWaits, stateCollector{n},
+			m.existsKeys, m.keyFailures, m.bufferedBytes, m.bufferWaits, m.peerBuffered, m.peerWaits, stateCollector{n}, watchCollector{n},
 			buildInfoGauge(ReadBuild()))
 	}
 	return m

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,6 +87,11 @@ type Node struct {
 	closing       chan struct{}
 	repair        wal.RepairReport
 	recovery      txn.RecoveryReport
+
+	// ring is the retained window of key events and watchers the WatchEvents streams
+	// (watch.go); the ring watches the FSM from before Raft restores or replays it.
+	ring     *eventRing
+	watchers *watchers
 }
 
 // Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs
@@ -158,6 +164,8 @@ func newNode(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), tls: tm,
 		ready: make(chan struct{}), closing: make(chan struct{})}
 	n.peers = forward.NewPeers(n.peerCreds, n.peerDialOptions()...)
+	n.ring = newEventRing(cmp.Or(cfg.WatchRetain, DefaultWatchRetain))
+	n.watchers = newWatchers(cmp.Or(cfg.MaxWatchers, DefaultMaxWatchers))
 	n.metrics = newMetrics(cfg.Registry, n)
 	return n, nil
 }
@@ -239,6 +247,7 @@ func (n *Node) raftConfig() raftmeta.Config {
 // openRaft opens the metadata: a new FSM, and Raft over it with rcfg.
 func (n *Node) openRaft(rcfg raftmeta.Config) error {
 	n.fsm = fsm.New()
+	n.fsm.WatchChanges(n.ring)
 	var err error
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
 		return fmt.Errorf("node: %w", err)

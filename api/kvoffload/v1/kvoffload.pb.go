@@ -32,6 +32,118 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type EventKind int32
+
+const (
+	EventKind_EVENT_KIND_UNSPECIFIED EventKind = 0
+	EventKind_EVENT_KIND_STORED      EventKind = 1 // the key was committed: key, size, node, generation
+	EventKind_EVENT_KIND_REMOVED     EventKind = 2 // the key was removed: key, size, node, generation of the removed version, cause
+	// RESET: the consumer's view is void; the listed count of LISTED events follow, the whole
+	// state at this position.
+	EventKind_EVENT_KIND_RESET  EventKind = 3
+	EventKind_EVENT_KIND_LISTED EventKind = 4 // a key stored at the RESET's position: key, size, node, generation
+)
+
+// Enum value maps for EventKind.
+var (
+	EventKind_name = map[int32]string{
+		0: "EVENT_KIND_UNSPECIFIED",
+		1: "EVENT_KIND_STORED",
+		2: "EVENT_KIND_REMOVED",
+		3: "EVENT_KIND_RESET",
+		4: "EVENT_KIND_LISTED",
+	}
+	EventKind_value = map[string]int32{
+		"EVENT_KIND_UNSPECIFIED": 0,
+		"EVENT_KIND_STORED":      1,
+		"EVENT_KIND_REMOVED":     2,
+		"EVENT_KIND_RESET":       3,
+		"EVENT_KIND_LISTED":      4,
+	}
+)
+
+func (x EventKind) Enum() *EventKind {
+	p := new(EventKind)
+	*p = x
+	return p
+}
+
+func (x EventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[0].Descriptor()
+}
+
+func (EventKind) Type() protoreflect.EnumType {
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[0]
+}
+
+func (x EventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventKind.Descriptor instead.
+func (EventKind) EnumDescriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{0}
+}
+
+type RemoveCause int32
+
+const (
+	RemoveCause_REMOVE_CAUSE_UNSPECIFIED RemoveCause = 0
+	RemoveCause_REMOVE_CAUSE_REMOVED     RemoveCause = 1 // a client's Remove
+	RemoveCause_REMOVE_CAUSE_EVICTED     RemoveCause = 2 // capacity eviction by the owner
+	RemoveCause_REMOVE_CAUSE_OWNER_LEFT  RemoveCause = 3 // the owner left the cluster
+	RemoveCause_REMOVE_CAUSE_PRUNED      RemoveCause = 4 // the store dropped it: bucket lost, record or metadata corrupt
+)
+
+// Enum value maps for RemoveCause.
+var (
+	RemoveCause_name = map[int32]string{
+		0: "REMOVE_CAUSE_UNSPECIFIED",
+		1: "REMOVE_CAUSE_REMOVED",
+		2: "REMOVE_CAUSE_EVICTED",
+		3: "REMOVE_CAUSE_OWNER_LEFT",
+		4: "REMOVE_CAUSE_PRUNED",
+	}
+	RemoveCause_value = map[string]int32{
+		"REMOVE_CAUSE_UNSPECIFIED": 0,
+		"REMOVE_CAUSE_REMOVED":     1,
+		"REMOVE_CAUSE_EVICTED":     2,
+		"REMOVE_CAUSE_OWNER_LEFT":  3,
+		"REMOVE_CAUSE_PRUNED":      4,
+	}
+)
+
+func (x RemoveCause) Enum() *RemoveCause {
+	p := new(RemoveCause)
+	*p = x
+	return p
+}
+
+func (x RemoveCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RemoveCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[1].Descriptor()
+}
+
+func (RemoveCause) Type() protoreflect.EnumType {
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[1]
+}
+
+func (x RemoveCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RemoveCause.Descriptor instead.
+func (RemoveCause) EnumDescriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+}
+
 type Outcome int32
 
 const (
@@ -74,11 +186,11 @@ func (x Outcome) String() string {
 }
 
 func (Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvoffload_v1_kvoffload_proto_enumTypes[0].Descriptor()
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[2].Descriptor()
 }
 
 func (Outcome) Type() protoreflect.EnumType {
-	return &file_kvoffload_v1_kvoffload_proto_enumTypes[0]
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[2]
 }
 
 func (x Outcome) Number() protoreflect.EnumNumber {
@@ -87,7 +199,7 @@ func (x Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Outcome.Descriptor instead.
 func (Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{0}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
 }
 
 // Code is the machine-readable reason of a per-key result (kvoffload.Code in Go, same numbers;
@@ -177,11 +289,11 @@ func (x Code) String() string {
 }
 
 func (Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvoffload_v1_kvoffload_proto_enumTypes[1].Descriptor()
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[3].Descriptor()
 }
 
 func (Code) Type() protoreflect.EnumType {
-	return &file_kvoffload_v1_kvoffload_proto_enumTypes[1]
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[3]
 }
 
 func (x Code) Number() protoreflect.EnumNumber {
@@ -190,7 +302,7 @@ func (x Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Code.Descriptor instead.
 func (Code) EnumDescriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
 }
 
 type GetStatus int32
@@ -235,11 +347,11 @@ func (x GetStatus) String() string {
 }
 
 func (GetStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvoffload_v1_kvoffload_proto_enumTypes[2].Descriptor()
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[4].Descriptor()
 }
 
 func (GetStatus) Type() protoreflect.EnumType {
-	return &file_kvoffload_v1_kvoffload_proto_enumTypes[2]
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[4]
 }
 
 func (x GetStatus) Number() protoreflect.EnumNumber {
@@ -248,7 +360,7 @@ func (x GetStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GetStatus.Descriptor instead.
 func (GetStatus) EnumDescriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{4}
 }
 
 type Presence int32
@@ -292,11 +404,11 @@ func (x Presence) String() string {
 }
 
 func (Presence) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvoffload_v1_kvoffload_proto_enumTypes[3].Descriptor()
+	return file_kvoffload_v1_kvoffload_proto_enumTypes[5].Descriptor()
 }
 
 func (Presence) Type() protoreflect.EnumType {
-	return &file_kvoffload_v1_kvoffload_proto_enumTypes[3]
+	return &file_kvoffload_v1_kvoffload_proto_enumTypes[5]
 }
 
 func (x Presence) Number() protoreflect.EnumNumber {
@@ -305,7 +417,242 @@ func (x Presence) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Presence.Descriptor instead.
 func (Presence) EnumDescriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{5}
+}
+
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the position of the last event the consumer has (the stream sends the events
+	// after it); zero: from the first. A position ordinal 0 is the point before the first
+	// event of that index: a RESET's position, after which the listed keys are the state.
+	FromIndex   uint64 `protobuf:"varint,1,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	FromOrdinal uint32 `protobuf:"varint,2,opt,name=from_ordinal,json=fromOrdinal,proto3" json:"from_ordinal,omitempty"`
+	// until_now ends the stream, with OK, once every event committed when the call began is
+	// sent (the member first learns the leader's commit index).
+	UntilNow bool `protobuf:"varint,3,opt,name=until_now,json=untilNow,proto3" json:"until_now,omitempty"`
+	// list begins the stream with a RESET and the listing, whatever from: a consumer that
+	// lost its view (a stream broken during a listing) asks for a new one.
+	List          bool `protobuf:"varint,4,opt,name=list,proto3" json:"list,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchRequest) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetFromOrdinal() uint32 {
+	if x != nil {
+		return x.FromOrdinal
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetUntilNow() bool {
+	if x != nil {
+		return x.UntilNow
+	}
+	return false
+}
+
+func (x *WatchRequest) GetList() bool {
+	if x != nil {
+		return x.List
+	}
+	return false
+}
+
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          EventKind              `protobuf:"varint,1,opt,name=kind,proto3,enum=kvoffload.v1.EventKind" json:"kind,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`     // position: the Raft index of the change
+	Ordinal       uint32                 `protobuf:"varint,3,opt,name=ordinal,proto3" json:"ordinal,omitempty"` // position: from 1 within the index; 0 for RESET and LISTED
+	Key           string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"` // payload bytes
+	Node          string                 `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`  // the owner node
+	Generation    uint64                 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
+	Cause         RemoveCause            `protobuf:"varint,8,opt,name=cause,proto3,enum=kvoffload.v1.RemoveCause" json:"cause,omitempty"` // REMOVED only
+	Listed        uint64                 `protobuf:"varint,9,opt,name=listed,proto3" json:"listed,omitempty"`                             // RESET only: LISTED events that follow
+	Reason        string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`                             // RESET only: why
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Event) GetKind() EventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return EventKind_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *Event) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Event) GetOrdinal() uint32 {
+	if x != nil {
+		return x.Ordinal
+	}
+	return 0
+}
+
+func (x *Event) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Event) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Event) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Event) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Event) GetCause() RemoveCause {
+	if x != nil {
+		return x.Cause
+	}
+	return RemoveCause_REMOVE_CAUSE_UNSPECIFIED
+}
+
+func (x *Event) GetListed() uint64 {
+	if x != nil {
+		return x.Listed
+	}
+	return 0
+}
+
+func (x *Event) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type WatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WatchResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
 }
 
 type PrecheckRequest struct {
@@ -320,7 +667,7 @@ type PrecheckRequest struct {
 
 func (x *PrecheckRequest) Reset() {
 	*x = PrecheckRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +679,7 @@ func (x *PrecheckRequest) String() string {
 func (*PrecheckRequest) ProtoMessage() {}
 
 func (x *PrecheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[0]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +692,7 @@ func (x *PrecheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrecheckRequest.ProtoReflect.Descriptor instead.
 func (*PrecheckRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{0}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PrecheckRequest) GetKeys() []*PrecheckKey {
@@ -373,7 +720,7 @@ type PrecheckKey struct {
 
 func (x *PrecheckKey) Reset() {
 	*x = PrecheckKey{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +732,7 @@ func (x *PrecheckKey) String() string {
 func (*PrecheckKey) ProtoMessage() {}
 
 func (x *PrecheckKey) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[1]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +745,7 @@ func (x *PrecheckKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrecheckKey.ProtoReflect.Descriptor instead.
 func (*PrecheckKey) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{1}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PrecheckKey) GetKey() string {
@@ -432,7 +779,7 @@ type PrecheckResponse struct {
 
 func (x *PrecheckResponse) Reset() {
 	*x = PrecheckResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +791,7 @@ func (x *PrecheckResponse) String() string {
 func (*PrecheckResponse) ProtoMessage() {}
 
 func (x *PrecheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[2]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +804,7 @@ func (x *PrecheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrecheckResponse.ProtoReflect.Descriptor instead.
 func (*PrecheckResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{2}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PrecheckResponse) GetStored() []bool {
@@ -479,7 +826,7 @@ type OffloadChunk struct {
 
 func (x *OffloadChunk) Reset() {
 	*x = OffloadChunk{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +838,7 @@ func (x *OffloadChunk) String() string {
 func (*OffloadChunk) ProtoMessage() {}
 
 func (x *OffloadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[3]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +851,7 @@ func (x *OffloadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadChunk.ProtoReflect.Descriptor instead.
 func (*OffloadChunk) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{3}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OffloadChunk) GetTxnId() []byte {
@@ -548,7 +895,7 @@ type KeyResult struct {
 
 func (x *KeyResult) Reset() {
 	*x = KeyResult{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +907,7 @@ func (x *KeyResult) String() string {
 func (*KeyResult) ProtoMessage() {}
 
 func (x *KeyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[4]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +920,7 @@ func (x *KeyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyResult.ProtoReflect.Descriptor instead.
 func (*KeyResult) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{4}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeyResult) GetKey() string {
@@ -620,7 +967,7 @@ type OffloadResponse struct {
 
 func (x *OffloadResponse) Reset() {
 	*x = OffloadResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +979,7 @@ func (x *OffloadResponse) String() string {
 func (*OffloadResponse) ProtoMessage() {}
 
 func (x *OffloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[5]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +992,7 @@ func (x *OffloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadResponse.ProtoReflect.Descriptor instead.
 func (*OffloadResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{5}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OffloadResponse) GetResults() []*KeyResult {
@@ -664,7 +1011,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +1023,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[6]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +1036,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{6}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRequest) GetKeys() []string {
@@ -713,7 +1060,7 @@ type GetChunk struct {
 
 func (x *GetChunk) Reset() {
 	*x = GetChunk{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +1072,7 @@ func (x *GetChunk) String() string {
 func (*GetChunk) ProtoMessage() {}
 
 func (x *GetChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[7]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +1085,7 @@ func (x *GetChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunk.ProtoReflect.Descriptor instead.
 func (*GetChunk) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{7}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetChunk) GetIndex() uint32 {
@@ -793,7 +1140,7 @@ type ExistsRequest struct {
 
 func (x *ExistsRequest) Reset() {
 	*x = ExistsRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1152,7 @@ func (x *ExistsRequest) String() string {
 func (*ExistsRequest) ProtoMessage() {}
 
 func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[8]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1165,7 @@ func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsRequest.ProtoReflect.Descriptor instead.
 func (*ExistsRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{8}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExistsRequest) GetKeys() []string {
@@ -846,7 +1193,7 @@ type ExistsResponse struct {
 
 func (x *ExistsResponse) Reset() {
 	*x = ExistsResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1205,7 @@ func (x *ExistsResponse) String() string {
 func (*ExistsResponse) ProtoMessage() {}
 
 func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[9]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1218,7 @@ func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsResponse.ProtoReflect.Descriptor instead.
 func (*ExistsResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{9}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExistsResponse) GetKeys() []Presence {
@@ -907,7 +1254,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1266,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[10]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1279,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{10}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveRequest) GetKeys() []string {
@@ -958,7 +1305,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1317,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[11]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1330,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{11}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoveResponse) GetRemoved() []bool {
@@ -1001,7 +1348,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1360,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[12]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1373,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{12}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{15}
 }
 
 type StatsResponse struct {
@@ -1045,7 +1392,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1404,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[13]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1417,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{13}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatsResponse) GetNodeId() string {
@@ -1142,7 +1489,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1501,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[14]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1514,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{14}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -1215,7 +1562,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1574,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[15]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1587,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{15}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinResponse) GetVoter() bool {
@@ -1266,7 +1613,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1625,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[16]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1638,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{16}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -1312,7 +1659,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1671,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[17]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1684,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{17}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaveResponse) GetKeysDropped() uint64 {
@@ -1355,7 +1702,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1714,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[18]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1727,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{18}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{21}
 }
 
 type Member struct {
@@ -1399,7 +1746,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1758,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[19]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1771,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{19}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Member) GetNodeId() string {
@@ -1497,7 +1844,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1856,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[20]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1869,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{20}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -1576,7 +1923,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1935,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[21]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1948,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{21}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ProposeRequest) GetCommand() []byte {
@@ -1621,7 +1968,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1980,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[22]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1993,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{22}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProposeResponse) GetResult() []byte {
@@ -1664,7 +2011,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2023,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[23]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2036,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{23}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{26}
 }
 
 type BarrierResponse struct {
@@ -1701,7 +2048,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +2060,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[24]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +2073,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{24}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BarrierResponse) GetAppliedIndex() uint64 {
@@ -1747,7 +2094,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +2106,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[25]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +2119,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{25}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadIndexRequest) GetNodeId() string {
@@ -1791,7 +2138,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +2150,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[26]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +2163,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{26}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadIndexResponse) GetReadIndex() uint64 {
@@ -1837,7 +2184,7 @@ type RegionRef struct {
 
 func (x *RegionRef) Reset() {
 	*x = RegionRef{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2196,7 @@ func (x *RegionRef) String() string {
 func (*RegionRef) ProtoMessage() {}
 
 func (x *RegionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[27]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2209,7 @@ func (x *RegionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionRef.ProtoReflect.Descriptor instead.
 func (*RegionRef) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{27}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegionRef) GetId() []byte {
@@ -1891,7 +2238,7 @@ type Desc struct {
 
 func (x *Desc) Reset() {
 	*x = Desc{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2250,7 @@ func (x *Desc) String() string {
 func (*Desc) ProtoMessage() {}
 
 func (x *Desc) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[28]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2263,7 @@ func (x *Desc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Desc.ProtoReflect.Descriptor instead.
 func (*Desc) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{28}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Desc) GetKey() string {
@@ -1951,7 +2298,7 @@ type LocalOffloadRequest struct {
 
 func (x *LocalOffloadRequest) Reset() {
 	*x = LocalOffloadRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2310,7 @@ func (x *LocalOffloadRequest) String() string {
 func (*LocalOffloadRequest) ProtoMessage() {}
 
 func (x *LocalOffloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[29]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2323,7 @@ func (x *LocalOffloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalOffloadRequest.ProtoReflect.Descriptor instead.
 func (*LocalOffloadRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{29}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LocalOffloadRequest) GetTxnId() []byte {
@@ -2010,7 +2357,7 @@ type LocalGetRequest struct {
 
 func (x *LocalGetRequest) Reset() {
 	*x = LocalGetRequest{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[30]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2369,7 @@ func (x *LocalGetRequest) String() string {
 func (*LocalGetRequest) ProtoMessage() {}
 
 func (x *LocalGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[30]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2382,7 @@ func (x *LocalGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalGetRequest.ProtoReflect.Descriptor instead.
 func (*LocalGetRequest) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{30}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LocalGetRequest) GetRegion() *RegionRef {
@@ -2064,7 +2411,7 @@ type LocalGetResult struct {
 
 func (x *LocalGetResult) Reset() {
 	*x = LocalGetResult{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[31]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2423,7 @@ func (x *LocalGetResult) String() string {
 func (*LocalGetResult) ProtoMessage() {}
 
 func (x *LocalGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[31]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2436,7 @@ func (x *LocalGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalGetResult.ProtoReflect.Descriptor instead.
 func (*LocalGetResult) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{31}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LocalGetResult) GetStatus() GetStatus {
@@ -2129,7 +2476,7 @@ type LocalGetResponse struct {
 
 func (x *LocalGetResponse) Reset() {
 	*x = LocalGetResponse{}
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[32]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2488,7 @@ func (x *LocalGetResponse) String() string {
 func (*LocalGetResponse) ProtoMessage() {}
 
 func (x *LocalGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[32]
+	mi := &file_kvoffload_v1_kvoffload_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2501,7 @@ func (x *LocalGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalGetResponse.ProtoReflect.Descriptor instead.
 func (*LocalGetResponse) Descriptor() ([]byte, []int) {
-	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{32}
+	return file_kvoffload_v1_kvoffload_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LocalGetResponse) GetResults() []*LocalGetResult {
@@ -2168,7 +2515,29 @@ var File_kvoffload_v1_kvoffload_proto protoreflect.FileDescriptor
 
 const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\n" +
-	"\x1ckvoffload/v1/kvoffload.proto\x12\fkvoffload.v1\"W\n" +
+	"\x1ckvoffload/v1/kvoffload.proto\x12\fkvoffload.v1\"\x81\x01\n" +
+	"\fWatchRequest\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\x01 \x01(\x04R\tfromIndex\x12!\n" +
+	"\ffrom_ordinal\x18\x02 \x01(\rR\vfromOrdinal\x12\x1b\n" +
+	"\tuntil_now\x18\x03 \x01(\bR\buntilNow\x12\x12\n" +
+	"\x04list\x18\x04 \x01(\bR\x04list\"\x9f\x02\n" +
+	"\x05Event\x12+\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x17.kvoffload.v1.EventKindR\x04kind\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
+	"\aordinal\x18\x03 \x01(\rR\aordinal\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\x12\x1e\n" +
+	"\n" +
+	"generation\x18\a \x01(\x04R\n" +
+	"generation\x12/\n" +
+	"\x05cause\x18\b \x01(\x0e2\x19.kvoffload.v1.RemoveCauseR\x05cause\x12\x16\n" +
+	"\x06listed\x18\t \x01(\x04R\x06listed\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\"<\n" +
+	"\rWatchResponse\x12+\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.kvoffload.v1.EventR\x06events\"W\n" +
 	"\x0fPrecheckRequest\x12-\n" +
 	"\x04keys\x18\x01 \x03(\v2\x19.kvoffload.v1.PrecheckKeyR\x04keys\x12\x15\n" +
 	"\x06txn_id\x18\x02 \x01(\fR\x05txnId\"E\n" +
@@ -2294,7 +2663,19 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12&\n" +
 	"\x04code\x18\x04 \x01(\x0e2\x12.kvoffload.v1.CodeR\x04code\"J\n" +
 	"\x10LocalGetResponse\x126\n" +
-	"\aresults\x18\x01 \x03(\v2\x1c.kvoffload.v1.LocalGetResultR\aresults*\x92\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.kvoffload.v1.LocalGetResultR\aresults*\x83\x01\n" +
+	"\tEventKind\x12\x1a\n" +
+	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11EVENT_KIND_STORED\x10\x01\x12\x16\n" +
+	"\x12EVENT_KIND_REMOVED\x10\x02\x12\x14\n" +
+	"\x10EVENT_KIND_RESET\x10\x03\x12\x15\n" +
+	"\x11EVENT_KIND_LISTED\x10\x04*\x95\x01\n" +
+	"\vRemoveCause\x12\x1c\n" +
+	"\x18REMOVE_CAUSE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14REMOVE_CAUSE_REMOVED\x10\x01\x12\x18\n" +
+	"\x14REMOVE_CAUSE_EVICTED\x10\x02\x12\x1b\n" +
+	"\x17REMOVE_CAUSE_OWNER_LEFT\x10\x03\x12\x17\n" +
+	"\x13REMOVE_CAUSE_PRUNED\x10\x04*\x92\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eOUTCOME_STORED\x10\x01\x12\x1a\n" +
@@ -2337,7 +2718,7 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x10PRESENCE_PRESENT\x10\x01\x12\x13\n" +
 	"\x0fPRESENCE_ABSENT\x10\x02\x12\x16\n" +
 	"\x12PRESENCE_IN_FLIGHT\x10\x03\x12\x14\n" +
-	"\x10PRESENCE_UNKNOWN\x10\x042\xf9\x03\n" +
+	"\x10PRESENCE_UNKNOWN\x10\x042\xc3\x04\n" +
 	"\tKVOffload\x12K\n" +
 	"\fBatchOffload\x12\x1a.kvoffload.v1.OffloadChunk\x1a\x1d.kvoffload.v1.OffloadResponse(\x01\x12I\n" +
 	"\bPrecheck\x12\x1d.kvoffload.v1.PrecheckRequest\x1a\x1e.kvoffload.v1.PrecheckResponse\x12>\n" +
@@ -2345,7 +2726,8 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\vBatchExists\x12\x1b.kvoffload.v1.ExistsRequest\x1a\x1c.kvoffload.v1.ExistsResponse\x12C\n" +
 	"\x06Remove\x12\x1b.kvoffload.v1.RemoveRequest\x1a\x1c.kvoffload.v1.RemoveResponse\x12@\n" +
 	"\x05Stats\x12\x1a.kvoffload.v1.StatsRequest\x1a\x1b.kvoffload.v1.StatsResponse\x12C\n" +
-	"\x06Status\x12\x1b.kvoffload.v1.StatusRequest\x1a\x1c.kvoffload.v1.StatusResponse2\xee\x03\n" +
+	"\x06Status\x12\x1b.kvoffload.v1.StatusRequest\x1a\x1c.kvoffload.v1.StatusResponse\x12H\n" +
+	"\vWatchEvents\x12\x1a.kvoffload.v1.WatchRequest\x1a\x1b.kvoffload.v1.WatchResponse0\x012\xee\x03\n" +
 	"\aCluster\x12=\n" +
 	"\x04Join\x12\x19.kvoffload.v1.JoinRequest\x1a\x1a.kvoffload.v1.JoinResponse\x12@\n" +
 	"\x05Leave\x12\x1a.kvoffload.v1.LeaveRequest\x1a\x1b.kvoffload.v1.LeaveResponse\x12C\n" +
@@ -2370,102 +2752,112 @@ func file_kvoffload_v1_kvoffload_proto_rawDescGZIP() []byte {
 	return file_kvoffload_v1_kvoffload_proto_rawDescData
 }
 
-var file_kvoffload_v1_kvoffload_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_kvoffload_v1_kvoffload_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_kvoffload_v1_kvoffload_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_kvoffload_v1_kvoffload_proto_goTypes = []any{
-	(Outcome)(0),                // 0: kvoffload.v1.Outcome
-	(Code)(0),                   // 1: kvoffload.v1.Code
-	(GetStatus)(0),              // 2: kvoffload.v1.GetStatus
-	(Presence)(0),               // 3: kvoffload.v1.Presence
-	(*PrecheckRequest)(nil),     // 4: kvoffload.v1.PrecheckRequest
-	(*PrecheckKey)(nil),         // 5: kvoffload.v1.PrecheckKey
-	(*PrecheckResponse)(nil),    // 6: kvoffload.v1.PrecheckResponse
-	(*OffloadChunk)(nil),        // 7: kvoffload.v1.OffloadChunk
-	(*KeyResult)(nil),           // 8: kvoffload.v1.KeyResult
-	(*OffloadResponse)(nil),     // 9: kvoffload.v1.OffloadResponse
-	(*GetRequest)(nil),          // 10: kvoffload.v1.GetRequest
-	(*GetChunk)(nil),            // 11: kvoffload.v1.GetChunk
-	(*ExistsRequest)(nil),       // 12: kvoffload.v1.ExistsRequest
-	(*ExistsResponse)(nil),      // 13: kvoffload.v1.ExistsResponse
-	(*RemoveRequest)(nil),       // 14: kvoffload.v1.RemoveRequest
-	(*RemoveResponse)(nil),      // 15: kvoffload.v1.RemoveResponse
-	(*StatsRequest)(nil),        // 16: kvoffload.v1.StatsRequest
-	(*StatsResponse)(nil),       // 17: kvoffload.v1.StatsResponse
-	(*JoinRequest)(nil),         // 18: kvoffload.v1.JoinRequest
-	(*JoinResponse)(nil),        // 19: kvoffload.v1.JoinResponse
-	(*LeaveRequest)(nil),        // 20: kvoffload.v1.LeaveRequest
-	(*LeaveResponse)(nil),       // 21: kvoffload.v1.LeaveResponse
-	(*StatusRequest)(nil),       // 22: kvoffload.v1.StatusRequest
-	(*Member)(nil),              // 23: kvoffload.v1.Member
-	(*StatusResponse)(nil),      // 24: kvoffload.v1.StatusResponse
-	(*ProposeRequest)(nil),      // 25: kvoffload.v1.ProposeRequest
-	(*ProposeResponse)(nil),     // 26: kvoffload.v1.ProposeResponse
-	(*BarrierRequest)(nil),      // 27: kvoffload.v1.BarrierRequest
-	(*BarrierResponse)(nil),     // 28: kvoffload.v1.BarrierResponse
-	(*ReadIndexRequest)(nil),    // 29: kvoffload.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),   // 30: kvoffload.v1.ReadIndexResponse
-	(*RegionRef)(nil),           // 31: kvoffload.v1.RegionRef
-	(*Desc)(nil),                // 32: kvoffload.v1.Desc
-	(*LocalOffloadRequest)(nil), // 33: kvoffload.v1.LocalOffloadRequest
-	(*LocalGetRequest)(nil),     // 34: kvoffload.v1.LocalGetRequest
-	(*LocalGetResult)(nil),      // 35: kvoffload.v1.LocalGetResult
-	(*LocalGetResponse)(nil),    // 36: kvoffload.v1.LocalGetResponse
-	nil,                         // 37: kvoffload.v1.StatsResponse.CountersEntry
+	(EventKind)(0),              // 0: kvoffload.v1.EventKind
+	(RemoveCause)(0),            // 1: kvoffload.v1.RemoveCause
+	(Outcome)(0),                // 2: kvoffload.v1.Outcome
+	(Code)(0),                   // 3: kvoffload.v1.Code
+	(GetStatus)(0),              // 4: kvoffload.v1.GetStatus
+	(Presence)(0),               // 5: kvoffload.v1.Presence
+	(*WatchRequest)(nil),        // 6: kvoffload.v1.WatchRequest
+	(*Event)(nil),               // 7: kvoffload.v1.Event
+	(*WatchResponse)(nil),       // 8: kvoffload.v1.WatchResponse
+	(*PrecheckRequest)(nil),     // 9: kvoffload.v1.PrecheckRequest
+	(*PrecheckKey)(nil),         // 10: kvoffload.v1.PrecheckKey
+	(*PrecheckResponse)(nil),    // 11: kvoffload.v1.PrecheckResponse
+	(*OffloadChunk)(nil),        // 12: kvoffload.v1.OffloadChunk
+	(*KeyResult)(nil),           // 13: kvoffload.v1.KeyResult
+	(*OffloadResponse)(nil),     // 14: kvoffload.v1.OffloadResponse
+	(*GetRequest)(nil),          // 15: kvoffload.v1.GetRequest
+	(*GetChunk)(nil),            // 16: kvoffload.v1.GetChunk
+	(*ExistsRequest)(nil),       // 17: kvoffload.v1.ExistsRequest
+	(*ExistsResponse)(nil),      // 18: kvoffload.v1.ExistsResponse
+	(*RemoveRequest)(nil),       // 19: kvoffload.v1.RemoveRequest
+	(*RemoveResponse)(nil),      // 20: kvoffload.v1.RemoveResponse
+	(*StatsRequest)(nil),        // 21: kvoffload.v1.StatsRequest
+	(*StatsResponse)(nil),       // 22: kvoffload.v1.StatsResponse
+	(*JoinRequest)(nil),         // 23: kvoffload.v1.JoinRequest
+	(*JoinResponse)(nil),        // 24: kvoffload.v1.JoinResponse
+	(*LeaveRequest)(nil),        // 25: kvoffload.v1.LeaveRequest
+	(*LeaveResponse)(nil),       // 26: kvoffload.v1.LeaveResponse
+	(*StatusRequest)(nil),       // 27: kvoffload.v1.StatusRequest
+	(*Member)(nil),              // 28: kvoffload.v1.Member
+	(*StatusResponse)(nil),      // 29: kvoffload.v1.StatusResponse
+	(*ProposeRequest)(nil),      // 30: kvoffload.v1.ProposeRequest
+	(*ProposeResponse)(nil),     // 31: kvoffload.v1.ProposeResponse
+	(*BarrierRequest)(nil),      // 32: kvoffload.v1.BarrierRequest
+	(*BarrierResponse)(nil),     // 33: kvoffload.v1.BarrierResponse
+	(*ReadIndexRequest)(nil),    // 34: kvoffload.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),   // 35: kvoffload.v1.ReadIndexResponse
+	(*RegionRef)(nil),           // 36: kvoffload.v1.RegionRef
+	(*Desc)(nil),                // 37: kvoffload.v1.Desc
+	(*LocalOffloadRequest)(nil), // 38: kvoffload.v1.LocalOffloadRequest
+	(*LocalGetRequest)(nil),     // 39: kvoffload.v1.LocalGetRequest
+	(*LocalGetResult)(nil),      // 40: kvoffload.v1.LocalGetResult
+	(*LocalGetResponse)(nil),    // 41: kvoffload.v1.LocalGetResponse
+	nil,                         // 42: kvoffload.v1.StatsResponse.CountersEntry
 }
 var file_kvoffload_v1_kvoffload_proto_depIdxs = []int32{
-	5,  // 0: kvoffload.v1.PrecheckRequest.keys:type_name -> kvoffload.v1.PrecheckKey
-	0,  // 1: kvoffload.v1.KeyResult.outcome:type_name -> kvoffload.v1.Outcome
-	1,  // 2: kvoffload.v1.KeyResult.code:type_name -> kvoffload.v1.Code
-	8,  // 3: kvoffload.v1.OffloadResponse.results:type_name -> kvoffload.v1.KeyResult
-	2,  // 4: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
-	1,  // 5: kvoffload.v1.GetChunk.code:type_name -> kvoffload.v1.Code
-	3,  // 6: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
-	37, // 7: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
-	23, // 8: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
-	31, // 9: kvoffload.v1.LocalOffloadRequest.region:type_name -> kvoffload.v1.RegionRef
-	32, // 10: kvoffload.v1.LocalOffloadRequest.objects:type_name -> kvoffload.v1.Desc
-	31, // 11: kvoffload.v1.LocalGetRequest.region:type_name -> kvoffload.v1.RegionRef
-	32, // 12: kvoffload.v1.LocalGetRequest.keys:type_name -> kvoffload.v1.Desc
-	2,  // 13: kvoffload.v1.LocalGetResult.status:type_name -> kvoffload.v1.GetStatus
-	1,  // 14: kvoffload.v1.LocalGetResult.code:type_name -> kvoffload.v1.Code
-	35, // 15: kvoffload.v1.LocalGetResponse.results:type_name -> kvoffload.v1.LocalGetResult
-	7,  // 16: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
-	4,  // 17: kvoffload.v1.KVOffload.Precheck:input_type -> kvoffload.v1.PrecheckRequest
-	10, // 18: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
-	12, // 19: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
-	14, // 20: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
-	16, // 21: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
-	22, // 22: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
-	18, // 23: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
-	20, // 24: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
-	22, // 25: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
-	25, // 26: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
-	27, // 27: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
-	29, // 28: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
-	10, // 29: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
-	33, // 30: kvoffload.v1.LocalKVOffload.Offload:input_type -> kvoffload.v1.LocalOffloadRequest
-	34, // 31: kvoffload.v1.LocalKVOffload.Get:input_type -> kvoffload.v1.LocalGetRequest
-	9,  // 32: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
-	6,  // 33: kvoffload.v1.KVOffload.Precheck:output_type -> kvoffload.v1.PrecheckResponse
-	11, // 34: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
-	13, // 35: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
-	15, // 36: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
-	17, // 37: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
-	24, // 38: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
-	19, // 39: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
-	21, // 40: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
-	24, // 41: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
-	26, // 42: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
-	28, // 43: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
-	30, // 44: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
-	11, // 45: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
-	9,  // 46: kvoffload.v1.LocalKVOffload.Offload:output_type -> kvoffload.v1.OffloadResponse
-	36, // 47: kvoffload.v1.LocalKVOffload.Get:output_type -> kvoffload.v1.LocalGetResponse
-	32, // [32:48] is the sub-list for method output_type
-	16, // [16:32] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	0,  // 0: kvoffload.v1.Event.kind:type_name -> kvoffload.v1.EventKind
+	1,  // 1: kvoffload.v1.Event.cause:type_name -> kvoffload.v1.RemoveCause
+	7,  // 2: kvoffload.v1.WatchResponse.events:type_name -> kvoffload.v1.Event
+	10, // 3: kvoffload.v1.PrecheckRequest.keys:type_name -> kvoffload.v1.PrecheckKey
+	2,  // 4: kvoffload.v1.KeyResult.outcome:type_name -> kvoffload.v1.Outcome
+	3,  // 5: kvoffload.v1.KeyResult.code:type_name -> kvoffload.v1.Code
+	13, // 6: kvoffload.v1.OffloadResponse.results:type_name -> kvoffload.v1.KeyResult
+	4,  // 7: kvoffload.v1.GetChunk.status:type_name -> kvoffload.v1.GetStatus
+	3,  // 8: kvoffload.v1.GetChunk.code:type_name -> kvoffload.v1.Code
+	5,  // 9: kvoffload.v1.ExistsResponse.keys:type_name -> kvoffload.v1.Presence
+	42, // 10: kvoffload.v1.StatsResponse.counters:type_name -> kvoffload.v1.StatsResponse.CountersEntry
+	28, // 11: kvoffload.v1.StatusResponse.members:type_name -> kvoffload.v1.Member
+	36, // 12: kvoffload.v1.LocalOffloadRequest.region:type_name -> kvoffload.v1.RegionRef
+	37, // 13: kvoffload.v1.LocalOffloadRequest.objects:type_name -> kvoffload.v1.Desc
+	36, // 14: kvoffload.v1.LocalGetRequest.region:type_name -> kvoffload.v1.RegionRef
+	37, // 15: kvoffload.v1.LocalGetRequest.keys:type_name -> kvoffload.v1.Desc
+	4,  // 16: kvoffload.v1.LocalGetResult.status:type_name -> kvoffload.v1.GetStatus
+	3,  // 17: kvoffload.v1.LocalGetResult.code:type_name -> kvoffload.v1.Code
+	40, // 18: kvoffload.v1.LocalGetResponse.results:type_name -> kvoffload.v1.LocalGetResult
+	12, // 19: kvoffload.v1.KVOffload.BatchOffload:input_type -> kvoffload.v1.OffloadChunk
+	9,  // 20: kvoffload.v1.KVOffload.Precheck:input_type -> kvoffload.v1.PrecheckRequest
+	15, // 21: kvoffload.v1.KVOffload.BatchGet:input_type -> kvoffload.v1.GetRequest
+	17, // 22: kvoffload.v1.KVOffload.BatchExists:input_type -> kvoffload.v1.ExistsRequest
+	19, // 23: kvoffload.v1.KVOffload.Remove:input_type -> kvoffload.v1.RemoveRequest
+	21, // 24: kvoffload.v1.KVOffload.Stats:input_type -> kvoffload.v1.StatsRequest
+	27, // 25: kvoffload.v1.KVOffload.Status:input_type -> kvoffload.v1.StatusRequest
+	6,  // 26: kvoffload.v1.KVOffload.WatchEvents:input_type -> kvoffload.v1.WatchRequest
+	23, // 27: kvoffload.v1.Cluster.Join:input_type -> kvoffload.v1.JoinRequest
+	25, // 28: kvoffload.v1.Cluster.Leave:input_type -> kvoffload.v1.LeaveRequest
+	27, // 29: kvoffload.v1.Cluster.Status:input_type -> kvoffload.v1.StatusRequest
+	30, // 30: kvoffload.v1.Cluster.Propose:input_type -> kvoffload.v1.ProposeRequest
+	32, // 31: kvoffload.v1.Cluster.Barrier:input_type -> kvoffload.v1.BarrierRequest
+	34, // 32: kvoffload.v1.Cluster.ReadIndex:input_type -> kvoffload.v1.ReadIndexRequest
+	15, // 33: kvoffload.v1.Cluster.ReadLocal:input_type -> kvoffload.v1.GetRequest
+	38, // 34: kvoffload.v1.LocalKVOffload.Offload:input_type -> kvoffload.v1.LocalOffloadRequest
+	39, // 35: kvoffload.v1.LocalKVOffload.Get:input_type -> kvoffload.v1.LocalGetRequest
+	14, // 36: kvoffload.v1.KVOffload.BatchOffload:output_type -> kvoffload.v1.OffloadResponse
+	11, // 37: kvoffload.v1.KVOffload.Precheck:output_type -> kvoffload.v1.PrecheckResponse
+	16, // 38: kvoffload.v1.KVOffload.BatchGet:output_type -> kvoffload.v1.GetChunk
+	18, // 39: kvoffload.v1.KVOffload.BatchExists:output_type -> kvoffload.v1.ExistsResponse
+	20, // 40: kvoffload.v1.KVOffload.Remove:output_type -> kvoffload.v1.RemoveResponse
+	22, // 41: kvoffload.v1.KVOffload.Stats:output_type -> kvoffload.v1.StatsResponse
+	29, // 42: kvoffload.v1.KVOffload.Status:output_type -> kvoffload.v1.StatusResponse
+	8,  // 43: kvoffload.v1.KVOffload.WatchEvents:output_type -> kvoffload.v1.WatchResponse
+	24, // 44: kvoffload.v1.Cluster.Join:output_type -> kvoffload.v1.JoinResponse
+	26, // 45: kvoffload.v1.Cluster.Leave:output_type -> kvoffload.v1.LeaveResponse
+	29, // 46: kvoffload.v1.Cluster.Status:output_type -> kvoffload.v1.StatusResponse
+	31, // 47: kvoffload.v1.Cluster.Propose:output_type -> kvoffload.v1.ProposeResponse
+	33, // 48: kvoffload.v1.Cluster.Barrier:output_type -> kvoffload.v1.BarrierResponse
+	35, // 49: kvoffload.v1.Cluster.ReadIndex:output_type -> kvoffload.v1.ReadIndexResponse
+	16, // 50: kvoffload.v1.Cluster.ReadLocal:output_type -> kvoffload.v1.GetChunk
+	14, // 51: kvoffload.v1.LocalKVOffload.Offload:output_type -> kvoffload.v1.OffloadResponse
+	41, // 52: kvoffload.v1.LocalKVOffload.Get:output_type -> kvoffload.v1.LocalGetResponse
+	36, // [36:53] is the sub-list for method output_type
+	19, // [19:36] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_kvoffload_v1_kvoffload_proto_init() }
@@ -2478,8 +2870,8 @@ func file_kvoffload_v1_kvoffload_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvoffload_v1_kvoffload_proto_rawDesc), len(file_kvoffload_v1_kvoffload_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   34,
+			NumEnums:      6,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -37,6 +37,7 @@ const (
 	KVOffload_Remove_FullMethodName       = "/kvoffload.v1.KVOffload/Remove"
 	KVOffload_Stats_FullMethodName        = "/kvoffload.v1.KVOffload/Stats"
 	KVOffload_Status_FullMethodName       = "/kvoffload.v1.KVOffload/Status"
+	KVOffload_WatchEvents_FullMethodName  = "/kvoffload.v1.KVOffload/WatchEvents"
 )
 
 // KVOffloadClient is the client API for KVOffload service.
@@ -66,6 +67,16 @@ type KVOffloadClient interface {
 	// Status describes the members, the leader, and keys and bytes per node (read-only; the
 	// same answer as Cluster/Status).
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// WatchEvents streams the changes of the stored keys, in Raft order: one STORED or
+	// REMOVED event per key per applied change, each at a position (index, ordinal) that is
+	// the same on every member. The events after request.from follow; from a position this
+	// member no longer retains (compacted into a snapshot, or the consumer fell behind the
+	// retained window) the stream sends a RESET, then a LISTED event for every stored key,
+	// all at the RESET's position, then the events after it. Any member serves it
+	// (docs/api.md "Watching the stored keys"). Refused with RESOURCE_EXHAUSTED when the
+	// member serves its most watchers already; OUT_OF_RANGE when from is beyond this member's
+	// Raft log (another member may have it).
+	WatchEvents(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 }
 
 type kVOffloadClient struct {
@@ -158,6 +169,25 @@ func (c *kVOffloadClient) Status(ctx context.Context, in *StatusRequest, opts ..
 	return out, nil
 }
 
+func (c *kVOffloadClient) WatchEvents(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KVOffload_ServiceDesc.Streams[2], KVOffload_WatchEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KVOffload_WatchEventsClient = grpc.ServerStreamingClient[WatchResponse]
+
 // KVOffloadServer is the server API for KVOffload service.
 // All implementations must embed UnimplementedKVOffloadServer
 // for forward compatibility.
@@ -185,6 +215,16 @@ type KVOffloadServer interface {
 	// Status describes the members, the leader, and keys and bytes per node (read-only; the
 	// same answer as Cluster/Status).
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// WatchEvents streams the changes of the stored keys, in Raft order: one STORED or
+	// REMOVED event per key per applied change, each at a position (index, ordinal) that is
+	// the same on every member. The events after request.from follow; from a position this
+	// member no longer retains (compacted into a snapshot, or the consumer fell behind the
+	// retained window) the stream sends a RESET, then a LISTED event for every stored key,
+	// all at the RESET's position, then the events after it. Any member serves it
+	// (docs/api.md "Watching the stored keys"). Refused with RESOURCE_EXHAUSTED when the
+	// member serves its most watchers already; OUT_OF_RANGE when from is beyond this member's
+	// Raft log (another member may have it).
+	WatchEvents(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	mustEmbedUnimplementedKVOffloadServer()
 }
 
@@ -215,6 +255,9 @@ func (UnimplementedKVOffloadServer) Stats(context.Context, *StatsRequest) (*Stat
 }
 func (UnimplementedKVOffloadServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedKVOffloadServer) WatchEvents(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
 }
 func (UnimplementedKVOffloadServer) mustEmbedUnimplementedKVOffloadServer() {}
 func (UnimplementedKVOffloadServer) testEmbeddedByValue()                   {}
@@ -345,6 +388,17 @@ func _KVOffload_Status_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KVOffload_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(KVOffloadServer).WatchEvents(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KVOffload_WatchEventsServer = grpc.ServerStreamingServer[WatchResponse]
+
 // KVOffload_ServiceDesc is the grpc.ServiceDesc for KVOffload service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -382,6 +436,11 @@ var KVOffload_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "BatchGet",
 			Handler:       _KVOffload_BatchGet_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchEvents",
+			Handler:       _KVOffload_WatchEvents_Handler,
 			ServerStreams: true,
 		},
 	},
