@@ -90,7 +90,7 @@ def sglang_backend(node, model: str, pool: FakeHostPool, addrs: str = ""):
 
     # The documented --hicache-storage-backend-extra-config, parsed by SGLang into extra_config.
     extra = {"backend_name": "kvoffload", "module_path": "kvoffload.sglang", "class_name": "HiCacheKVOffload",
-             "addrs": addrs or ",".join(node.addrs)}
+             "interface_v1": 1, "addrs": addrs or ",".join(node.addrs)}
     cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
                                is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
                                model_name=model, extra_config=extra)

@@ -1,12 +1,19 @@
-"""Stub of sgl-project/sglang python/sglang/srt/mem_cache/hicache_storage.py (signatures only;
-torch.Tensor becomes Any). See tests/stubs/README.md."""
+"""Stub of sgl-project/sglang python/sglang/srt/mem_cache/hicache_storage.py at
+001067fffe33427bee0ed2f007fb7551a1d76b44: the storage interface (HiCacheStorage and the types
+its methods take and return), signatures and defaults as upstream has them, torch.Tensor
+written Any (torch is not imported here). The implementations upstream keeps in the same file
+(MetadataCache, HiCacheFile) are not reproduced. tests/test_sglang_engine.py pins this stub
+against a recorded table of the upstream signatures; see tests/stubs/README.md."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, List, Optional
 
+# Max pages per batched storage IO call (the cache controller slices every backup, hit
+# query and prefetch into batches of at most this many pages).
 STORAGE_BATCH_SIZE = 128
 
 
@@ -35,35 +42,162 @@ class HiCacheStorageExtraInfo:
     extra_info: Optional[dict] = None
 
 
+@dataclass(frozen=True)
+class PrefetchTimeoutConfig:
+    base: float = 2.0
+    per_ki_token: float = 0.1
+    max: float = 30.0
+
+
+class PoolName(str, Enum):
+    KV = "kv"
+    MAMBA = "mamba"
+    SWA = "swa"
+    INDEXER = "indexer"
+    DEEPSEEK_V4_C4 = "deepseek_v4_c4"
+    DEEPSEEK_V4_C4_INDEXER = "deepseek_v4_c4_indexer"
+    DEEPSEEK_V4_C128 = "deepseek_v4_c128"
+    DEEPSEEK_V4_C4_STATE = "deepseek_v4_c4_state"
+    DEEPSEEK_V4_C4_INDEXER_STATE = "deepseek_v4_c4_indexer_state"
+    DEEPSEEK_V4_C128_STATE = "deepseek_v4_c128_state"
+    DRAFT = "draft"
+    DRAFT_INDEXER = "draft_indexer"
+    DRAFT_SWA = "draft_swa"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PoolHitPolicy(str, Enum):
+    """ALL_PAGES: every page of the KV prefix must exist in the pool; TRAILING_PAGES: only
+    the last len(transfer.keys) pages of it (Mamba / SWA states)."""
+
+    ALL_PAGES = "all_pages"
+    TRAILING_PAGES = "trailing_pages"
+
+
+@dataclass
+class PoolTransfer:
+    name: PoolName
+    host_indices: Optional[Any] = None
+    device_indices: Optional[Any] = None
+    keys: Optional[List[str]] = None
+    hit_policy: PoolHitPolicy = PoolHitPolicy.ALL_PAGES
+    nodes_to_load: Optional[List[Any]] = None
+    indices_from_pool: Optional[PoolName] = None
+
+
+@dataclass(frozen=True)
+class SidecarPoolSpec:
+    pool_name: PoolName
+    indices_from_pool: PoolName
+    hit_policy: PoolHitPolicy = PoolHitPolicy.ALL_PAGES
+
+
+@dataclass
+class PoolTransferResult:
+    kv_hit_pages: int
+    extra_pool_hit_pages: dict[str, int]
+
+    @classmethod
+    def empty(cls) -> PoolTransferResult:
+        return cls(0, {})
+
+    def update_kv_hit_pages(self, kv_hit_pages: int) -> None:
+        self.kv_hit_pages = max(self.kv_hit_pages, kv_hit_pages)
+
+    def update_extra_pool_hit_pages(self, results: dict[str, int]) -> None:
+        self.extra_pool_hit_pages.update(results)
+
+
+def count_pool_hits(results: dict[str, List[bool]]) -> dict[str, int]:
+    """Per pool, the length of the leading run of True."""
+    return {name: (rs.index(False) if False in rs else len(rs)) for name, rs in results.items()}
+
+
 class HiCacheStorage(ABC):
     def register_mem_pool_host(self, mem_pool_host: Any):
         self.mem_pool_host = mem_pool_host
 
-    def batch_get_v1(self, keys: List[str], host_indices: Any,
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name):
+        if not hasattr(self, "registered_pools"):
+            self.registered_pools = {}
+        self.registered_pools[host_pool_name] = host_pool
+
+    def batch_exists_v2(
+        self,
+        keys: List[str],
+        pool_transfers: Optional[List[PoolTransfer]] = None,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> PoolTransferResult:
         raise NotImplementedError()
 
-    def batch_set_v1(self, keys: List[str], host_indices: Any,
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+    def batch_get_v2(
+        self,
+        transfers: List[PoolTransfer],
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> dict[str, List[bool]]:
+        raise NotImplementedError()
+
+    def batch_set_v2(
+        self,
+        transfers: List[PoolTransfer],
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> dict[str, List[bool]]:
+        raise NotImplementedError()
+
+    def batch_get_v1(
+        self,
+        keys: List[str],
+        host_indices: Any,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
+        raise NotImplementedError()
+
+    def batch_set_v1(
+        self,
+        keys: List[str],
+        host_indices: Any,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
         raise NotImplementedError()
 
     @abstractmethod
-    def get(self, key: str, target_location: Optional[Any] = None, target_sizes: Optional[Any] = None) -> Any:
+    def get(
+        self,
+        key: str,
+        target_location: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> Any | None:
         pass
 
     @abstractmethod
-    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
-                  target_sizes: Optional[Any] = None) -> Any:
+    def batch_get(
+        self,
+        keys: List[str],
+        target_locations: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> List[Any | None] | int:
         pass
 
     @abstractmethod
-    def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
-            target_sizes: Optional[Any] = None) -> bool:
+    def set(
+        self,
+        key: str,
+        value: Optional[Any] = None,
+        target_location: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> bool:
         pass
 
     @abstractmethod
-    def batch_set(self, keys: List[str], values: Optional[Any] = None, target_locations: Optional[Any] = None,
-                  target_sizes: Optional[Any] = None) -> bool:
+    def batch_set(
+        self,
+        keys: List[str],
+        values: Optional[Any] = None,
+        target_locations: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> bool:
         pass
 
     @abstractmethod
