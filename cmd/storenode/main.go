@@ -34,6 +34,6 @@ func rootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n") // --version prints what `storenode version` does
-	root.AddCommand(replayCmd(), serveCmd(), statusCmd(), membersCmd(), certsCmd(), benchCmd(), versionCmd())
+	root.AddCommand(replayCmd(), serveCmd(), statusCmd(), eventsCmd(), membersCmd(), certsCmd(), benchCmd(), versionCmd())
 	return root
 }
