@@ -38,7 +38,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 
@@ -784,6 +784,135 @@ class Client:
         return ClusterStatus(s.leader_id, [Member(m.node_id, m.raft_addr, m.api_addr, m.peer_addr, m.voter, m.leader,
                                                   m.keys, m.bytes) for m in s.members],
                              s.applied_index, s.keys, s.bytes, s.cluster_id)
+
+
+    # -- WatchEvents -------------------------------------------------------------------
+
+    def watch(self, from_pos: Union[str, Tuple[int, int]] = (0, 0), *, until_now: bool = False,
+              list_keys: bool = False, timeout: Optional[float] = None) -> Iterator["Event"]:
+        """Yields the cluster's key events after from_pos, in Raft order (Go Client.Watch;
+        docs/api.md "Watching the stored keys"). from_pos is an Event's pos ("index.ordinal")
+        or (index, ordinal); the default is before every event. Each Event has kind "stored",
+        "removed" (with cause: removed, evicted, owner_left, pruned), "reset" (listed:
+        the number of "listed" events that follow, the whole state at the reset's pos) or
+        "listed". A stream that breaks is resumed on the next member after the last event
+        yielded (a listing cut short is asked for again), so no event is skipped or repeated.
+        until_now: stop once every event committed when the call began was yielded.
+        list_keys: begin with a reset and the listing whatever from_pos. timeout: seconds
+        for the whole watch (None: no deadline).
+
+        Raises ClosedError, DeniedError, UnavailableError (deadline, or every member refused
+        the stream: each serves a bounded number of watchers), InvalidArgumentError (from_pos
+        malformed, or beyond every member's log), ProtocolError (an event out of order)."""
+        resume = _parse_pos(from_pos)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        relist, listing, pending = list_keys, 0, resume
+        backoff, refusals = self._backoff, 0
+        while True:
+            if self._closed:
+                raise E.ClosedError("Watch: client closed")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise E.UnavailableError("Watch: deadline passed")
+            with self._lock:
+                i = self._cur
+            addr, _, stub = self._members[i]
+            req = pb.WatchRequest(from_index=resume[0], from_ordinal=resume[1], until_now=until_now, list=relist)
+            got = False
+            try:
+                for resp in stub.WatchEvents(req, timeout=remaining, metadata=self._metadata):
+                    got = True
+                    for pe in resp.events:
+                        ev = _event(pe)
+                        if ev.kind in ("stored", "removed"):
+                            if listing or (ev.index, ev.ordinal) <= resume or ev.ordinal == 0:
+                                raise E.ProtocolError(f"Watch: event at {ev.pos} after {_pos_str(resume)}")
+                            resume = (ev.index, ev.ordinal)
+                        elif ev.kind == "reset":
+                            listing, pending, relist = ev.listed, (ev.index, 0), False
+                            if not listing:
+                                resume = pending
+                        elif ev.kind == "listed":
+                            if not listing or (ev.index, ev.ordinal) != pending:
+                                raise E.ProtocolError(f"Watch: listed key at {ev.pos} outside a listing")
+                            listing -= 1
+                            if not listing:
+                                resume = pending
+                        else:
+                            raise E.ProtocolError(f"Watch: event of kind {pe.kind}")
+                        yield ev
+                if listing:
+                    raise E.ProtocolError(f"Watch: stream ended with {listing} listed keys missing")
+                return
+            except grpc.RpcError as err:
+                if listing:
+                    relist, listing = True, 0
+                if self._closed:
+                    raise E.ClosedError("Watch: client closed") from err
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise E.UnavailableError(f"Watch: deadline passed (last error: {err.code().name}: {err.details()})") from err
+                c = err.code() if hasattr(err, "code") else None
+                if got:
+                    refusals, backoff = 0, self._backoff
+                if c in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise self._permanent("Watch", err) from err
+                if c in (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT):
+                    refusals += 1
+                    if refusals >= len(self._members):
+                        cls = E.UnavailableError if c == grpc.StatusCode.RESOURCE_EXHAUSTED else E.InvalidArgumentError
+                        raise cls(f"Watch from {_pos_str(resume)}: every member refused: {c.name}: {err.details()}",
+                                  reason=err.details() or "", grpc_code=c.name) from err
+                elif _refusal.reason(err) is None and not self._retryable(err):
+                    raise self._permanent("Watch", err) from err
+                self._failover(i)
+                q = backoff / 4
+                time.sleep(backoff - q + random.random() * 2 * q)
+                backoff = min(2 * backoff, self._max_backoff)
+
+
+class Event(NamedTuple):
+    """One event of the key event stream (Client.watch). pos is "index.ordinal", the
+    position to resume from; size is payload bytes; node the node holding (or that held)
+    the bytes; cause is set on "removed"; listed and reason on "reset"."""
+    kind: str
+    pos: str
+    index: int
+    ordinal: int
+    key: str = ""
+    size: int = 0
+    node: str = ""
+    generation: int = 0
+    cause: str = ""
+    listed: int = 0
+    reason: str = ""
+
+
+_KINDS = {1: "stored", 2: "removed", 3: "reset", 4: "listed"}
+_CAUSES = {1: "removed", 2: "evicted", 3: "owner_left", 4: "pruned"}
+
+
+def _event(pe) -> Event:
+    return Event(_KINDS.get(pe.kind, str(pe.kind)), f"{pe.index}.{pe.ordinal}", pe.index, pe.ordinal, pe.key, pe.size,
+                 pe.node, pe.generation, _CAUSES.get(pe.cause, "") if pe.kind == 2 else "", pe.listed, pe.reason)
+
+
+def _pos_str(p: Tuple[int, int]) -> str:
+    return f"{p[0]}.{p[1]}"
+
+
+def _parse_pos(p: Union[str, Tuple[int, int]]) -> Tuple[int, int]:
+    """Reads "index.ordinal", "index" or (index, ordinal); raises InvalidArgumentError."""
+    try:
+        if isinstance(p, str):
+            i, _, o = p.partition(".")
+            t = (int(i), int(o) if o else 0)
+        else:
+            t = (int(p[0]), int(p[1]))
+    except (ValueError, TypeError, IndexError) as e:
+        raise E.InvalidArgumentError(f"Watch: position {p!r}: {e}") from e
+    if not (0 <= t[0] < 1 << 64 and 0 <= t[1] < 1 << 32):
+        raise E.InvalidArgumentError(f"Watch: position {p!r} out of range")
+    return t
 
 
 def _key_result(r, key: str) -> KeyResult:

@@ -49,6 +49,11 @@ class KVOffloadStub(object):
                 request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.StatusRequest.SerializeToString,
                 response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.StatusResponse.FromString,
                 )
+        self.WatchEvents = channel.unary_stream(
+                '/kvoffload.v1.KVOffload/WatchEvents',
+                request_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.WatchRequest.SerializeToString,
+                response_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.WatchResponse.FromString,
+                )
 
 
 class KVOffloadServicer(object):
@@ -112,6 +117,21 @@ class KVOffloadServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchEvents(self, request, context):
+        """WatchEvents streams the changes of the stored keys, in Raft order: one STORED or
+        REMOVED event per key per applied change, each at a position (index, ordinal) that is
+        the same on every member. The events after request.from follow; from a position this
+        member no longer retains (compacted into a snapshot, or the consumer fell behind the
+        retained window) the stream sends a RESET, then a LISTED event for every stored key,
+        all at the RESET's position, then the events after it. Any member serves it
+        (docs/api.md "Watching the stored keys"). Refused with RESOURCE_EXHAUSTED when the
+        member serves its most watchers already; OUT_OF_RANGE when from is beyond this member's
+        Raft log (another member may have it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KVOffloadServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -149,6 +169,11 @@ def add_KVOffloadServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.StatusRequest.FromString,
                     response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.StatusResponse.SerializeToString,
+            ),
+            'WatchEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=kvoffload_dot_v1_dot_kvoffload__pb2.WatchRequest.FromString,
+                    response_serializer=kvoffload_dot_v1_dot_kvoffload__pb2.WatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -276,6 +301,23 @@ class KVOffload(object):
         return grpc.experimental.unary_unary(request, target, '/kvoffload.v1.KVOffload/Status',
             kvoffload_dot_v1_dot_kvoffload__pb2.StatusRequest.SerializeToString,
             kvoffload_dot_v1_dot_kvoffload__pb2.StatusResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/kvoffload.v1.KVOffload/WatchEvents',
+            kvoffload_dot_v1_dot_kvoffload__pb2.WatchRequest.SerializeToString,
+            kvoffload_dot_v1_dot_kvoffload__pb2.WatchResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
