@@ -169,83 +169,59 @@ def test_sglang_seed_scenario(node1, seed):
 
 
 # --- LMCache ------------------------------------------------------------------------------
-
-
-class FakeMemoryObj:
-    def __init__(self, shape, dtype, fmt):
-        self.shape, self.dtype, self.fmt = tuple(shape), np.dtype(dtype), fmt
-        self.array = np.zeros(shape, dtype)
-        self.refs = 1
-
-    def get_shape(self):
-        return self.shape
-
-    def get_dtype(self):
-        return self.dtype
-
-    def get_memory_format(self):
-        return self.fmt
-
-    @property
-    def byte_array(self):
-        return memoryview(self.array).cast("B")
-
-    def ref_count_up(self):
-        self.refs += 1
-
-    def ref_count_down(self):
-        self.refs -= 1
-
-
-class FakeLocalCPUBackend:
-    """LocalCPUBackend.allocate(shapes, dtypes, fmt) as the plugin uses it."""
-
-    def allocate(self, shapes, dtypes, fmt=None, eviction=True, busy_loop=True):
-        return FakeMemoryObj(shapes, dtypes, fmt)
+# LMCache's own contract (allocator, lookup IDs, gaps, names) is tests/test_lmcache_engine.py.
 
 
 def lmcache_backend(node):
+    """The plugin as LMCache's storage_plugin_launcher makes it from the documented
+    configuration, reading into the stub LocalCPUBackend (tests/stubs/lmcache)."""
     from lmcache.v1.storage_backend import storage_plugin_launcher
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
 
-    # The documented LMCache configuration: storage_plugins and extra_config.
     config = SimpleNamespace(storage_plugins=["kvoffload"], extra_config={
         "storage_plugin.kvoffload.module_path": "kvoffload.lmcache",
         "storage_plugin.kvoffload.class_name": "KVOffloadBackend",
         "storage_plugin.kvoffload.addrs": ",".join(node.addrs)})
     backends = OrderedDict()
-    storage_plugin_launcher(config, None, None, FakeLocalCPUBackend(), "cpu", backends)
+    storage_plugin_launcher(config, None, None, LocalCPUBackend(), "cpu", backends)
     return backends["kvoffload"]
 
 
-def chunk(key, shape=(2, 4, 16, 8)):
+def chunk(key, shape=(2, 4, 16, 8), cpu=None):
+    """A KV_2LTD float16 chunk allocated from the local CPU backend, its bytes derived from
+    the key."""
+    import torch
     from lmcache.v1.memory_management import MemoryFormat
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
 
-    o = FakeMemoryObj(shape, np.float16, MemoryFormat.KV_2LTD)
-    o.array[...] = np.frombuffer(payload(key.to_string(), o.array.nbytes), np.float16).reshape(shape)
+    o = (cpu or LocalCPUBackend()).allocate(torch.Size(shape), torch.float16, MemoryFormat.KV_2LTD)
+    o.byte_array.cast("B")[:] = payload(key.to_string(), o.get_size())
     return o
 
 
 def lm_keys(hashes, model="m"):
+    import torch
     from lmcache.utils import CacheEngineKey
 
-    return [CacheEngineKey("vllm", model, 1, 0, int(h[:15], 16)) for h in hashes]
+    return [CacheEngineKey(model, 1, 0, int(h[:15], 16), torch.float16) for h in hashes]
 
 
 def test_lmcache_round_trip(node1, seed):
     b = lmcache_backend(node1)
+    cpu = b.local_cpu_backend
     keys = lm_keys(chain(f"lm/{seed}", 4))
-    objs = [chunk(k) for k in keys]
+    objs = [chunk(k, cpu=cpu) for k in keys]
     assert b.batched_contains(keys) == 0
     futs = b.batched_submit_put_task(keys, objs)
     assert all(f.result(30) for f in futs)
-    assert all(o.refs == 1 for o in objs)  # taken for the put, given back after
+    assert all(o.get_ref_count() == 1 for o in objs)  # taken for the put, given back after
     assert not b.exists_in_put_tasks(keys[0])
     assert b.contains(keys[0]) and b.batched_contains(keys + lm_keys(["f" * 16])) == 4
     assert asyncio.run(b.batched_async_contains("lookup-1", keys, pin=True)) == 4
     got = b.batched_get_blocking(keys)
     for o, g in zip(objs, got):
-        assert g.get_shape() == o.get_shape() and g.get_dtype() == o.get_dtype() and g.array.tobytes() == o.array.tobytes()
-        assert g.get_memory_format() == o.get_memory_format()
+        assert g.get_shapes() == o.get_shapes() and g.get_dtypes() == o.get_dtypes()
+        assert g.get_memory_format() == o.get_memory_format() and bytes(g.byte_array) == bytes(o.byte_array)
     assert len(asyncio.run(b.batched_get_non_blocking("lookup-2", keys))) == 4
     assert b.pin(keys[0]) and b.unpin(keys[0])
     assert b.remove(keys[0]) and b.batched_remove(keys[1:]) == 3 and b.get_blocking(keys[0]) is None
@@ -260,7 +236,10 @@ def test_lmcache_seed_scenario(node1, seed):
     failed = []
 
     def put(w, keys):
-        futs = b.batched_submit_put_task(keys, [chunk(k) for k in keys])
+        objs = [chunk(k, cpu=b.local_cpu_backend) for k in keys]
+        futs = b.batched_submit_put_task(keys, objs)
+        for o in objs:
+            o.ref_count_down()  # StorageManager.batched_put drops its reference at once
         if not all(f.result(60) for f in futs):
             failed.append(keys)
 
@@ -269,11 +248,17 @@ def test_lmcache_seed_scenario(node1, seed):
     for keys in reqs:
         assert b.batched_contains(keys) == len(keys)
         got = b.batched_get_blocking(keys)
-        assert all(g is not None and g.array.tobytes() == chunk(k).array.tobytes() for k, g in zip(keys, got))
+        assert all(g is not None and bytes(g.byte_array) == payload(k.to_string(), g.get_size())
+                   for k, g in zip(keys, got))
+        for g in got:
+            g.ref_count_down()
+    assert b.local_cpu_backend.memory_allocator.live == 0
     b.close()
 
 
 # --- vLLM ---------------------------------------------------------------------------------
+# vLLM's own contract (LookupResult, job types, events, the previous interface) is
+# tests/test_vllm_engine.py.
 
 BLOCK = 8 << 10
 
@@ -291,20 +276,29 @@ def vllm_tier(node, blocks=64, namespace=""):
     return tier, raw
 
 
+def job(job_id, keys, rows, promotion):
+    from vllm.v1.kv_offload.tiering.base import TransferJob
+
+    return TransferJob(job_id, keys, np.asarray(rows), promotion, None)
+
+
 def wait_jobs(tier, ids, timeout=60):
     done, deadline = {}, time.monotonic() + timeout
     while set(ids) - set(done):
         assert time.monotonic() < deadline, f"jobs {set(ids) - set(done)} not finished"
-        for r in tier.get_finished():
+        for r in tier.get_finished_jobs():
             done[r.job_id] = r.success
         time.sleep(0.002)
     return done
 
 
 def wait_lookup(tier, key, timeout=10):
+    """The tier's answer once it is not RETRY: LookupResult.HIT or MISS."""
+    from vllm.v1.kv_offload.base import LookupResult
+
     deadline = time.monotonic() + timeout
-    while (r := tier.lookup(key, None)) is None:
-        assert time.monotonic() < deadline, "lookup stayed None"
+    while (r := tier.lookup(key, None)) is LookupResult.RETRY:
+        assert time.monotonic() < deadline, "lookup stayed RETRY"
         time.sleep(0.002)
     return r
 
@@ -320,32 +314,30 @@ def fill(raw, block, key):
 
 
 def test_vllm_round_trip(node1, seed):
-    from vllm.v1.kv_offload.tiering.base import JobMetadata
+    from vllm.v1.kv_offload.base import LookupResult
 
     tier, raw = vllm_tier(node1, namespace=f"rt{seed}")
     keys = vkeys(chain(f"vl/{seed}", 4))
     for b, k in enumerate(keys):
         fill(raw, b, k)
     t0 = time.monotonic()
-    assert tier.lookup(keys[0], None) is None  # unknown: looked up in the background
-    tier.submit_store(JobMetadata(1, keys, np.arange(4), False, None))
+    assert tier.lookup(keys[0], None) is LookupResult.RETRY  # unknown: looked up in the background
+    tier.submit_store(job(1, keys, range(4), False))
     assert time.monotonic() - t0 < 0.05, "submit must not block the scheduler"
     assert wait_jobs(tier, [1]) == {1: True}
-    assert all(wait_lookup(tier, k) is True for k in keys)
-    tier.submit_load(JobMetadata(2, keys, np.arange(10, 14), True, None))
+    assert all(wait_lookup(tier, k) is LookupResult.HIT for k in keys)
+    tier.submit_load(job(2, keys, range(10, 14), True))
     assert wait_jobs(tier, [2]) == {2: True}
     assert all(raw[(10 + i) * BLOCK:(11 + i) * BLOCK] == payload(k.hex(), BLOCK) for i, k in enumerate(keys))
     missing = vkeys(chain(f"vl-missing/{seed}", 1))
-    assert wait_lookup(tier, missing[0]) is False
-    tier.submit_load(JobMetadata(3, missing, np.arange(20, 21), True, None))
+    assert wait_lookup(tier, missing[0]) is LookupResult.MISS
+    tier.submit_load(job(3, missing, [20], True))
     assert wait_jobs(tier, [3]) == {3: False}
     tier.drain_jobs()
     tier.shutdown()
 
 
 def test_vllm_seed_scenario(node1, seed):
-    from vllm.v1.kv_offload.tiering.base import JobMetadata
-
     rnd = random.Random(seed)
     reqs = [vkeys(r) for r in shared_prefix_requests(rnd, f"vls/{seed}", 96)]
     tier, raw = vllm_tier(node1, blocks=96 * 10, namespace=f"seed{seed}")
@@ -355,14 +347,14 @@ def test_vllm_seed_scenario(node1, seed):
         keys = reqs[j]
         for i, k in enumerate(keys):
             fill(raw, j * 10 + i, k)
-        tier.submit_store(JobMetadata(j, keys, np.arange(j * 10, j * 10 + len(keys)), False, None))
+        tier.submit_store(job(j, keys, range(j * 10, j * 10 + len(keys)), False))
 
     run32(store, ids)
     done = wait_jobs(tier, ids)
     assert all(done.values()), [j for j, ok in done.items() if not ok][:5]
     raw[:] = bytes(len(raw))
     for j in ids:
-        tier.submit_load(JobMetadata(1000 + j, reqs[j], np.arange(j * 10, j * 10 + len(reqs[j])), True, None))
+        tier.submit_load(job(1000 + j, reqs[j], range(j * 10, j * 10 + len(reqs[j])), True))
     done = wait_jobs(tier, [1000 + j for j in ids])
     assert all(done.values())
     for j, keys in enumerate(reqs):

@@ -65,22 +65,30 @@ LMCACHE = {  # LMCache/LMCache lmcache/v1/storage_backend/abstract_backend.py St
         "close": "()",
         "batched_contains": "(keys, pin=False)",
         "touch_cache": "()",
+        "batched_contains_gaps": "(keys, pin=False)",
+        "cancel_request": "(req_id)",
     },
     # storage_plugin_launcher: cls(config=, dst_device=, metadata=, local_cpu_backend=, loop=)
     "init": "(dst_device='cuda', config=None, metadata=None, local_cpu_backend=None, loop=None)",
 }
 
-VLLM = {  # vllm-project/vllm vllm/v1/kv_offload/tiering/base.py SecondaryTierManager
-    "abstract": {"get_finished", "lookup", "submit_load", "submit_store"},
+VLLM = {  # vllm-project/vllm vllm/v1/kv_offload/tiering/base.py SecondaryTierManager, current; the full
+    # table (return types, drain_jobs, the previous interface) is tests/test_vllm_engine.py
+    "abstract": {"drain_jobs", "get_finished_jobs", "lookup", "on_new_request", "submit_load", "submit_store"},
     "methods": {
         "lookup": "(key, req_context)",
         "submit_store": "(job_metadata)",
         "submit_load": "(job_metadata)",
-        "get_finished": "()",
+        "get_finished_jobs": "()",
+        "has_pending_work": "()",
+        "take_events": "()",
         "touch": "(keys, req_context)",
-        "get_request_offloading_context": "(req_context)",
-        "request_finished": "(req_context)",
+        "on_new_request": "(req_context)",
+        "on_request_finished": "(req_context)",
+        "on_schedule_end": "(context)",
+        "stop_executor": "()",
         "shutdown": "()",
+        "get_stats": "()",
     },
     # factory.py: tier_cls(offloading_spec=, primary_kv_view=, tier_type=, **config)
     "init": "(offloading_spec, primary_kv_view, tier_type)",

@@ -15,7 +15,7 @@ import pytest
 
 import kvoffload
 from conftest import _cluster
-from test_backends import (FakeHostPool, chain, chunk, idx, lm_keys, lmcache_backend, sglang_backend, vkeys,
+from test_backends import (FakeHostPool, chain, chunk, idx, job, lm_keys, lmcache_backend, sglang_backend, vkeys,
                            vllm_tier, wait_jobs, wait_lookup)
 
 # The node knows its state, so the answer is immediate; the bound leaves room for a loaded
@@ -78,14 +78,16 @@ def test_backends_fail_fast(failstopped, seed):
     lm.close()
     assert time.monotonic() - t0 < 6 * REFUSAL_BOUND, "the SGLang and LMCache calls waited"
 
-    from vllm.v1.kv_offload.tiering.base import JobMetadata
+    from vllm.v1.kv_offload.base import LookupResult
 
     tier, _ = vllm_tier(failstopped, namespace=f"fs{seed}")
     vk = vkeys(chain(f"fs-vl/{seed}", 1))
     t0 = time.monotonic()
-    tier.submit_store(JobMetadata(1, vk, np.arange(1), False, None))
+    tier.submit_store(job(1, vk, np.arange(1), False))
     assert wait_jobs(tier, [1], timeout=5) == {1: False}
-    assert wait_lookup(tier, vk[0], timeout=5) is False
+    # RETRY while the store is asked, then MISS: the scheduler computes the block.
+    assert tier.lookup(vk[0], None) in (LookupResult.RETRY, LookupResult.MISS)
+    assert wait_lookup(tier, vk[0], timeout=5) is LookupResult.MISS
     assert time.monotonic() - t0 < 2 * REFUSAL_BOUND, "the vLLM tier's job or lookup waited"
     tier.shutdown()
 
