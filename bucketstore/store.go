@@ -199,9 +199,10 @@ func (s *Store) preallocateLocked(b *bucket) {
 	}
 	end := min(max(b.tail, 2*b.prealloc, preallocFirst), s.cfg.BucketSize)
 	// Allocating ahead must not take the room the WAL and the Raft log need on a nearly full
-	// disk (an attack review filled a 600 MB disk with one allocation, and the next WAL append
-	// fail-stopped the node): at most half of what is free, and never into Config.Reserve
-	// (nor into the bytes reserved and not yet written), else not at all.
+	// disk (one allocation can fill a 600 MB disk, and the next WAL append then fail-stops the
+	// node): at most half of what is free, and never into Config.Reserve (nor into the bytes
+	// reserved and not yet written), else not at all. TestNoPreallocationOnANearlyFullDisk and
+	// TestPreallocationLeavesTheReserve guard it.
 	if free, err := a.FreeBytes(); err != nil || end-b.prealloc > min(free/2, free-s.reserve.Load()-s.pendingBytes) {
 		s.log.Info("not preallocating: the free space is unknown or short; writes will extend the file",
 			"bucket", b.id, "want", end-b.prealloc, "free", free, "err", err)

@@ -4,7 +4,7 @@ import "testing"
 
 // The extent index finds an overlap even among live extents that overlap each other: state
 // restored from a snapshot written before apply refused overlaps (or a forged one) breaks the
-// order of extent ends a scan could otherwise rely on (adversarial review).
+// order of extent ends a scan could otherwise rely on, so the scan must not rely on it.
 func TestOverlapAmongOverlappingLiveExtents(t *testing.T) {
 	s := newState()
 	a := Entry{Key: "a", Owner: "n1", Gen: 1, Extent: Extent{Bucket: 1, Offset: 0, Length: 3 * ExtentAlignment}}

@@ -70,7 +70,7 @@ type zeroReader struct{}
 func (zeroReader) Read([]byte) (int, error) { return 0, nil }
 
 // A stream that stops making progress without an error is refused (io.ErrNoProgress, as
-// bufio gives), not read forever (attack review).
+// bufio gives), not read forever.
 func TestSnapshotStreamNoProgress(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- New().Restore(io.MultiReader(strings.NewReader(snapshotMagic+"\x03"), zeroReader{})) }()
@@ -85,7 +85,7 @@ func TestSnapshotStreamNoProgress(t *testing.T) {
 }
 
 // Warm writes nothing: LookupEach, a reader under the FSM's read lock, runs concurrently with
-// itself (attack review: Warm summed its loads into the index, a race under -race).
+// itself, so summing its loads into the index would be a data race (caught under -race).
 func TestLookupEachConcurrent(t *testing.T) {
 	f := New()
 	f.ApplyCommand(1, commit(1, ent("a", 1, 1), ent("b", 1, 2)))

@@ -50,14 +50,15 @@ func check(f func() error) http.Handler {
 // shutdownTimeout bounds the graceful shutdown once Serve's context ends.
 const shutdownTimeout = 5 * time.Second
 
-// Limits of the ops listener (adversarial reviews). A scrape or a probe is one small request
-// on its own connection: the node answers it and closes the connection (no keep-alive), a
-// request's headers must arrive within HeaderTimeout and its whole request within ReadTimeout,
-// the answer must go within WriteTimeout, and at most MaxConns connections are open at once
-// (more wait in the kernel's accept queue). Idle keep-alive connections once took every file
-// descriptor of the node; later 256 kept-alive connections, each asking every few seconds,
-// held every slot for good, so that a readiness probe never got one. Now a slot is held for
-// at most one request, and a slow sender for at most HeaderTimeout.
+// Limits of the ops listener. A scrape or a probe is one small request on its own
+// connection: the node answers it and closes the connection (no keep-alive), a request's
+// headers must arrive within HeaderTimeout and its whole request within ReadTimeout, the
+// answer must go within WriteTimeout, and at most MaxConns connections are open at once (more
+// wait in the kernel's accept queue). Without a cap, idle keep-alive connections could take
+// every file descriptor of the node; with keep-alive, 256 connections each asking every few
+// seconds would hold every slot for good, and a readiness probe would never get one. So a
+// slot is held for at most one request, and a slow sender for at most HeaderTimeout
+// (TestServeCapsConnections).
 const (
 	HeaderTimeout = 2 * time.Second
 	ReadTimeout   = 10 * time.Second

@@ -11,7 +11,7 @@ import (
 )
 
 // A single node's start logs nothing at warn: its election, with no leader known before, is
-// routine (it used to log "heartbeat timeout reached, starting election" as a warning).
+// routine, so Raft's "heartbeat timeout reached, starting election" is not a warning then.
 func TestSingleNodeStartIsQuietAtWarn(t *testing.T) {
 	cfg := testConfig(t, "n1", t.TempDir())
 	lw := &lockedWriter{}

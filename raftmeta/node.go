@@ -174,7 +174,8 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, *streamLayer, er
 			MaxPool: tcpMaxPool, Timeout: tcpTimeout, Logger: hl.Named("transport")})
 		if err != nil {
 			// A nil *NetworkTransport in the interface would not be nil, and closeStores
-			// would call Close on it (adversarial review: a taken Raft port panicked).
+			// would call Close on it: a taken Raft port must fail Open, not panic it
+			// (node's TestRaftPortTakenIsAnError).
 			return nil, nil, err
 		}
 		return t, s, nil
@@ -307,7 +308,7 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 // added, which it would append itself, so a read index needs no VerifyLeader round: that
 // round has no one else to ask, but goes through Raft's leader loop, which under a read storm
 // on 2 cores took over ReadIndexTimeout (1 s) and made a single node answer keys it does not
-// have Unavailable instead of NotFound (an attack review).
+// have Unavailable instead of NotFound. TestSoleVoterReadIndex guards it.
 func (n *Node) soleVoter() bool {
 	voters, self := 0, false
 	for _, s := range n.raft.GetConfiguration().Configuration().Servers {

@@ -19,8 +19,8 @@ import (
 // again forever: the follower never applies the leader's last entry and the test fails
 // after 10 s. "restart" is a crash after the install but before the stale log was
 // discarded: f starts with the snapshot already in its snapshot store. "short" is a stale
-// log that ends before the snapshot's index (found by an adversarial review: upstream and
-// the first version of the patch kept it, and a later leader shipped it as committed).
+// log that ends before the snapshot's index: it must be discarded too (upstream keeps it),
+// or f, as a later leader, ships its stale entries as committed.
 func TestSnapshotInstallLivelock(t *testing.T) {
 	for _, c := range []struct {
 		name     string

@@ -69,7 +69,8 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 // Name, a server ID) must still be admitted each time it sends: raft keeps a connection
 // open as long as its peer does, so a member removed from the configuration could otherwise
 // go on sending AppendEntries, forged ones included, over a connection it opened while it
-// was a member (a follow-up attack review injected a committed entry that way).
+// was a member, and have a forged entry committed (node's
+// TestRemovedMemberLosesRaftConnections).
 type admittedConn struct {
 	*tls.Conn
 	admit func(id string) error
@@ -131,7 +132,8 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 // node/security.go). Raft's messages carry no proof of their sender, so without it any holder
 // of a certificate of the cluster CA who answered at a voter's address (a removed member,
 // until the CA is rotated) could grant votes and acknowledge entries in the voter's place,
-// and a leader would commit with a quorum of one real voter (attack review).
+// and a leader would commit with a quorum of one real voter (node's
+// TestRaftDialChecksTheServer).
 func (s *streamLayer) checkServer(address raft.ServerAddress, cs tls.ConnectionState) error {
 	r := s.raft.Load()
 	if r == nil {

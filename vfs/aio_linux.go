@@ -86,8 +86,8 @@ var aioPool struct {
 // It returns nil when AIO is unavailable, and nil with busy when every context of the bound
 // is in use: the caller then reads on its own goroutine, one read at a time, so that a batch
 // past the bound holds one thread as a batch on AIO does, rather than one per read in flight
-// (an attack review saw 2,641 threads), and never waits for another batch (whose callback
-// might be the one asking).
+// (thousands of threads under a read storm), and never waits for another batch (whose
+// callback might be the one asking). TestAIOPoolAtItsBound guards it.
 func getAIOCtx(depth int) (c *aioCtx, busy bool) {
 	aioPool.mu.Lock()
 	defer aioPool.mu.Unlock()

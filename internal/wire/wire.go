@@ -129,8 +129,8 @@ func SendGets(send func(*pb.GetChunk) error, res []kvoffload.GetResult) error {
 // a copy of each chunk: gRPC keeps the data of a message it could not send yet until the
 // client reads it or the connection closes, and a chunk aliasing the value would keep the
 // whole value (up to 64 MiB) for a client that stopped reading, outside the node's buffer
-// budget (adversarial review: 40 streams that never read left 163 MiB). So a stream holds at
-// most about a chunk that way.
+// budget (40 streams that never read would hold 163 MiB). So a stream holds at most about a
+// chunk that way (TestSendGetChunksDoNotPinLongValues).
 func SendGet(send func(*pb.GetChunk) error, i int, r kvoffload.GetResult) error {
 	first := &pb.GetChunk{Index: uint32(i), Status: StatusToPB(r.Status), Reason: Reason(r.Reason), Code: pb.Code(r.Code)}
 	var val []byte

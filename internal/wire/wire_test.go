@@ -8,8 +8,8 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 )
 
-// Codes from the wire are never truncated into another code, a stored key has none and a key
-// that is not stored always has one (adversarial review: 260 read as quota, 256 as none).
+// Codes from the wire are never truncated into another code (260 must not read as quota, nor
+// 256 as none), a stored key has none and a key that is not stored always has one.
 func TestCodesFromTheWire(t *testing.T) {
 	for _, tc := range []struct {
 		in   *pb.KeyResult
