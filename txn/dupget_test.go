@@ -12,8 +12,8 @@ import (
 
 // TestBatchGetDuplicatesCountAgainstMaxBatchBytes: a key named many times in one BatchGet
 // counts once per position against MaxBatchBytes (it returns its bytes at every position),
-// and every position owns its bytes. Found by an adversarial review: naming a 1 MiB key 100
-// times returned 100 MiB under a 1 MiB limit, all positions sharing one slice.
+// and every position owns its bytes: otherwise naming a 1 MiB key 100 times returns 100 MiB
+// under a 1 MiB limit, all positions sharing one slice.
 func TestBatchGetDuplicatesCountAgainstMaxBatchBytes(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)

@@ -37,8 +37,8 @@ func (m *lagHoldMeta) failReadIndex(err error) {
 
 // A key this node is still writing, already acknowledged through another member whose COMMIT
 // this replica has not applied yet, is Present: InFlight is confirmed through the read index
-// like Absent (issue 7: 90 of 49,285 keys answered InFlight 60 ms after their
-// acknowledgement). When the read index fails, the keys not Present locally are Unknown
+// like Absent, since a replica's own view can still say InFlight tens of milliseconds after
+// the acknowledgement. When the read index fails, the keys not Present locally are Unknown
 // with the reason, never Absent or InFlight, and the prefix stops at the first of them.
 func TestExistsInFlightConfirmed(t *testing.T) {
 	m := &lagHoldMeta{laggingMeta: &laggingMeta{flakyMeta: &flakyMeta{f: fsm.New()}, hidden: map[string]bool{}},

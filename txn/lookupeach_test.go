@@ -16,10 +16,9 @@ func (m eachMeta) LookupEach(n int, key func(int) string, fn func(int, fsm.Entry
 	m.f.LookupEach(n, key, fn)
 }
 
-// Admission answers the same through the batch lookup as key by key: new keys Stored, the
-// same bytes AlreadyStored, other bytes Conflict, a removed key Stored again, a repeat within
-// the batch and an invalid key as before (attack review: no txn
-// test ran the batch path).
+// Admission answers the same through the batch lookup (eachLookup, the node's path) as key
+// by key: new keys Stored, the same bytes AlreadyStored, other bytes Conflict,
+// a removed key Stored again, a repeat within the batch and an invalid key as before.
 func TestAdmissionLookupEachAgrees(t *testing.T) {
 	run := func(m Meta, f *fsm.FSM) [][]kvoffload.KeyResult {
 		c, data := newCoordinatorFor(t, m, f)

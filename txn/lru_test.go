@@ -54,7 +54,7 @@ func (m *gateMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 
 // A lease asked for while an eviction of that key is under way must not be granted with a
 // Present answer: the key is answered Absent, and every key answered Present with a lease
-// is still readable after the eviction (cases.md C11). Found by an adversarial test.
+// is still readable after the eviction (cases.md C11).
 func TestLeaseDuringEviction(t *testing.T) {
 	m := &gateMeta{flakyMeta: &flakyMeta{f: fsm.New()}, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	c, _ := newCoordinatorCap(t, m, m.f, 1<<20)

@@ -118,9 +118,9 @@ func lruKeys(c *Coordinator) map[string]uint64 {
 
 // TestLRUFollowsChangesDuringCollection: a REMOVE and a snapshot restore applied between
 // start-up collection's metadata copy (Meta.LiveOf) and the LRU's load leave the LRU
-// holding exactly the live keys. Found by an adversarial review: the hooks' drops found the
-// LRU still empty, then the load inserted the removed keys from the stale copy, eviction
-// chose keys that were gone, and offloads were Rejected "quota" with evictable keys stored.
+// holding exactly the live keys. Otherwise the hooks' drops find the LRU still empty, the
+// load then inserts the removed keys from the stale copy, eviction chooses keys that are
+// gone, and offloads are Rejected "quota" with evictable keys stored.
 func TestLRUFollowsChangesDuringCollection(t *testing.T) {
 	ctx := context.Background()
 	cfg := bucketstore.DefaultConfig("/b")

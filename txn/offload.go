@@ -34,9 +34,10 @@ func (c *Coordinator) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvo
 	// Catch up first (a read index through the leader; free on a single node). The FSM then
 	// holds every result acknowledged before this call: a retry of a txn that another node
 	// committed finds its original results, and no key is answered AlreadyStored or Conflict
-	// from metadata that has not applied an acknowledged REMOVE (both found by the process
-	// nemesis). It is bounded by OffloadCatchUpTimeout: with no leader elected by then the
-	// call fails (nothing was written) and the client retries, on another member if need be.
+	// from metadata that has not applied an acknowledged REMOVE (both checked by chaos's
+	// TestProcessNemesis). It is bounded by OffloadCatchUpTimeout: with no leader elected by
+	// then the call fails (nothing was written) and the client retries, on another member if
+	// need be (TestOffloadCatchUpBounded).
 	if err := c.OffloadCatchUp(ctx); err != nil {
 		return nil, fmt.Errorf("%w: catching up before answering from metadata: %w", ErrIndeterminate, err)
 	}

@@ -14,8 +14,8 @@ import (
 )
 
 // The owner side of a forwarded read counts a repeated key at every position against
-// MaxBatchBytes and hands reserve each distinct key's bytes once, as BatchGet does: a
-// member asking for one 64 MiB key 48 times held 3 GiB before (attack review).
+// MaxBatchBytes and hands reserve each distinct key's bytes once, as BatchGet does, so a
+// member asking for one 64 MiB key 48 times cannot make it hold 3 GiB.
 func TestOwnerReadBounded(t *testing.T) {
 	ctx := context.Background()
 	m := &flakyMeta{f: fsm.New()}
@@ -46,8 +46,8 @@ func TestOwnerReadBounded(t *testing.T) {
 }
 
 // With the leader unreachable, the owner still answers the keys it holds before the asking
-// member's deadline: the confirmation of its misses takes at most half the time left, and
-// the misses are Unavailable, never NotFound (attack review: 1 s for [held, missing]).
+// member's deadline, a miss in the same read notwithstanding: the confirmation of its misses
+// takes at most half the time left, and the misses are Unavailable, never NotFound.
 func TestOwnerReadWithAStalledLeader(t *testing.T) {
 	m := &stallingMeta{flakyMeta: &flakyMeta{f: fsm.New()}}
 	c, _ := newCoordinatorFor(t, m, m.f)
@@ -99,7 +99,7 @@ func (m *staleOwnerMeta) Lookup(k string) (fsm.Entry, bool) {
 }
 
 // A key this node's metadata gives to another node, and that is gone once it has caught up,
-// is NotFound, not Unavailable "not owned" (attack review).
+// is NotFound, not Unavailable "not owned".
 func TestOwnerReadOfAKeyGoneMeanwhile(t *testing.T) {
 	m := &staleOwnerMeta{flakyMeta: &flakyMeta{f: fsm.New()}, key: "g"}
 	c, _ := newCoordinatorFor(t, m, m.f)
@@ -126,7 +126,7 @@ func (m *foreignMeta) Lookup(k string) (fsm.Entry, bool) {
 
 // A key the metadata gives to another node counts neither against MaxBatchBytes nor in the
 // reservation on the owner's side, and is not repaired as corrupt: it is never read there
-// (attack review: a 3 MiB key of n2 failed the whole read under a 2 MiB MaxBatchBytes).
+// (a 3 MiB key of n2 must not fail the whole read under a 2 MiB MaxBatchBytes).
 func TestOwnerReadSkipsForeignKeys(t *testing.T) {
 	m := &foreignMeta{flakyMeta: &flakyMeta{f: fsm.New()}, key: "theirs", size: 3 << 20}
 	c, _ := newCoordinatorFor(t, m, m.f)

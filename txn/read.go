@@ -244,9 +244,9 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 		mu.Unlock()
 	}
 	// The keys are used now: touched in the LRU once, before the reads, so that an eviction
-	// while the batch runs takes other keys first (touched per read as each was verified, a
-	// batch held one lock per key; touched after the batch, its keys stayed oldest until it
-	// ended: adversarial review).
+	// while the batch runs takes other keys first (TestReadKeysNotEvictedDuringTheirBatch).
+	// Touched per read as each is verified, a batch would take one lock per key; touched
+	// after the batch, its keys would stay oldest until it ended.
 	touched := make([]string, len(idx))
 	for j, i := range idx {
 		touched[j] = keys[i]

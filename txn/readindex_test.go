@@ -129,8 +129,8 @@ type stuckMeta struct{ *flakyMeta }
 func (stuckMeta) ReadIndex(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 
 // The catch-up at the start of a batch offload is bounded by ReadIndexTimeout, not by the
-// caller's deadline: with the leader unreachable the call fails fast, having written nothing,
-// and the client retries (found by an adversarial test with a SIGSTOPped leader).
+// caller's deadline: with the leader unreachable (paused, as by SIGSTOP) the call fails
+// fast, having written nothing, and the client retries.
 func TestOffloadCatchUpBounded(t *testing.T) {
 	m := stuckMeta{&flakyMeta{f: fsm.New()}}
 	c, _ := newCoordinatorFor(t, m, m.f)

@@ -166,7 +166,8 @@ const closeWait = 2 * time.Second
 
 // close stops the reclaimer: records not yet processed are dropped (their bytes are orphans,
 // which the next start-up's collection frees), and it waits at most closeWait for the one
-// being processed. Close must not hang behind a stalled disk (review).
+// being processed: Close must not hang behind a stalled disk
+// (TestCloseReturnsWhileFreeStalls).
 func (r *reclaimer) close() {
 	r.mu.Lock()
 	r.closing = true

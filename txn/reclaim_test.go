@@ -173,8 +173,8 @@ func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
 	waitFreed(t, data)
 }
 
-// An offload that must evict returns by its deadline while the evicted keys' free stalls
-// (review: the eviction waited for the reclaimer without bound, holding evictor.mu).
+// An offload that must evict returns by its deadline while the evicted keys' free stalls:
+// the eviction does not wait for the reclaimer without bound, holding evictor.mu.
 func TestEvictingOffloadReturnsWhileFreeStalls(t *testing.T) {
 	c, _, _, d := newStallingCoordinatorCap(t, 2*bucketstore.Alignment) // room for two keys
 	ctx := context.Background()
@@ -196,7 +196,8 @@ func TestEvictingOffloadReturnsWhileFreeStalls(t *testing.T) {
 	}
 }
 
-// Close returns while a free stalls (review: it waited for the whole queue).
+// Close returns while a free stalls: it waits for the record being processed, at most
+// closeWait, not for the whole queue.
 func TestCloseReturnsWhileFreeStalls(t *testing.T) {
 	c, _, _, d := newStallingCoordinator(t)
 	d.stall.Store(true)
@@ -230,7 +231,7 @@ func (m *partitionedMeta) Barrier(context.Context) error {
 
 // A COMMIT that applied, whose answers were lost and whose result was pruned before the
 // background resolver could read it, keeps its bytes: the resolver's ABORT finds the entry
-// live and does not free it (review: it freed them, and the key read Corrupt: G1).
+// live and does not free it: freed, the key would read Corrupt, breaking G1.
 func TestResolverAfterPruneKeepsCommittedBytes(t *testing.T) {
 	fm := &flakyMeta{f: fsm.New(), applyAnyway: true}
 	m := &partitionedMeta{flakyMeta: fm}

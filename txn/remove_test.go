@@ -10,8 +10,8 @@ import (
 )
 
 // Remove of keys that can never be stored answers not removed and proposes nothing for them:
-// a 3 MiB key does not travel through Raft, and no generation entry is kept for it (found
-// by an adversarial test). Valid keys in the same call are removed.
+// a 3 MiB key does not travel through Raft, and no generation entry is kept for it. Valid
+// keys in the same call are removed.
 func TestRemoveInvalidKeys(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)

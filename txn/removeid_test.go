@@ -11,8 +11,8 @@ import (
 )
 
 // Remove under a txn ID already used for another request is refused with ErrTxnIDInUse, as
-// BatchOffload refuses one, instead of answering removed=false for keys it never looked at
-// (issue 7); a true retry still gets the original answer.
+// BatchOffload refuses one, instead of answering removed=false for keys it never looked at;
+// a true retry still gets the original answer.
 func TestRemoveReusedTxnID(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	c, _ := newTestCoordinator(t, m)

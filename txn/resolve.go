@@ -62,7 +62,8 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 			// The metadata holds this write as committed though the result says otherwise: the
 			// COMMIT applied and its result was pruned before this settle, which then proposed
 			// an ABORT or re-proposed the COMMIT (AlreadyStored). The bytes are a live entry's:
-			// keep them (review: freeing them broke G1).
+			// keep them, or the key reads Corrupt, breaking G1
+			// (TestResolverAfterPruneKeepsCommittedBytes).
 			w.outcome, w.code, w.reason = kvoffload.Stored, kvoffload.CodeNone, ""
 			continue
 		}

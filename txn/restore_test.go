@@ -15,9 +15,9 @@ import (
 
 // TestSnapshotRestoreFreesRemovedKeys: a node that catches up by installing a snapshot in
 // which its keys were removed frees their bytes and forgets them in the LRU, so its quota
-// is not used up by keys no metadata references. Found by an adversarial review: Restore
-// did not reach the coordinator, the bytes stayed counted until a restart, and every later
-// offload was Rejected "quota".
+// is not used up by keys no metadata references: a Restore that does not reach the
+// coordinator leaves the bytes counted until a restart, and every later offload Rejected
+// "quota".
 func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
 	m := &flakyMeta{f: fsm.New()}
 	const capacity = 16 * 4096
@@ -81,9 +81,9 @@ func (m *removeAfterCopy) LiveOf(owner string) []fsm.Entry {
 }
 
 // TestRemoveDuringRecoveryIsFreed: a REMOVE applied while recovery runs, after collection
-// adopted the key's extent, frees the bytes when recovery ends. Before, OnApplied skipped
-// frees until recovery had finished, so those bytes stayed counted until the next restart
-// (found by an adversarial review, for a snapshot restore in the same window).
+// adopted the key's extent, frees the bytes when recovery ends, as a snapshot restore in the
+// same window does: OnApplied must not skip such frees until recovery has finished, or those
+// bytes stay counted until the next restart.
 func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	ctx := context.Background()
 	m := &flakyMeta{f: fsm.New()}
