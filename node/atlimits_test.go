@@ -166,11 +166,11 @@ func checkRegionAtLimits(t *testing.T, c *client.Client, objs []kvoffload.Object
 	checkFound(t, "GetInto", got, objs)
 }
 
-// TestEveryLimitAtItsValue (issue 27): a batch of exactly MaxBatchKeys keys of MaxKeyBytes
-// bytes each, whose values total MaxBatchBytes with one of MaxObjectBytes, is answered key by
-// key by every call of the client API: over TCP (with the client's precheck and without) and
-// over the local socket (the shared-memory calls, and gRPC for BatchGet, whose values do not
-// fit a staging region, and the other calls).
+// TestEveryLimitAtItsValue: a batch of exactly MaxBatchKeys keys of MaxKeyBytes bytes each,
+// whose values total MaxBatchBytes with one of MaxObjectBytes, is answered key by key by
+// every call of the client API: over TCP (with the client's precheck and without) and over
+// the local socket (the shared-memory calls, and gRPC for BatchGet, whose values do not fit
+// a staging region, and the other calls).
 func TestEveryLimitAtItsValue(t *testing.T) {
 	seed := testSeed(t)
 	cfg := testConfig(t.TempDir())

@@ -161,9 +161,9 @@ func readStream(t *testing.T, st grpc.ServerStreamingClient[pb.GetChunk]) int {
 }
 
 // TestBufferBudgetStalledReaders: two BatchGet streams of 16 keys of 1 MiB that never read
-// their responses hold no more than MaxBufferedBytes together (issue 7: two such streams of
-// a 64 MiB key took a server from 340 MiB to 2.1 GiB). The second waits for the budget
-// (counted), and is served once the first goes away.
+// their responses hold no more than MaxBufferedBytes together (unbounded, two such streams
+// of a 64 MiB key would take a server from 340 MiB to 2.1 GiB). The second waits for the
+// budget (counted), and is served once the first goes away.
 func TestBufferBudgetStalledReaders(t *testing.T) {
 	const size = 1 << 20
 	n, cl := budgetNode(t)
@@ -199,9 +199,9 @@ func TestBufferBudgetStalledReaders(t *testing.T) {
 }
 
 // TestBufferBudgetRepeatedKeyCountsOnce: a stream naming one 1 MiB key 16 times holds its
-// bytes once, as the node does (adversarial review: reserving per position let two streams
-// of 16 positions of a 64 MiB key take a 2 GiB budget for 64 MiB read), and still sends the
-// value at every position.
+// bytes once, as the node does (reserving per position would let two streams of 16
+// positions of a 64 MiB key take a 2 GiB budget for 64 MiB read), and still sends the value
+// at every position.
 func TestBufferBudgetRepeatedKeyCountsOnce(t *testing.T) {
 	const size = 1 << 20
 	n, cl := budgetNode(t)
@@ -229,10 +229,10 @@ func TestBufferBudgetRepeatedKeyCountsOnce(t *testing.T) {
 
 // TestBufferBudgetSizedByTheReadsLookup: a BatchGet reserves its budget from the metadata
 // lookup its reads use, so keys stored while it waits for the budget are not read uncounted
-// (adversarial review: the service sized the hold from a lookup of its own, read keys stored
-// after it without waiting, and took the budget past MaxBufferedBytes). Stream A holds the
-// whole budget; B waits, and its 15 keys are stored meanwhile; B then answers them as its
-// lookup found them (absent), and the budget never goes over its limit.
+// (sized from a lookup of its own, the hold would miss keys stored after it, and the reads
+// would take the budget past MaxBufferedBytes). Stream A holds the whole budget; B waits,
+// and its 15 keys are stored meanwhile; B then answers them as its lookup found them
+// (absent), and the budget never goes over its limit.
 func TestBufferBudgetSizedByTheReadsLookup(t *testing.T) {
 	const size = 1 << 20
 	n, cl := budgetNode(t)
@@ -298,9 +298,9 @@ func TestBufferBudgetSizedByTheReadsLookup(t *testing.T) {
 }
 
 // TestIdleReaderLosesItsStream: a BatchGet stream whose client takes nothing is ended after
-// the idle limit, and its share of the budget released (adversarial review: a reader that
-// never read held the whole budget for as long as it stayed connected, and everyone else's
-// reads and writes waited out their deadlines).
+// the idle limit, and its share of the budget released: otherwise a reader that never reads
+// holds the whole budget for as long as it stays connected, and everyone else's reads and
+// writes wait out their deadlines.
 func TestIdleReaderLosesItsStream(t *testing.T) {
 	const size = 1 << 20
 	n, cl := budgetNode(t)
@@ -351,8 +351,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // TestIdleOffloadStreamEnds: an offload stream that announces an object, sends one byte and
 // then nothing is ended by the server with DeadlineExceeded after the idle limit, and the
-// budget it held is released (adversarial review: a few thousand such streams held all of
-// it); a first byte reserves a small buffer, not the announced size.
+// budget it held is released (a few thousand such streams would otherwise hold all of it);
+// a first byte reserves a small buffer, not the announced size.
 func TestIdleOffloadStreamEnds(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.APIAddr = freeAddr(t)

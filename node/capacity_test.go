@@ -120,8 +120,8 @@ func TestLeasePinsAgainstEviction(t *testing.T) {
 
 // TestShrunkQuotaAtStartUp: a node restarted with a quota below the bytes it holds evicts at
 // start-up, least recently used first, until its live bytes are under the quota, without
-// waiting for a write that needs room (issue 12); every key left reads back, every evicted
-// one is NotFound, never corrupt.
+// waiting for a write that needs room; every key left reads back, every evicted one is
+// NotFound, never corrupt.
 func TestShrunkQuotaAtStartUp(t *testing.T) {
 	const block, total, quota = 1 << 20, 40, 16 << 20
 	cfg := testConfig(t.TempDir())
@@ -168,8 +168,9 @@ func TestShrunkQuotaAtStartUp(t *testing.T) {
 
 // TestC10SmallRecordsStayWithinQuota: C10 with 400-byte values in batches of 8, the first key of
 // every batch kept recently used by reads, so eviction takes the others: the bytes allocated on
-// disk never exceed the quota, but for the filesystem's metadata (an adversarial review of
-// record packing, docs/benchmarks.md).
+// disk never exceed the quota, but for the filesystem's metadata: the quota bounds the
+// filesystem blocks taken, not the records' lengths (docs/benchmarks.md, "Records packed at
+// 512 bytes").
 func TestC10SmallRecordsStayWithinQuota(t *testing.T) {
 	const quota, value, batch, batches = 256 << 10, 400, 8, 200
 	cfg := testConfig(t.TempDir())

@@ -72,9 +72,9 @@ func (n *Node) peerDialOptions() []grpc.DialOption {
 
 // peerBackoff paces the reconnection to a member that cannot be reached: gRPC's default
 // (backoff.DefaultConfig) doubles up to two minutes, so a member back from a long outage
-// stayed unreachable from the others for as long, its keys Unavailable through them
-// (new-user trial; TestOwnerServesSoonAfterAnOutage). Members are few, and an attempt at a
-// dead address costs one refused connection, so it is capped at a second.
+// would stay unreachable from the others for as long, its keys Unavailable through them
+// (TestOwnerServesSoonAfterAnOutage). Members are few, and an attempt at a dead address
+// costs one refused connection, so it is capped at a second.
 var peerBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
 
 // peerConnectTimeout bounds one connection attempt to a member (gRPC's default is 20 s).

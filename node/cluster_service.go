@@ -61,8 +61,8 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 			req.NodeId, m.RaftAddr, m.APIAddr)
 	}
 	// A removed ID is refused too: its certificate stays valid until the CA is rotated, and
-	// Leave must keep its holder out (an attack review rejoined a removed node with its old
-	// certificate and an empty data directory, and it could then read and remove any key).
+	// Leave must keep its holder out (a removed node rejoining with its old certificate and an
+	// empty data directory could read and remove any key; TestRemovedIDNeverJoinsAgain).
 	if s.n.fsm.WasRemoved(req.NodeId) {
 		s.n.log.Warn("join refused: the ID was removed from the cluster", "id", req.NodeId, "by", callerOf(ctx))
 		return nil, status.Errorf(codes.AlreadyExists,

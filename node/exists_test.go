@@ -122,7 +122,7 @@ func (p *cutProxy) setCut(cut bool) {
 // TestExistsOnLaggingMember: a member the leader cannot replicate to (its Raft listener cut
 // off) answers BatchExists for a key acknowledged through the leader after the cut, and for
 // a key never written, Unknown with the reason, never Absent: it cannot confirm either
-// (issue 7, Mooncake #2827's shape). On the wire that is PRESENCE_UNKNOWN with the reason.
+// (Mooncake #2827's shape). On the wire that is PRESENCE_UNKNOWN with the reason.
 // Healed, it answers Present.
 func TestExistsOnLaggingMember(t *testing.T) {
 	base := t.TempDir()

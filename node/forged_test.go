@@ -20,11 +20,11 @@ import (
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
-// The forged-COMMIT attacks of issue 7 (defence in depth below authentication). Each test
-// acknowledges real keys on a single node, sends a hand-made COMMIT through the Cluster
-// service's Propose as a peer would (or, to model a replica that skipped the leader's check,
-// straight through Raft), and then checks that every acknowledged key still reads back, that
-// the forged key never reads as stored, and that the node restarts.
+// The forged-COMMIT attacks (defence in depth below authentication). Each test acknowledges
+// real keys on a single node, sends a hand-made COMMIT through the Cluster service's Propose
+// as a peer would (or, to model a replica that skipped the leader's check, straight through
+// Raft), and then checks that every acknowledged key still reads back, that the forged key
+// never reads as stored, and that the node restarts.
 
 // forgedSetup opens a node in dir and acknowledges keys; it returns the node and the
 // acknowledged entries.

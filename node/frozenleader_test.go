@@ -45,8 +45,8 @@ func frozenLeaderCluster(t *testing.T) (leader, follower, other *Node, proxy *cu
 	return leader, follower, other, proxy
 }
 
-// TestFrozenLeaderForwardedBatch (issue 27): the leader is frozen as by SIGSTOP (its sockets
-// stay open; its Raft and its peer service answer nothing) while the COMMIT of a batch
+// TestFrozenLeaderForwardedBatch: the leader is frozen as by SIGSTOP (its sockets stay
+// open; its Raft and its peer service answer nothing) while the COMMIT of a batch
 // offloaded through a follower is at the leader: before the leader applied it ("unapplied"),
 // or after, its reply not yet sent ("applied"). The follower abandons the forwarded proposal
 // once its Raft stops following the frozen leader, sends it to the new leader and gets the

@@ -66,7 +66,7 @@ func countKeys(n *Node, prefix string) int {
 	return c
 }
 
-// TestTwoClustersCrossedAddresses is the takeover of issue 12: cluster A (a1, with keys) and
+// TestTwoClustersCrossedAddresses is an address takeover: cluster A (a1, with keys) and
 // cluster B (b1..b3, with keys) on one host. A fresh node started as a1, on a1's own
 // addresses, joins B and is killed; then the real a1 restarts from its own directory. B's
 // leader keeps sending Raft traffic to the address it has for "a1": the cluster-ID handshake
@@ -172,10 +172,10 @@ func TestJoinIgnoredWarns(t *testing.T) {
 	}
 }
 
-// TestFreshNodeAtStaleAddress (review of the cluster ID): B's member b3 is down, not
-// removed; a fresh node n4, meant for cluster A, starts on b3's Raft address. B's leader
-// keeps dialing that address: n4 refuses it (a node that knows no cluster takes Raft traffic
-// only from the one it asked to join), joins A, and holds none of B's metadata.
+// TestFreshNodeAtStaleAddress: B's member b3 is down, not removed; a fresh node n4, meant
+// for cluster A, starts on b3's Raft address. B's leader keeps dialing that address: n4
+// refuses it (a node that knows no cluster takes Raft traffic only from the one it asked to
+// join), joins A, and holds none of B's metadata.
 func TestFreshNodeAtStaleAddress(t *testing.T) {
 	a, aCfgs := openNamed(t, "a1")
 	b, bCfgs := openNamed(t, "b1", "b2", "b3")
@@ -231,10 +231,10 @@ func waitLeaderKnown(t *testing.T, n *Node, gone string) {
 	t.Fatal("no leader known within 10 s")
 }
 
-// TestClusterIDRecoveredWithoutFile (review of the cluster ID): a member whose CLUSTER_ID
-// file was lost takes the ID from its Raft state before it dials or judges any Raft traffic,
-// so two of three members restarted together elect a leader (the one without the file, whose
-// log is newer), and the file is written again.
+// TestClusterIDRecoveredWithoutFile: a member whose CLUSTER_ID file was lost takes the ID
+// from its Raft state before it dials or judges any Raft traffic, so two of three members
+// restarted together elect a leader (the one without the file, whose log is newer), and the
+// file is written again.
 func TestClusterIDRecoveredWithoutFile(t *testing.T) {
 	nodes, cfgs := openNamed(t, "c1", "c2", "c3")
 	id := nodes[0].ClusterID()
@@ -296,7 +296,7 @@ func TestClusterIDMetric(t *testing.T) {
 }
 
 // TestRaftPortTakenIsAnError: a Raft address another process listens on makes Open fail with
-// an error naming it, not panic (adversarial review: a nil transport was closed).
+// an error naming it, not panic (raftmeta must not hand back a nil transport to be closed).
 func TestRaftPortTakenIsAnError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -12,8 +12,9 @@ import (
 // BatchGet stream without its client taking one. A stream that announces objects and then
 // stops sending, or a reader that stops reading, would otherwise hold its share of the buffer
 // budget (budget.go) for as long as its client keeps the connection open, and a few such
-// streams would hold all of it (adversarial reviews). A client streams values it already has
-// and reads what it asked for, so a live client is never this slow.
+// streams would hold all of it (TestIdleOffloadStreamEnds, TestIdleReaderLosesItsStream). A
+// client streams values it already has and reads what it asked for, so a live client is
+// never this slow.
 const streamIdleTimeout = 30 * time.Second
 
 // idleRecv wraps a stream's Recv so that a call returns DeadlineExceeded when no message

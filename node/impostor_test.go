@@ -24,8 +24,7 @@ import (
 // address as a perfect follower, granting votes and acknowledging every entry. The leader's
 // transport must refuse the connection (the certificate is not the server's the Raft
 // configuration lists there), so no RPC reaches the impostor and, with one voter of three
-// up, no offload is acknowledged. Before the check the impostor made the quorum (attack
-// review).
+// up, no offload is acknowledged: without the check the impostor would make the quorum.
 func TestRaftDialChecksTheServer(t *testing.T) {
 	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
 	nodes := openTLSCluster(t, dir, "a", "b", "c")
@@ -134,10 +133,10 @@ func startImpostor(t *testing.T, addr, dir, name string) *atomic.Int64 {
 // TestStatusImpostorCannotRemove: all three members are down; a holder of a cluster node
 // certificate that is not a's ("evil") answers Cluster/Status at a's peer address with a
 // configuration without b, naming as leader a (whose certificate it does not have) or itself
-// (a follow-up review: a server b's configuration does not list). Member b, restarted, finds
-// no leader, asks the cluster for its configuration (clusterLists) and must not take either
-// answer as the leader's: before, it refused to start as removed, telling the operator to
-// start a fresh node with an empty data directory (attack review).
+// (a server b's configuration does not list). Member b, restarted, finds no leader, asks the
+// cluster for its configuration (clusterLists) and must not take either answer as the
+// leader's: taken, it would refuse to start as removed, telling the operator to start a fresh
+// node with an empty data directory.
 func TestStatusImpostorCannotRemove(t *testing.T) {
 	for _, c := range []struct{ claimed, cert, cluster string }{{"a", "evil", ""}, {"evil", "evil", ""}, {"c", "c", ""},
 		{"", "evil", "kv-0000000000000000000000ff"}} {
@@ -148,9 +147,9 @@ func TestStatusImpostorCannotRemove(t *testing.T) {
 // statusImpostor is one case of TestStatusImpostorCannotRemove: the answer at a's address
 // names claimed as leader, with the certificate of cert. With claimed and cert "c", a member
 // of b's configuration (as a member removed while b was down would be) names itself leader:
-// a third review made b refuse to start that way, before a second member had to confirm.
-// With cluster set, the answer names another cluster instead (--join's check, the same
-// review): b must not refuse to start on the word of a certificate outside its configuration.
+// b must not refuse to start on that one word, without a second member to confirm it. With
+// cluster set, the answer names another cluster instead (--join's check): b must not refuse
+// to start on the word of a certificate outside its configuration.
 func statusImpostor(t *testing.T, claimed, certName, cluster string) {
 	dir, _ := tlsDirs(t, "a", "b", "c", "evil")
 	nodes := openTLSCluster(t, dir, "a", "b", "c")

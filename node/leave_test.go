@@ -113,8 +113,8 @@ func TestLeave(t *testing.T) {
 	}
 
 	// That refusal told the node it was removed: its health and readiness say so, and every
-	// call fails at once as Unavailable naming the removal, also once it knows no leader (it
-	// used to wait ReadIndexTimeout per call, and its clients until their deadlines).
+	// call fails at once as Unavailable naming the removal, also once it knows no leader (not
+	// after ReadIndexTimeout per call, with its clients waiting until their deadlines).
 	for what, err := range map[string]error{"healthy": gone.Healthy(), "ready": gone.Ready()} {
 		if err == nil || !strings.Contains(err.Error(), "was removed from the cluster") {
 			t.Fatalf("%s on the removed node: %v, want it to say the node was removed", what, err)
@@ -186,7 +186,7 @@ func TestRemovedNodeLearnsWithoutACall(t *testing.T) {
 		t.Fatalf("a call on the removed node: %v after %v, want txn.ErrRemoved at once", err, time.Since(start))
 	}
 	// Status still answers there (an operator's `storenode status --addr` of the removed
-	// node), and says it was removed (new-user trial: it read as a normal member's view).
+	// node), and says it was removed, so that it does not read as a normal member's view.
 	hc := &headerCapture{}
 	if st, err := (kvService{n: gone}).Status(grpc.NewContextWithServerTransportStream(ctx, hc), &pb.StatusRequest{}); err != nil ||
 		len(st.Members) == 0 || !strings.Contains(strings.Join(hc.md.Get(wire.RefusingHeader), ""), "was removed from the cluster") {

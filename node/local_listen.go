@@ -37,8 +37,8 @@ const (
 
 // maxLocalConns bounds the connections the local socket holds at once (gRPC and
 // registration together); one over it is closed at once, so a client opening connections
-// without end cannot take every file descriptor of the node (adversarial review). A variable
-// so that a test can lower it.
+// without end cannot take every file descriptor of the node (TestLocalConnectionCap). A
+// variable so that a test can lower it.
 var maxLocalConns = 4096
 
 // peerAddr is a local connection's remote address: its SO_PEERCRED.
@@ -89,8 +89,8 @@ type muxListener struct {
 // listenLocal serves the local socket at path with mode. The socket is bound in a fresh
 // private directory (0700) beside path, given its mode there, and renamed onto path: no other
 // user can connect before the mode is set, and a symlink put at path is replaced, never
-// followed (adversarial review). A socket already at path that answers is another node's:
-// refused; one that does not is a stale one of an earlier run and is replaced.
+// followed. A socket already at path that answers is another node's: refused; one that does
+// not is a stale one of an earlier run and is replaced (TestLocalSocketPathIsNotTakenOver).
 func listenLocal(path string, mode os.FileMode, reg func(*regConn)) (*muxListener, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
@@ -133,7 +133,7 @@ func listenLocal(path string, mode os.FileMode, reg func(*regConn)) (*muxListene
 
 // acceptLoop accepts until Close. A failed accept that is not the listener closing (EMFILE,
 // ECONNABORTED, ...) is retried after a backoff, as net/http and grpc do: giving up on it
-// would take the local path down until a restart (adversarial review).
+// would take the local path down until a restart.
 func (m *muxListener) acceptLoop() {
 	backoff := 5 * time.Millisecond
 	for {

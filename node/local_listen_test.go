@@ -13,7 +13,7 @@ import (
 
 // A second node refuses a local socket path that a live node serves, instead of taking it
 // over (and unlinking it when it closes); a stale socket is replaced; a symlink at the path
-// is refused, never followed (adversarial review).
+// is refused, never followed, so the node cannot be made to chmod or unlink its target.
 func TestLocalSocketPathIsNotTakenOver(t *testing.T) {
 	n, c := openLocal(t, Local{})
 	cfg := testConfig(t.TempDir())

@@ -66,7 +66,7 @@ func (r *region) close() {
 
 // bounds is why [off, off+n) is not inside the region, or "".
 func (r *region) bounds(off, n uint64) string {
-	size := uint64(r.size) // immutable: mem is cleared by close, under mu (a race the review found)
+	size := uint64(r.size) // not len(r.mem): close clears mem under mu, and bounds holds no lock
 	if off > size || n > size-off {
 		return fmt.Sprintf("descriptor [%d, +%d) is outside the region of %d bytes", off, n, size)
 	}

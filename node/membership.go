@@ -250,8 +250,9 @@ func (n *Node) pinJoinAdmit(members []*pb.Member) {
 }
 
 // maxRedirects bounds the leader addresses one round of join or clusterLists follows beyond
-// the addresses it started with: an answer names the address, and a peer that named a new one
-// every time made a joining node dial without end, a connection each (attack review).
+// the addresses it started with: an answer names the address, and a peer that names a new
+// one every time would make a joining node dial without end, a connection each
+// (TestJoinRedirectsAreBounded).
 const maxRedirects = 8
 
 // inConfiguration reports whether this node appears in its Raft configuration.
@@ -299,8 +300,8 @@ func (n *Node) waitLeader(ctx context.Context, unlisted bool) error {
 		switch {
 		case known && !listed:
 			// Named, so that an operator who removed no node sees who said so before acting
-			// on the advice (a follow-up review: a removed member's certificate at an address
-			// of --join could claim to lead).
+			// on the advice: a removed member's certificate at an address of --join can
+			// claim to lead.
 			return n.removedError(fmt.Sprintf("the cluster's leader %s, answering at %s, lists no %s in its Raft configuration; if you did not remove this node, check what answers there before you act", leader, at, n.cfg.ID))
 		case !known && unlisted:
 			return n.removedError("its Raft state is from an earlier membership, its Raft configuration no longer lists it, and no leader contacts it")
@@ -391,13 +392,12 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool, leader, at
 			continue
 		}
 		// The answer says it is the leader's own. The leader it names must be a server of
-		// this node's own Raft configuration (a follow-up review: a holder of any cluster
-		// certificate named itself leader; a leader this node's stale configuration does not
-		// know yet is not taken, and the node keeps waiting for one to contact it). Then ask
-		// again over a connection that accepts only that member's certificate (with TLS), so
-		// that a holder of another cluster certificate answering at this address cannot make
-		// this member believe it was removed (attack review: it made a restarting member
-		// refuse to start).
+		// this node's own Raft configuration, since a holder of any cluster certificate can
+		// name itself leader (a leader this node's stale configuration does not know yet is
+		// not taken, and the node keeps waiting for one to contact it). Then ask again over a
+		// connection that accepts only that member's certificate (with TLS), so that a holder
+		// of another cluster certificate answering at this address cannot make this member
+		// believe it was removed and refuse to start (TestStatusImpostorCannotRemove).
 		id := st.LeaderId
 		if !n.knowsServer(id) {
 			continue
@@ -412,8 +412,8 @@ func (n *Node) clusterLists(ctx context.Context) (listed, known bool, leader, at
 		// member the leader lists, also in this node's configuration, asked over a connection
 		// that accepts only its certificate, naming the same leader and not listing this node
 		// either. A member removed while this node was down is still in its configuration and
-		// could otherwise name itself leader (a third review); without a witness the node
-		// keeps waiting.
+		// could otherwise name itself leader; without a witness the node keeps waiting
+		// (TestStatusImpostorCannotRemove, case leader=c).
 		if n.corroborated(ctx, st, id) {
 			return false, true, id, addr
 		}
@@ -488,8 +488,9 @@ func (n *Node) checkNoPriorKeys(ctx context.Context) error {
 // IDs; pointing at its own, or at members that cannot be asked, a WARN that it is ignored.
 // With TLS, the other cluster's ID counts only from a member of this node's own Raft
 // configuration (identifiedStatus): a certificate of the CA that is not one could otherwise
-// keep this member from starting (a third review); its word is logged at ERROR and the join
-// ignored (the Raft transport's cluster-ID handshake keeps the clusters apart either way).
+// keep this member from starting (TestStatusImpostorCannotRemove, the case naming a cluster);
+// its word is logged at ERROR and the join ignored (the Raft transport's cluster-ID
+// handshake keeps the clusters apart either way).
 func (n *Node) checkJoinIgnored(ctx context.Context) error {
 	mine := n.ClusterID()
 	for _, addr := range n.cfg.Join {
@@ -562,8 +563,8 @@ func (n *Node) admitRaftPeer(id string) error {
 	if err != nil || len(servers) == 0 {
 		// A fresh node waiting for its leader's first contact: only the members the cluster
 		// listed when it asked to join (a removed member's certificate stays valid until the
-		// CA is rotated, and a follow-up attack review wrote forged entries into a joining
-		// node in this window).
+		// CA is rotated, and could write forged entries into a joining node in this window;
+		// TestJoiningNodeAdmitsOnlyMembers).
 		if ids := n.joinAdmit.Load(); ids != nil && !slices.Contains(*ids, id) {
 			n.log.Warn("raft connection refused: not a member the cluster listed when this node asked to join", "peer", id)
 			return fmt.Errorf("node: raft: %q is not a member the cluster listed when this node asked to join", id)

@@ -80,7 +80,7 @@ func series(t *testing.T, reg *prometheus.Registry, name string) map[string]*dto
 
 // TestMetricsAtStartUp: every outcome series exists at zero before any request, label values
 // are snake_case, BatchGet has a latency histogram, and the buffer gauge and wait counter
-// exist (issue 7).
+// exist.
 func TestMetricsAtStartUp(t *testing.T) {
 	_, reg, _, _ := apiNode(t, nil)
 	want := map[string][]string{
@@ -153,8 +153,8 @@ func offloadRaw(ctx context.Context, cl pb.KVOffloadClient, id [16]byte, keys []
 }
 
 // TestKeyFailuresCountedAndLogged: a Conflict and a Rejected key are counted under their
-// reason class and logged with txn, key, outcome and reason (issue 7: they reached only the
-// calling client).
+// reason class and logged with txn, key, outcome and reason, so that the operator sees them
+// too, not only the calling client.
 func TestKeyFailuresCountedAndLogged(t *testing.T) {
 	_, reg, logs, cl := apiNode(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -196,8 +196,8 @@ func TestKeyFailuresCountedAndLogged(t *testing.T) {
 }
 
 // TestRefusalsNameTheLimit: request-level refusals over gRPC name the limit, its value, the
-// size and the key (issue 7: `ResourceExhausted "txn: batch too large"` and nothing else);
-// an object over MaxObjectBytes is Rejected with its size and the limit.
+// size and the key, not a bare `ResourceExhausted "txn: batch too large"`; an object over
+// MaxObjectBytes is Rejected with its size and the limit.
 func TestRefusalsNameTheLimit(t *testing.T) {
 	_, _, _, cl := apiNode(t, func(cfg *Config) {
 		cfg.Txn.MaxBatchKeys, cfg.Txn.MaxObjectBytes, cfg.Txn.MaxBatchBytes = 3, 1<<20, 4<<20
@@ -226,7 +226,7 @@ func TestRefusalsNameTheLimit(t *testing.T) {
 }
 
 // TestRemoveReusedTxnIDOnTheWire: Remove under the txn ID of an offload is FailedPrecondition,
-// as an offload under a used ID is, and removes nothing (issue 7: removed=false, no error).
+// as an offload under a used ID is, and removes nothing: not removed=false with no error.
 func TestRemoveReusedTxnIDOnTheWire(t *testing.T) {
 	n, _, _, cl := apiNode(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

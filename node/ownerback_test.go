@@ -10,8 +10,8 @@ import (
 
 // A member that was down for a while serves its keys through the others within about a
 // second of being back: the peers' reconnection backoff is capped (peerBackoff), where gRPC's
-// default grows to two minutes (new-user trial: reads Unavailable for seconds after the
-// owner's readyz; after a longer outage it would have been minutes).
+// default grows to two minutes (reads would be Unavailable for seconds after the owner's
+// readyz, and after a long outage for minutes).
 func TestOwnerServesSoonAfterAnOutage(t *testing.T) {
 	nodes := openCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

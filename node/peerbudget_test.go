@@ -12,8 +12,8 @@ import (
 // Two members each reading the other's keys, each read holding its whole budget
 // (MaxBufferedBytes) while it waits for the owner, still read every key: the owners' side of
 // the reads draws on a budget of its own (metrics.peerBuffers). With one budget for both,
-// each owner's read waited for bytes the other member's read held, and every key came back
-// Unavailable after the owner deadline (attack review).
+// each owner's read would wait for bytes the other member's read holds, and every key would
+// come back Unavailable after the owner deadline.
 func TestCrossReadsAtTheBudget(t *testing.T) {
 	nodes := openCluster(t, 2)
 	a, b := nodes[0], nodes[1]

@@ -21,8 +21,8 @@ import (
 // while it is a member (one stale-term heartbeat), is removed with Leave, and then sends over
 // that same connection an AppendEntries as a leader of a higher term carrying a forged COMMIT
 // marked committed. The follower must not apply it: the connection's sender is checked
-// against the configuration each time it sends, not only at the handshake. Before, the entry
-// was applied (a follow-up attack review).
+// against the configuration each time it sends, not only at the handshake, which it passed
+// while a member.
 func TestRemovedMemberLosesRaftConnections(t *testing.T) {
 	dir, _ := tlsDirs(t, "a", "b", "c")
 	nodes := openTLSCluster(t, dir, "a", "b", "c")
@@ -118,8 +118,8 @@ func (s clusterStream) Dial(a raft.ServerAddress, timeout time.Duration) (net.Co
 // (its Raft configuration still empty), a removed member keeps sending it AppendEntries of a
 // high term with a forged COMMIT marked committed. The node must admit Raft connections
 // only from the members the cluster listed when it asked to join, so it joins with no forged
-// entry. Before, any node certificate of the CA was admitted in that window, and the
-// forged entry was applied (a follow-up attack review).
+// entry: were any node certificate of the CA admitted in that window, the forged entry
+// would be applied.
 func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 	dir, _ := tlsDirs(t, "a", "b", "c", "d")
 	nodes := openTLSCluster(t, dir, "a", "b", "c")

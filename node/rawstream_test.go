@@ -14,7 +14,7 @@ import (
 
 // A raw gRPC stream whose second object has an empty key gets one result per object, the
 // empty key Rejected, instead of the object being taken for a continuation chunk and dropped
-// (found by an adversarial test; the Go client refuses empty keys before sending).
+// (the Go client refuses empty keys before sending, so only a raw stream reaches this).
 func TestRawStreamEmptyKeyObject(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.APIAddr = freeAddr(t)

@@ -161,9 +161,9 @@ func TestFirstJoinCutShortRejoins(t *testing.T) {
 
 // TestRemovedIDNeverJoinsAgain: after Leave, a node with the removed ID and an empty data
 // directory (with TLS: the removed member's own certificate, valid until the CA is rotated)
-// is refused at Join, and a node with a new ID joins. Before, the leader refused only an ID
-// still in the member directory, so the removed member came back with full member rights
-// (attack review).
+// is refused at Join, and a node with a new ID joins. Refusing only an ID still in the
+// member directory is not enough: the removed member would come back with full member
+// rights.
 func TestRemovedIDNeverJoinsAgain(t *testing.T) {
 	nodes := openCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

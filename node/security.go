@@ -166,9 +166,9 @@ func (m *tlsMaterial) peerClient(member, addr string) *tls.Config {
 // raft is the Raft transport's TLS. Its listener admits only node certificates (no operator)
 // whose Common Name admit accepts, at the handshake and again each time the connection sends
 // (raftmeta.TLS.Admit): Raft messages carry their sender's ID unauthenticated, so the
-// connection itself must come from a member, and stop when it no longer is (adversarial
-// reviews: an operator certificate sent AppendEntries as the leader; a removed member did,
-// over a connection it opened while a member).
+// connection itself must come from a member, and stop when it no longer is: otherwise an
+// operator certificate can send AppendEntries as the leader, and a removed member can, over a
+// connection it opened while a member (TestTLSCluster, TestRemovedMemberLosesRaftConnections).
 func (m *tlsMaterial) raft(admit func(id string) error) *raftmeta.TLS {
 	if m == nil {
 		return nil

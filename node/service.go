@@ -56,7 +56,7 @@ func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChun
 // firstValueBytes is the first allocation (and buffer-budget reservation) for an object's
 // value; it doubles from there as bytes arrive, up to the announced size. Small, so that a
 // stream announcing a large object and sending one byte holds 64 KiB, not the announced size:
-// what a stream holds is at most twice what it sent (adversarial review).
+// what a stream holds is at most twice what it sent (TestIdleOffloadStreamEnds).
 const firstValueBytes = 64 << 10
 
 // recvBatch reads the whole client stream, refusing it as soon as it goes over MaxBatchKeys,
@@ -166,11 +166,12 @@ func satAdd(a, b uint64) uint64 {
 // later reads are in flight. The bytes the values will hold (each distinct key once, from the
 // lookup the reads use) are acquired from the node's buffer budget before anything is read,
 // waiting while it is taken, and released once the last chunk is sent: two stalled readers
-// of 16 positions of a 64 MiB key held 2 GiB before (issue 7). A client that takes no
-// message for the idle limit (streamIdleTimeout) loses the stream, so a reader that stops
-// reading cannot keep its share of the budget (adversarial review). What gRPC has queued for
-// a stream it cannot send stays until the client reads or disconnects; wire.SendGet keeps
-// that to about a chunk (internal/wire).
+// of 16 positions of a 64 MiB key would otherwise hold 2 GiB (TestBufferBudgetStalledReaders,
+// TestBufferBudgetRepeatedKeyCountsOnce). A client that takes no message for the idle limit
+// (streamIdleTimeout) loses the stream, so a reader that stops reading cannot keep its share
+// of the budget (TestIdleReaderLosesItsStream). What gRPC has queued for a stream it cannot
+// send stays until the client reads or disconnects; wire.SendGet keeps that to about a chunk
+// (internal/wire).
 func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
