@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// TestCrossedClusters is the two-cluster tier (issue 12): cluster A (one node, a1) and
-// cluster B (n1..n3) on one host, each with acknowledged keys. A fresh node started as a1 on
-// a1's own addresses joins B and is killed; the real a1 restarts from its own directory while
-// B's leader keeps sending to the address it has for "a1"; then a1 is started with --join
-// pointing at B. Afterwards every key of A reads back through a1 and none of B's, every key
-// of B through B and none of A's, each cluster lists only its own members, and a1 restarts.
+// TestCrossedClusters: two clusters on one host never take each other's keys or members
+// through a reused node ID and its addresses. Cluster A (one node, a1) and cluster B
+// (n1..n3), each with acknowledged keys. A fresh node started as a1 on a1's own addresses
+// joins B and is killed; the real a1 restarts from its own directory while B's leader keeps
+// sending to the address it has for "a1"; then a1 is started with --join pointing at B.
+// Afterwards every key of A reads back through a1 and none of B's, every key of B through B
+// and none of A's, each cluster lists only its own members, and a1 restarts.
 func TestCrossedClusters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

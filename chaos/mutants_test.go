@@ -37,11 +37,11 @@ var mutants = []string{
 	mutant.AcceptTornWAL, mutant.DoubleApply, mutant.FreeBeforeRemove,
 }
 
-// TestMutants is the mutation check (issue 4, item 5): it proves the suite is not vacuous by
-// planting one known bug at a time (internal/mutant, selected by KVOFFLOAD_MUTANT in a
-// -tags chaos build) and requiring some tier to fail. The tiers must pass without a mutant
-// first, or a failure would prove nothing. It runs `go test` as subprocesses, so it needs no
-// build tag itself. It runs only when named, from a plain build:
+// TestMutants is the mutation check: it proves the suite is not vacuous by planting one
+// known bug at a time (internal/mutant, selected by KVOFFLOAD_MUTANT in a -tags chaos build)
+// and requiring some tier to fail. The tiers must pass without a mutant first, or a failure
+// would prove nothing. It runs `go test` as subprocesses, so it needs no build tag itself.
+// It runs only when named, from a plain build:
 //
 //	go test ./chaos -run TestMutants -v
 //

@@ -14,7 +14,8 @@ import (
 	"github.com/kvoffload/kvoffload"
 )
 
-// stallWriters is the load of issue 7: 32 concurrent writers over three members.
+// stallWriters is the load under which a paused member must not stall the cluster: 32
+// concurrent writers over three members.
 const stallWriters = 32
 
 // TestStalledMemberWriters: 32 writers, each with its own client whose first member is one of

@@ -12,8 +12,8 @@ import (
 )
 
 // A member back after an outage is reached again within the client's MaxBackoff, not after
-// gRPC's own reconnection backoff, which grows to two minutes (new-user trial: a replay
-// against a restarted node).
+// gRPC's own reconnection backoff, which grows to two minutes (a replay against a restarted
+// node would stall that long).
 func TestReconnectWithinMaxBackoff(t *testing.T) {
 	f := newFake()
 	n := mustStartNode(t, f)

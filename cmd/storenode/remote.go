@@ -51,10 +51,11 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 		}
 		clients = append(clients, c)
 		// One cheap call before the replay: an address that answers gRPC but serves no
-		// kvoffload API (a member's peer port) is named as such now, not by every batch. Status
-		// does not wait for the member to be ready, and the probe has its own short deadline,
-		// so a member still recovering costs the dial of the others nothing (attack review);
-		// any other error is left to the batches.
+		// kvoffload API (a member's peer port) is named as such now, not by every batch
+		// (TestStatusAtAPeerPort). Status does not wait for the member to be ready, and the
+		// probe has its own short deadline, so a member still recovering costs the dial of the
+		// others nothing (TestReplayProbeOfAStalledMember); any other error is left to the
+		// batches.
 		pctx, pcancel := context.WithTimeout(ctx, probeTimeout)
 		_, err = c.Status(pctx)
 		pcancel()

@@ -179,9 +179,9 @@ func TestStatusRemote(t *testing.T) {
 	}
 }
 
-// status asks every member itself whether it answers: the answering member's view lists a
-// stopped member like a running one (new-user trial). UP is yes for the member that answered
-// and for another that answers its own probe, no for one whose address is dead.
+// status asks every member itself whether it answers, since the answering member's view
+// lists a stopped member like a running one. UP is yes for the member that answered and for
+// another that answers its own probe, no for one whose address is dead.
 func TestStatusProbesEveryMember(t *testing.T) {
 	m1, addr1 := startMemMember(t)
 	m2, addr2 := startMemMember(t)
@@ -235,7 +235,7 @@ func TestStatusProbesEveryMember(t *testing.T) {
 }
 
 // status of a member that is in no cluster yet (starting, or still joining) says so and
-// fails, instead of printing an empty cluster with exit status 0 (new-user trial).
+// fails, instead of printing an empty cluster with exit status 0.
 func TestStatusNotJoined(t *testing.T) {
 	m, addr := startMemMember(t)
 	m.mu.Lock()
@@ -251,8 +251,8 @@ func TestStatusNotJoined(t *testing.T) {
 }
 
 // replay's probe of each address has its own deadline: a member that does not answer it
-// leaves the dial of the others alone, and the replay starts (attack review: the probe
-// shared the dial's 10 s and the next address then failed).
+// leaves the dial of the others alone, and the replay starts (a probe sharing the dial's
+// 10 s would leave the next address none).
 func TestReplayProbeOfAStalledMember(t *testing.T) {
 	slow, slowAddr := startMemMember(t)
 	slow.mu.Lock()
@@ -299,8 +299,8 @@ func TestStatusAtAPeerPort(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--api-addr") {
 		t.Fatalf("status at a port without the API: %v, want it to ask for --api-addr", err)
 	}
-	// replay --addr too, before any batch (new-user trial: every batch failed with gRPC's
-	// "unknown service").
+	// replay --addr too, before any batch, instead of every batch failing with gRPC's
+	// "unknown service".
 	if _, _, err := dialRemote(context.Background(), lis.Addr().String(), apiCreds{}, false); err == nil || !strings.Contains(err.Error(), "--api-addr") {
 		t.Fatalf("replay at a port without the API: %v, want it to ask for --api-addr", err)
 	}

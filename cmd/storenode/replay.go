@@ -183,7 +183,8 @@ func defaultAhead(mem int64) int64 {
 }
 
 // maxWriters bounds --writers: each writer is a goroutine with a batch in flight, and a
-// value near the int range made the replay panic allocating its channel (an attack review).
+// value near the int range would make the replay panic allocating its channel
+// (TestReplayWritersBound).
 const maxWriters = 4096
 
 // checkReplayFlags rejects bad flag values before any work starts.

@@ -28,9 +28,9 @@ func TestReplayRefusesABareSmallBlockSize(t *testing.T) {
 	}
 }
 
-// TestBaselineBytes: --baseline 0 in any unit skips the disk line; a size below 64 MiB, which
-// would time a few writes rather than the disk, is refused with the limit named (the attack
-// review found "0MiB" refused as "must be positive" and "1" accepted).
+// TestBaselineBytes: --baseline 0 in any unit ("0MiB" too) skips the disk line; a size below
+// 64 MiB ("1" too), which would time a few writes rather than the disk, is refused with the
+// limit named.
 func TestBaselineBytes(t *testing.T) {
 	for _, c := range []struct {
 		in   string
@@ -71,7 +71,7 @@ func TestReplayAhead(t *testing.T) {
 }
 
 // --writers outside 1..maxWriters is refused naming the bound, not replayed (a value near the
-// int range used to panic allocating the replay's channel).
+// int range would panic allocating the replay's channel).
 func TestReplayWritersBound(t *testing.T) {
 	for _, w := range []int{0, -1, maxWriters + 1, 1<<63 - 1} {
 		err := checkReplayFlags(replayFlags{writers: w, baseline: "0", blockSize: "256KiB"}, 256<<10)

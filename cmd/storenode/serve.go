@@ -277,8 +277,9 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// listenHint names the serve flag behind an address that is in use (new-user trial: the
-// error named the node's listener, not the flag to change); other errors pass unchanged.
+// listenHint names the serve flag behind an address that is in use, not only the node's
+// listener, so the operator knows which flag to change (TestListenHintNamesTheFlag); other
+// errors pass unchanged.
 func listenHint(err error) error {
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return err

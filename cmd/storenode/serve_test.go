@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// An address in use is reported by the serve flag behind it (new-user trial).
+// An address in use is reported by the serve flag behind it, the one the operator changes.
 func TestListenHintNamesTheFlag(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -379,7 +379,7 @@ func (b *runner) round(ctx context.Context, round int) error {
 // over loopback TCP: open) and records each figure, under the names
 // prefix+"_offload_mb_per_s", prefix+"_offload_over_embedded", prefix+"_get_mb_per_s" and
 // prefix+"_get_over_embedded", with each ratio to the embedded node's in the same round
-// (issue 10).
+// (docs/benchmarks.md describes each figure).
 func (b *runner) served(ctx context.Context, prefix, what string, open func(context.Context, string) (*servedNode, error),
 	dir string, l Load, embeddedOffload, embeddedGet float64) error {
 	sn, err := open(ctx, dir)

@@ -9,8 +9,8 @@ import (
 )
 
 // Report is the bench's result: medians over the rounds. The JSON names are the --json
-// contract (issue 9); MB is 10^6 bytes, ratios are the store's figure over the disk limit
-// measured just before it in the same round (median of the per-round ratios).
+// contract (TestJSONKeys); MB is 10^6 bytes, ratios are the store's figure over the disk
+// limit measured just before it in the same round (median of the per-round ratios).
 type Report struct {
 	LimitWriteMBPerS     float64  `json:"limit_write_mb_per_s"`     // O_DIRECT sequential 1 MiB write + fdatasync, best of 1 and 8 in flight (later in a round: its winner)
 	LimitReadMBPerS      float64  `json:"limit_read_mb_per_s"`      // O_DIRECT random 256 KiB read, 32 in flight

@@ -158,9 +158,9 @@ type batch struct {
 // against 1,270-1,740 MB/s (0.84-1.29) with all of them ahead; the ~1.2 GB made during the
 // run was AES-CTR on the store's 2 cores and fresh memory the VM had to fault in. A trace
 // larger than the bound streams its later payloads during the run. The bound is on payloads
-// not yet taken (an attack review: 8 MiB blocks x 16 per request x 8 writers, unbounded,
-// held gigabytes); the writers' batches in flight come on top, and Go's collector lets the
-// heap grow to about twice what is live (the sample peaks at ~2.5 GB resident).
+// not yet taken (TestPrepareAheadBytes: 8 MiB blocks x 16 per request x 8 writers would,
+// unbounded, hold gigabytes); the writers' batches in flight come on top, and Go's collector
+// lets the heap grow to about twice what is live (the sample peaks at ~2.5 GB resident).
 const DefaultAhead = 2 << 30
 
 // maxReady bounds the batches ready holds, whatever their bytes: a channel slot per request
@@ -341,7 +341,8 @@ const stallAfter = 5 * time.Second
 
 // stall is what a progress line adds when no batch has finished for stallAfter (since start
 // if none has): a store that does not answer shows as such, not as a rate falling to 0 MB/s
-// for as long as its client retries (new-user trial: two minutes against a killed node).
+// for as long as its client retries, two minutes against a killed node
+// (TestProgressNamesAStall).
 func (w *writer) stall(start time.Time, last bool) string {
 	since := start
 	if t := w.lastDone.Load(); t != 0 {

@@ -52,7 +52,7 @@ func (t *memTarget) BatchGet(ctx context.Context, keys []string) ([]kvoffload.Ge
 }
 
 // TestInterruptedDuringReadBack: a SIGINT during the read-back must not leave Verified true with
-// every unread key counted Missing, although nothing is missing (found by an adversarial review).
+// every unread key counted Missing, although nothing is missing.
 func TestInterruptedDuringReadBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	tg := &memTarget{m: map[string][]byte{}, onGet: cancel}
