@@ -16,6 +16,14 @@ type ClusterStatus struct {
 	// Refusing says why the answering member refuses offloads and reads (removed from the
 	// cluster, a fail-stop); empty while it serves. Its view above may then be stale.
 	Refusing string `json:"refusing,omitempty"`
+	// Build is the answering member's binary: module version, VCS revision, Go version
+	// (storenode version); empty from a member that predates it.
+	Build string `json:"build,omitempty"`
+	// FreeBytes is the free space, in bytes, of the answering member's data filesystem (-1:
+	// unknown), and ReserveBytes the part of it bucket data never takes, kept for the WAL
+	// and the Raft log (docs/operations.md, "The space reserve").
+	FreeBytes    int64 `json:"free_bytes"`
+	ReserveBytes int64 `json:"reserve_bytes"`
 }
 
 // Member is one node of the cluster's configuration.
@@ -33,7 +41,8 @@ type Member struct {
 
 func clusterStatus(s *kvoffloadv1.StatusResponse) ClusterStatus {
 	out := ClusterStatus{ClusterID: s.GetClusterId(), LeaderID: s.GetLeaderId(), AppliedIndex: s.GetAppliedIndex(),
-		Keys: s.GetKeys(), Bytes: s.GetBytes(), Members: []Member{}}
+		Keys: s.GetKeys(), Bytes: s.GetBytes(), Members: []Member{},
+		Build: s.GetBuild(), FreeBytes: s.GetFreeBytes(), ReserveBytes: s.GetReserveBytes()}
 	for _, m := range s.GetMembers() {
 		out.Members = append(out.Members, Member{NodeID: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr(),
 			PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(), Keys: m.GetKeys(), Bytes: m.GetBytes()})

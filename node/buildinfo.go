@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 
@@ -50,6 +51,19 @@ func ReadBuild() Build {
 		}
 	}
 	return b
+}
+
+// String describes b in one line: "v1.2.3, revision abc123 2026-01-02T03:04:05Z (modified),
+// go1.26.0" (Status's build, and `storenode version` after "storenode ").
+func (b Build) String() string {
+	rev := b.Revision
+	if b.Time != "" {
+		rev += " " + b.Time
+	}
+	if b.Modified {
+		rev += " (modified)"
+	}
+	return fmt.Sprintf("%s, revision %s, %s", b.Version, rev, b.GoVersion)
 }
 
 // revisionLabel is the revision as the metric labels it: a modified work tree's revision

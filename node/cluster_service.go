@@ -171,7 +171,11 @@ func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.St
 	}
 	owners := s.n.fsm.Owners()
 	st := s.n.fsm.Stats()
-	out := &pb.StatusResponse{LeaderId: leader, AppliedIndex: s.n.raft.AppliedIndex(), Keys: uint64(st.Keys), Bytes: uint64(st.Bytes), ClusterId: s.n.ClusterID()}
+	out := &pb.StatusResponse{LeaderId: leader, AppliedIndex: s.n.raft.AppliedIndex(), Keys: uint64(st.Keys), Bytes: uint64(st.Bytes), ClusterId: s.n.ClusterID(),
+		Build: ReadBuild().String(), FreeBytes: -1}
+	if bs, err := s.n.buckets.Stats(); err == nil {
+		out.FreeBytes, out.ReserveBytes = bs.FreeBytes, bs.Reserve
+	}
 	dir := map[string]fsm.Member{}
 	for _, m := range s.n.fsm.Members() {
 		dir[m.NodeID] = m

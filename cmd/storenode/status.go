@@ -177,6 +177,12 @@ func printStatus(w io.Writer, st client.ClusterStatus, up map[string]bool) {
 	fmt.Fprintf(w, "leader         %s\n", leader)
 	fmt.Fprintf(w, "applied index  %d\n", st.AppliedIndex)
 	fmt.Fprintf(w, "keys           %d (%d bytes)\n", st.Keys, st.Bytes)
+	if st.Build != "" { // the answering member's own facts
+		fmt.Fprintf(w, "build          %s\n", st.Build)
+		if st.FreeBytes >= 0 {
+			fmt.Fprintf(w, "data space     %d bytes free, %d of them kept for the WAL and the Raft log (the space reserve)\n", st.FreeBytes, st.ReserveBytes)
+		}
+	}
 	if st.Refusing != "" {
 		fmt.Fprintf(w, "REFUSING       the member that answered refuses offloads and reads, and its view may be stale: %s\n", st.Refusing)
 	}

@@ -38,13 +38,4 @@ func printVersion(w io.Writer, b node.Build, asJSON bool) error {
 
 // versionLine is the one-line description of b that `storenode version` and
 // `storenode --version` print.
-func versionLine(b node.Build) string {
-	rev := b.Revision
-	if b.Time != "" {
-		rev += " " + b.Time
-	}
-	if b.Modified {
-		rev += " (modified)"
-	}
-	return fmt.Sprintf("storenode %s, revision %s, %s", b.Version, rev, b.GoVersion)
-}
+func versionLine(b node.Build) string { return "storenode " + b.String() }

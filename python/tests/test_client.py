@@ -127,6 +127,7 @@ def test_batch_get_into(client, seed):
 def test_stats_and_status(client):
     st = client.status()
     assert st.leader_id == "n1" and len(st.members) == 1
+    assert "revision" in st.build and st.free_bytes > 0 and st.reserve_bytes > 0  # the answering member's facts
     s = client.stats()
     assert s.node_id == "n1" and s.keys > 0
 

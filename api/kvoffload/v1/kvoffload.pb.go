@@ -1831,13 +1831,19 @@ func (x *Member) GetPeerAddr() string {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	Members       []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Keys          uint64                 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
-	Bytes         uint64                 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	ClusterId     string                 `protobuf:"bytes,6,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId     string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Members      []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Keys         uint64                 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	Bytes        uint64                 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	ClusterId    string                 `protobuf:"bytes,6,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The answering member's binary (storenode version: module version, VCS revision, Go
+	// version) and its data filesystem: the free bytes (statfs; -1 when unknown) and the space
+	// reserve bucket data never takes (docs/operations.md, "The space reserve").
+	Build         string `protobuf:"bytes,7,opt,name=build,proto3" json:"build,omitempty"`
+	FreeBytes     int64  `protobuf:"varint,8,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	ReserveBytes  int64  `protobuf:"varint,9,opt,name=reserve_bytes,json=reserveBytes,proto3" json:"reserve_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1912,6 +1918,27 @@ func (x *StatusResponse) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetBuild() string {
+	if x != nil {
+		return x.Build
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetFreeBytes() int64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReserveBytes() int64 {
+	if x != nil {
+		return x.ReserveBytes
+	}
+	return 0
 }
 
 type ProposeRequest struct {
@@ -2622,7 +2649,7 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x12\n" +
 	"\x04keys\x18\x06 \x01(\x04R\x04keys\x12\x14\n" +
 	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x1b\n" +
-	"\tpeer_addr\x18\b \x01(\tR\bpeerAddr\"\xcb\x01\n" +
+	"\tpeer_addr\x18\b \x01(\tR\bpeerAddr\"\xa5\x02\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12.\n" +
 	"\amembers\x18\x02 \x03(\v2\x14.kvoffload.v1.MemberR\amembers\x12#\n" +
@@ -2630,7 +2657,11 @@ const file_kvoffload_v1_kvoffload_proto_rawDesc = "" +
 	"\x04keys\x18\x04 \x01(\x04R\x04keys\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x06 \x01(\tR\tclusterId\"*\n" +
+	"cluster_id\x18\x06 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05build\x18\a \x01(\tR\x05build\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\b \x01(\x03R\tfreeBytes\x12#\n" +
+	"\rreserve_bytes\x18\t \x01(\x03R\freserveBytes\"*\n" +
 	"\x0eProposeRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\")\n" +
 	"\x0fProposeResponse\x12\x16\n" +

@@ -783,7 +783,8 @@ class Client:
                         lambda stub, rem, a: stub.Status(pb.StatusRequest(), timeout=rem, metadata=self._metadata))
         return ClusterStatus(s.leader_id, [Member(m.node_id, m.raft_addr, m.api_addr, m.peer_addr, m.voter, m.leader,
                                                   m.keys, m.bytes) for m in s.members],
-                             s.applied_index, s.keys, s.bytes, s.cluster_id)
+                             s.applied_index, s.keys, s.bytes, s.cluster_id,
+                             s.build, s.free_bytes if s.build else -1, s.reserve_bytes)
 
 
     # -- WatchEvents -------------------------------------------------------------------

@@ -227,6 +227,11 @@ class ClusterStatus:
     keys: int
     bytes: int
     cluster_id: str
+    # The answering member's binary (storenode version) and data filesystem: free bytes (-1:
+    # unknown) and the space reserve kept for the WAL and the Raft log.
+    build: str = ""
+    free_bytes: int = -1
+    reserve_bytes: int = 0
 
 
 def leading_present(ps: List[Presence]) -> int:
