@@ -23,6 +23,8 @@
 //     paused and partitioned nodes, recording clients, porcupine.
 //   - TestStalledMemberWriters: 32 writers while a follower is paused for 8 s; every writer
 //     keeps committing (its client leaves the paused member after StallTimeout).
+//   - TestPausedLeaderWriters: 6 writers spread over the members while the leader is paused
+//     for about 6 s; no batch running during the pause takes more than 3 s.
 //   - TestAttackTier: peer RPCs on the API ports, without or with a foreign certificate, and
 //     forged commands with a member's certificate, on a TLS cluster.
 //   - TestCrossedClusters: a node of one cluster started on another's addresses and joined to
