@@ -113,7 +113,7 @@ type FSM struct {
 	changes  ChangeHook // WatchChanges
 	// hooked is the applied index whose hooks (Watch, WatchRestore) have returned: what
 	// waiting for "applied here" must wait for, since the hooks run after the lock is
-	// released (review: a Remove on a follower returned before its free was queued).
+	// released: a Remove on a follower must not return before its free is queued.
 	hooked atomic.Uint64
 }
 

@@ -37,9 +37,10 @@ type metrics struct {
 	// peerBuffers bounds the bytes of the reads other members forward here (ReadLocal), with
 	// the same limit, apart from buffers: a BatchGet holds its bytes of buffers while it
 	// waits for an owner, so if the owners' reads took them from buffers too, two members
-	// reading each other's keys could each hold what the other's owner read waits for (attack
-	// review: every key Unavailable after the owner deadline). An owner's read waits on no
-	// other member, so this budget joins no such cycle.
+	// reading each other's keys could each hold what the other's owner read waits for, and
+	// every key would come back Unavailable after the owner deadline
+	// (TestCrossReadsAtTheBudget). An owner's read waits on no other member, so this budget
+	// joins no such cycle.
 	peerBuffers *budget
 	log         *slog.Logger
 	logs        *logLimiter

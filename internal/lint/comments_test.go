@@ -27,14 +27,6 @@ var history = regexp.MustCompile(`(?i)\breview(s|ed|ers?)?\b|\bnew-user\s+trials
 // passive are the words before "used to" that make it "is used to", not "it used to".
 var passive = []string{"is", "are", "was", "were", "be", "been", "being", "get", "gets", "got", "not"}
 
-// pendingHistory are history comments in files this check may not rewrite yet (others were
-// editing them when it was added), as file and the text the match starts with. An entry
-// must match: once its comment is rewritten, delete the entry.
-var pendingHistory = map[string]string{
-	"fsm/fsm.go":      "review: a Remove on a follower returned before its free was queued",
-	"node/metrics.go": "review: every key Unavailable after the owner deadline",
-}
-
 // TestCommentsStateRules fails on any comment outside third_party that tells a bug's history
 // instead of the rule it protects, naming file:line.
 func TestCommentsStateRules(t *testing.T) {
@@ -80,23 +72,14 @@ func TestCommentsStateRules(t *testing.T) {
 	if files < 100 {
 		t.Fatalf("only %d .go files found below %s: the walk of the module is broken", files, root)
 	}
-	used, told := map[string]bool{}, map[string]bool{}
+	told := map[string]bool{}
 	for _, h := range found {
-		if want, ok := pendingHistory[h.file]; ok && strings.HasPrefix(h.text, want) {
-			used[h.file] = true
-			continue
-		}
 		at := fmt.Sprintf("%s:%d", h.file, h.line)
 		if told[at] {
 			continue // one line, two phrases
 		}
 		told[at] = true
 		t.Errorf("%s: a comment tells history (%q): state the rule it protects and name the test that guards it; the story belongs in the commit body", at, strings.Join(strings.Fields(h.match), " "))
-	}
-	for file, want := range pendingHistory {
-		if !used[file] {
-			t.Errorf("pendingHistory[%q] (%q) matches no comment any more: delete the entry", file, want)
-		}
 	}
 }
 
