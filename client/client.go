@@ -195,15 +195,28 @@ func waitReady(ctx context.Context, m *member, timeout time.Duration) error {
 		case connectivity.Ready:
 			return nil
 		case connectivity.TransientFailure, connectivity.Shutdown:
-			if p := m.dialErr.Load(); p != nil {
-				return *p
-			}
-			return errors.New("connection failed")
+			return connectError(ctx, m)
 		}
 		if !m.cc.WaitForStateChange(ctx, s) {
 			return fmt.Errorf("not connected after %s: %w", timeout, ctx.Err())
 		}
 	}
+}
+
+// connectError says why m could not be connected: what answered at its address (nothing, a
+// host that does not resolve, an HTTP server, a server that wants TLS: transport.WhatAnswered),
+// from the connection's own error, which a call without wait-for-ready returns at once.
+func connectError(ctx context.Context, m *member) error {
+	err := errors.New("connection failed")
+	if p := m.dialErr.Load(); p != nil {
+		err = *p
+	} else if _, cerr := m.health.Check(ctx, &healthpb.HealthCheckRequest{}); cerr != nil {
+		err = cerr
+	}
+	if m.local != nil {
+		return err // a unix socket: the dial error names the path and the cause
+	}
+	return errors.New(transport.WhatAnswered(ctx, m.addr, err))
 }
 
 // checkKeys refuses a call naming n keys, keyAt(i) the i-th, over Options.MaxBatchKeys.

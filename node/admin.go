@@ -18,6 +18,7 @@ import (
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/internal/devca"
+	"github.com/kvoffload/kvoffload/internal/transport"
 )
 
 // An operator's calls to the peer service, for tools (storenode members remove).
@@ -96,7 +97,7 @@ func leaveAt(ctx context.Context, addr, id string, creds credentials.TransportCr
 	var at peer.Peer
 	resp, err := pb.NewClusterClient(conn).Leave(ctx, &pb.LeaveRequest{NodeId: id}, grpc.Trailer(&trailer), grpc.Peer(&at))
 	if err != nil && at.Addr == nil {
-		return nil, "", fmt.Errorf("no member's peer service answered (%s): %w", whatAnswered(ctx, addr, err), errUnanswered)
+		return nil, "", fmt.Errorf("no member's peer service answered (%s): %w", transport.WhatAnswered(ctx, addr, err), errUnanswered)
 	}
 	if to := trailer.Get(leaderTrailer); len(to) == 1 {
 		return resp, to[0], err

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/transport"
 	"github.com/kvoffload/kvoffload/node/forward"
 	"github.com/kvoffload/kvoffload/raftmeta"
 )
@@ -193,40 +194,10 @@ func (n *Node) joinUnanswered(ctx context.Context, last map[string]error) error 
 	var what []string
 	for _, addr := range n.cfg.Join {
 		if err := last[addr]; err != nil {
-			what = append(what, fmt.Sprintf("%s: %s", addr, whatAnswered(ctx, addr, err)))
+			what = append(what, fmt.Sprintf("%s: %s", addr, transport.WhatAnswered(ctx, addr, err)))
 		}
 	}
 	return fmt.Errorf("node: --join: no member's peer service answered within %v (--join takes members' --peer-addr): %s", joinAnswerWait, strings.Join(what, "; "))
-}
-
-// whatAnswered describes what answered at addr, a call to which failed with err without
-// reaching a gRPC server, followed by the call's own words.
-func whatAnswered(ctx context.Context, addr string, err error) string {
-	msg := status.Convert(err).Message()
-	var what string
-	switch {
-	case strings.Contains(msg, "name resolver error") || strings.Contains(msg, "no such host"):
-		host, _, _ := net.SplitHostPort(addr)
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if _, lerr := net.DefaultResolver.LookupHost(ctx, host); lerr != nil {
-			return "the host does not resolve: " + lerr.Error()
-		}
-		what = "the host resolves to no address gRPC can dial"
-	case strings.Contains(msg, "connection refused"):
-		what = "nothing listens there"
-	case strings.Contains(msg, "HTTP/1.1"):
-		what = "an HTTP server answers there (a member's --http-addr?)"
-	case strings.Contains(msg, "does not look like a TLS handshake"):
-		what = "a server without TLS answers there (a member without TLS, or its --api-addr or --http-addr?)"
-	case strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF"):
-		what = "a server there closes a gRPC connection at once (a member's --raft-addr?)"
-	case status.Code(err) == codes.DeadlineExceeded:
-		what = "nothing answered in time"
-	default:
-		return msg
-	}
-	return what + ": " + msg
 }
 
 // joinClient returns a client of the member at addr: over the cached connection for an address
