@@ -137,6 +137,15 @@ def test_token_needs_tls(node1):
         kvoffload.Client(node1.addrs, token="abc")
 
 
+def test_unreachable_names_what_answered(node1):
+    from conftest import free_addr
+
+    for addr, says in ((free_addr(), "nothing listens there"), (node1.procs[0].http, "an HTTP server answers there"),
+                       ("no-such-host.invalid:7100", "the host does not resolve")):
+        with pytest.raises(kvoffload.UnreachableError, match=says):
+            kvoffload.Client([addr], dial_timeout=0.3)
+
+
 def test_unreachable_and_closed(node1):
     from conftest import free_addr
 

@@ -118,6 +118,33 @@ class _Local:
         self.staging = _Staging(_Registrar(path))
 
 
+# What answered at an address that could not be connected, from grpc's own words for the
+# connection's last error (grpc core's subchannel and resolver messages), as the Go client
+# says it (internal/transport/answered.go WhatAnswered).
+_ANSWERED = (
+    ("DNS resolution failed", "the host does not resolve"),
+    ("Connection refused", "nothing listens there"),
+    ("http1.x server", "an HTTP server answers there (a member's --http-addr?)"),
+    ("Socket closed", "a server there closes a plaintext connection without a word: it expects TLS (pass tls=), or it is a member's --raft-addr"),
+    ("ssl", "the TLS handshake failed (a server without TLS, or a certificate the CA did not sign)"),
+)
+
+
+def _what_answered(stub) -> str:
+    """Asks once more without waiting for the connection, and names what answered."""
+    try:
+        stub.Status(pb.StatusRequest(), timeout=1.0)
+        return "connected late"
+    except grpc.RpcError as e:
+        details = e.details() or ""
+    except Exception as e:  # noqa: BLE001 - only for the message
+        details = str(e)
+    for needle, what in _ANSWERED:
+        if needle.lower() in details.lower():
+            return f"{what}: {details}"
+    return details or "connection failed"
+
+
 def _lost(err: grpc.RpcError) -> bool:
     return (hasattr(err, "code") and err.code() == grpc.StatusCode.PERMISSION_DENIED
             and "is not registered by this client" in (err.details() or ""))
@@ -233,7 +260,7 @@ class Client:
                 self._cur = i
                 return
             except grpc.FutureTimeoutError:
-                errs.append(f"{a}: not connected after {dial_timeout} s")
+                errs.append(f"{a}: {_what_answered(self._members[i][2])} (not connected after {dial_timeout} s)")
         self._close_channels()
         raise E.UnreachableError("client: no member reachable: " + "; ".join(errs))
 
