@@ -301,6 +301,17 @@ def run_job(tier, job, timeout=60):
         time.sleep(0.002)
 
 
+def take_events(tier, n, timeout=30):
+    """take_events each step until events naming n keys have come (the tier's watcher reads
+    the key event stream beside the scheduler)."""
+    out, deadline = [], time.monotonic() + timeout
+    while sum(len(e.keys) for e in out) < n:
+        assert time.monotonic() < deadline, f"{sum(len(e.keys) for e in out)} of {n} keys in events: {out}"
+        out += list(tier.take_events())
+        time.sleep(0.01)
+    return out
+
+
 def transfer(job_id, keys, rows, promotion, rid="r"):
     from vllm.v1.kv_offload.tiering.base import TransferJob
 
@@ -326,9 +337,10 @@ def test_lookup_store_load_events(node1, seed, form):
     r = run_job(tier, transfer(1, keys, range(4), False))
     assert (r.job_id, r.success) == (1, True) and r.transfer_time is not None
     assert all(lookup(tier, k, req)[0] is LookupResult.HIT for k in keys)
-    ev = list(tier.take_events())
-    assert [(e.keys, e.medium, e.removed, e.locality) for e in ev] == [(keys, Medium.STORAGE, False, Locality.REMOTE)]
-    assert list(tier.take_events()) == []
+    ev = take_events(tier, len(keys))  # the key event stream reports the stored keys, once each
+    assert sorted(k for e in ev for k in e.keys) == sorted(keys)
+    assert {(e.medium, e.removed, e.locality) for e in ev} == {(Medium.STORAGE, False, Locality.REMOTE)}
+    assert tier.hint.wait_synced() and list(tier.take_events()) == []
     # A promotion (load job) into zeroed rows.
     t[8:12] = 0
     r = run_job(tier, transfer(2, keys, range(8, 12), True))

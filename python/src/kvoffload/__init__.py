@@ -7,10 +7,12 @@
 
 An address "unix:///PATH" (a node's --local-socket) uses the shared-memory path on this host.
 The engine backends import their engine only when used: kvoffload.sglang, kvoffload.lmcache,
-kvoffload.vllm.
+kvoffload.vllm; the vLLM KV-events publisher is kvoffload.events (python3 -m kvoffload.events).
+PresenceHint(client, prefix=...) keeps the stored keys from the key event stream.
 """
 
-from .client import Client
+from .client import Client, Event
+from .hint import Follower, PresenceHint
 from .local import Region
 from .errors import (
     ClosedError,

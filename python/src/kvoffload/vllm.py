@@ -61,9 +61,25 @@ Rules and invariants:
   partial load reports its successful_keys where JobResult has them). get_finished_jobs
   (get_finished before) returns each result once; has_pending_work is True while a job or
   a lookup is in flight; drain_jobs waits for every job.
-- Events: take_events yields OffloadingEvent(keys stored by this tier's jobs, medium, removed=
-  False, locality) once each, kept only while vLLM publishes KV events (the spec's
-  kv_events_config, else the `events` option) and bounded.
+- Events: while vLLM publishes KV events (the spec's kv_events_config, else the `events`
+  option), take_events reports what the store holds under this tier's namespace as the key
+  event stream shows it (docs/api.md "Watching the stored keys"; hint.py's PresenceHint on a
+  watcher thread): OffloadingEvent(keys, medium, removed=False, locality) for keys stored (by
+  this tier's jobs or by any other instance writing the namespace, and those already stored
+  when the tier starts), removed=True for keys removed, evicted, pruned or lost with their
+  node, each change once, in stream order. A store key maps back to its OffloadKey by the
+  key rule below; keys of other namespaces and other engines are skipped. The watcher
+  resumes from its last position after a reconnect, and after a reset reports the
+  difference between what it had and the listing. Buffering is bounded (_MAX_EVENT_KEYS keys
+  not yet taken): beyond it the watcher waits for take_events, and the store's own window
+  (a reset when it is passed) keeps memory bounded on both sides.
+- Presence hint (opt-in: the `presence_hint` option; `hint_max_stale` seconds, 1.0 by
+  default): lookup answers a key it has no answer for from the watcher's view while that
+  view is at most hint_max_stale old, HIT or MISS at once, and asks BatchExists (the
+  authority) otherwise. A key stored less than hint_max_stale ago may be a MISS (the block is
+  computed); one removed as recently may be a HIT (the load then misses: JobResult reports
+  it and the key is forgotten). Without the option the stream only invalidates: a removed
+  key is asked again.
 - on_new_request returns the default RequestOffloadingContext; on_request_finished drops the
   request's lookups not yet sent; get_stats returns None (kvoffload's counters are the
   tier's stats() and the store's own); touch is nothing (kvoffload's eviction needs no
@@ -79,6 +95,7 @@ import dataclasses
 import inspect
 import logging
 import queue
+import re
 import sys
 import threading
 import time
@@ -88,6 +105,7 @@ from typing import TYPE_CHECKING, Any, Collection, Dict, Iterable, List, Optiona
 
 from . import _engine
 from .client import Client
+from .hint import PresenceHint
 from .local import local_path
 from .types import MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_OBJECT_BYTES, GetStatus, Presence, new_txn_id
 
@@ -103,8 +121,9 @@ __all__ = ["KVOffloadTier", "register", "TIER_TYPE", "OPTIONS"]
 
 TIER_TYPE = "kvoffload"
 OPTIONS = ("addrs", "namespace", "timeout", "token", "token_file", "tls_ca", "insecure_token", "local", "workers",
-           "negative_ttl", "events", "module_path")
-_MAX_EVENTS = 4096  # event batches kept for take_events; older ones are dropped (logged once)
+           "negative_ttl", "events", "presence_hint", "hint_max_stale", "module_path")
+_MAX_EVENT_KEYS = 65536  # keys of events not yet taken; the watcher waits beyond it
+_HEX = re.compile(r"[0-9a-f]{10,}")  # an OffloadKey in hex: a block hash and 4 bytes of group index
 
 
 class _KVOffloadTier:
@@ -113,15 +132,16 @@ class _KVOffloadTier:
                  timeout: float = 30.0, token: Optional[str] = None, token_file: Optional[str] = None,
                  tls_ca: Optional[str] = None, insecure_token: bool = False, local: Optional[bool] = None,
                  workers: int = 4, negative_ttl: float = 1.0, events: Optional[bool] = None,
-                 module_path: Optional[str] = None, client: Optional[Client] = None, **unknown: Any):
+                 presence_hint: bool = False, hint_max_stale: float = 1.0, module_path: Optional[str] = None, client: Optional[Client] = None, **unknown: Any):
         where = f"kvoffload vLLM tier {tier_type!r} (a secondary_tiers entry)"
         if unknown:
             raise ValueError(f"{where}: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(OPTIONS)}")
         if client is None and not addrs:
             raise ValueError(f"{where}: \"addrs\" is not set (the kvoffload members, \"host:port,host:port\" or "
                              f"\"unix:///PATH\" of a node's --local-socket)")
-        if not (float(timeout) > 0 and float(negative_ttl) >= 0 and int(workers) >= 1):
-            raise ValueError(f"{where}: timeout must be positive, negative_ttl not negative, workers at least 1")
+        if not (float(timeout) > 0 and float(negative_ttl) >= 0 and int(workers) >= 1 and float(hint_max_stale) > 0):
+            raise ValueError(f"{where}: timeout and hint_max_stale must be positive, negative_ttl not negative, "
+                             f"workers at least 1")
         view = primary_kv_view
         if view is None or view.ndim != 2 or not view.c_contiguous:
             raise ValueError(f"{where}: primary_kv_view must be a C-contiguous 2-D memoryview "
@@ -158,14 +178,21 @@ class _KVOffloadTier:
             events = _events_enabled(offloading_spec, vllm_config)
         if not self._api.has_events:  # the previous interface has no events
             events = False
-        self._events: Optional[deque] = deque(maxlen=_MAX_EVENTS) if events else None
-        self._events_dropped = False
-        self._stats = dict(lookups=0, hits=0, misses=0, exists_calls=0, store_jobs=0, stored_keys=0,
-                           store_failures=0, load_jobs=0, loaded_keys=0, load_failures=0)
+        self._events: Optional[deque] = deque() if events else None
+        self._event_keys = 0
+        self._use_hint = bool(presence_hint)
+        self._stats = dict(lookups=0, hits=0, misses=0, exists_calls=0, hint_answers=0, store_jobs=0, stored_keys=0,
+                           store_failures=0, load_jobs=0, loaded_keys=0, load_failures=0, events_stored=0,
+                           events_removed=0)
         self._wake = threading.Event()
         self._closed = False
         self._asker = threading.Thread(target=self._ask_loop, name="kvoffload-vllm-lookup", daemon=True)
         self._asker.start()
+        self.hint: Optional[PresenceHint] = None
+        if events or self._use_hint:
+            self.hint = PresenceHint(self.client, prefix=self._ns, key_filter=self._ours,
+                                     max_stale=float(hint_max_stale), on_change=self._on_change,
+                                     name="kvoffload-vllm-events")
         logger.info("kvoffload vLLM tier %r: members %s, %d blocks of %d bytes", tier_type, addrs, self._blocks,
                     self.block_bytes)
 
@@ -189,6 +216,11 @@ class _KVOffloadTier:
 
     def _k(self, key: bytes) -> str:
         return self._ns + bytes(key).hex()
+
+    def _ours(self, key: str) -> bool:
+        """Whether a store key is one of this tier's: the namespace prefix, then an OffloadKey
+        in lowercase hex (what _k writes), nothing else."""
+        return _HEX.fullmatch(key, len(self._ns)) is not None and (len(key) - len(self._ns)) % 2 == 0
 
     def _row(self, block_id: int) -> memoryview:
         b = int(block_id)
@@ -218,6 +250,12 @@ class _KVOffloadTier:
             if k is not None and time.monotonic() - k < self._negative_ttl:
                 self._stats["misses"] += 1
                 return api.MISS
+            if self._use_hint and self.hint is not None:
+                p = self.hint.present(self._k(key))
+                if p is not None:
+                    self._stats["hint_answers"] += 1
+                    self._stats["hits" if p else "misses"] += 1
+                    return api.HIT if p else api.MISS
             self._pending.setdefault(key, set()).add(getattr(req_context, "req_id", None))
         self._wake.set()
         return api.RETRY
@@ -334,7 +372,6 @@ class _KVOffloadTier:
                         logger.error("kvoffload: store of %s: %s %s: %s", r.key, r.outcome.name, r.code, r.reason)
         finally:
             with self._lock:
-                new = [k for k in stored if self._known.get(k) is not True]
                 for k in stored:
                     self._known[k] = True
                 for k in keys:
@@ -345,11 +382,6 @@ class _KVOffloadTier:
                         self._storing.pop(k, None)
                 self._stats["stored_keys"] += len(stored)
                 self._stats["store_failures"] += 0 if ok else 1
-                if new and self._events is not None:
-                    if len(self._events) == self._events.maxlen and not self._events_dropped:
-                        self._events_dropped = True
-                        logger.warning("kvoffload: KV events not taken; dropping the oldest (take_events drains them)")
-                    self._events.append(new)
             self._result(job_id, ok, None, time.monotonic() - t0)
 
     def submit_load(self, job_metadata: TransferJob) -> None:
@@ -418,13 +450,47 @@ class _KVOffloadTier:
 
     # -- events, stats, shutdown ---------------------------------------------------------
 
+    def _on_change(self, changes: List[Any]) -> None:
+        """The watcher's changes of this namespace (rule Events): the lookup's knowledge
+        follows them (a removed key is asked again; a stored one is a HIT only under
+        presence_hint), then runs of one kind become one event each, queued for take_events
+        once there is room."""
+        now = time.monotonic()
+        runs: List[Any] = []
+        for ev in changes:
+            key = bytes.fromhex(ev.key[len(self._ns):])
+            removed = ev.kind == "removed"
+            if runs and runs[-1][1] == removed:
+                runs[-1][0].append(key)
+            else:
+                runs.append(([key], removed))
+        with self._lock:
+            for keys, removed in runs:
+                for k in keys:
+                    if removed:
+                        self._known[k] = now
+                    elif self._use_hint:
+                        self._known[k] = True
+            if self._events is None:
+                return
+            n = len(changes)
+            while self._event_keys and self._event_keys + n > _MAX_EVENT_KEYS and not self._closed:
+                self._idle.wait(0.5)
+            for keys, removed in runs:
+                self._events.append((keys, removed))
+                self._stats["events_removed" if removed else "events_stored"] += len(keys)
+            self._event_keys += n
+
     def take_events(self) -> Iterable[OffloadingEvent]:
         if self._events is None:
             return []
         out = []
         with self._lock:
             while self._events:
-                out.append(self._api.event(self._events.popleft(), self))
+                keys, removed = self._events.popleft()
+                out.append(self._api.event(keys, self, removed))
+            self._event_keys = 0
+            self._idle.notify_all()
         return out
 
     def get_stats(self) -> OffloadingConnectorStats | None:
@@ -434,6 +500,10 @@ class _KVOffloadTier:
         """Stops the lookup thread (idempotent); lookups then stay RETRY until shutdown."""
         self._closed = True
         self._wake.set()
+        with self._lock:
+            self._idle.notify_all()
+        if self.hint is not None:
+            self.hint.close()
         if self._asker is not threading.current_thread():
             self._asker.join(timeout=60)
 
@@ -504,9 +574,9 @@ class _Api:
     def request_context(self):
         return self._ctx() if self._ctx is not None else None
 
-    def event(self, keys: List[bytes], tier: Any):
+    def event(self, keys: List[bytes], tier: Any, removed: bool = False):
         kw: Dict[str, Any] = {"keys": list(keys), "medium": getattr(tier, "medium", None) or self.medium,
-                              "removed": False}
+                              "removed": removed}
         if "locality" in self._event_fields:
             kw["locality"] = getattr(tier, "locality", None)
         return self._event(**kw)
