@@ -29,6 +29,8 @@
 //     forged commands with a member's certificate, on a TLS cluster.
 //   - TestCrossedClusters: a node of one cluster started on another's addresses and joined to
 //     it; every key stays in its cluster.
+//   - TestWatchThroughFaults: event-stream consumers through a leader kill, a cut-off
+//     follower and a log compacted into a snapshot, checked against the writers' history.
 //   - TestMutants (no tag): plants one bug at a time and requires a tier to catch it.
 //
 // Invariants checked after each recovery (docs/chaos.md, "Invariants and checkers"): I1 every

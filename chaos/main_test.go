@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(localClientEnv) != "" {
 		os.Exit(localClientMain())
 	}
+	if os.Getenv(memberEnv) != "" {
+		os.Exit(memberMain())
+	}
 	flag.Parse()
 	code := m.Run()
 	if storenodeBin != "" {
