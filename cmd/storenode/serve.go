@@ -50,6 +50,8 @@ var serveSettings = []struct{ name, def, usage string }{
 	{"local-socket-mode", "0600", "permission bits of --local-socket (0600: this user only; 0660: also its group)"},
 	{"capacity", "0", "quota on live bucket bytes, e.g. 64GiB (0 = unlimited)"},
 	{"space-reserve", "auto", "free space of the data filesystem that bucket data never takes, kept for the WAL and the Raft log, e.g. 256MiB (auto = sized from their limits, at most a quarter of the filesystem; 0 = none; docs/operations.md)"},
+	{"watch-retain", strconv.Itoa(node.DefaultWatchRetain), "key events kept for WatchEvents consumers to resume from (about 100 bytes each plus the key); a consumer further behind gets a reset and a listing"},
+	{"max-watchers", strconv.Itoa(node.DefaultMaxWatchers), "most WatchEvents streams served at once; more are refused (RESOURCE_EXHAUSTED) and their clients watch through another member"},
 	{"log-level", "info", "debug, info, warn or error"},
 	{"log-format", "text", "text (key=value) or json (one object a line)"},
 	{"log-file", "", "append the log to this file (empty = standard error)"},
@@ -170,6 +172,16 @@ func nodeConfig(vals map[string]string) (node.Config, error) {
 		}
 		cfg.SpaceReserve = n
 	}
+	for _, w := range []struct {
+		name string
+		to   *int
+	}{{"watch-retain", &cfg.WatchRetain}, {"max-watchers", &cfg.MaxWatchers}} {
+		n, err := strconv.Atoi(vals[w.name])
+		if err != nil || n < 1 {
+			return cfg, fmt.Errorf("--%s %q: want a whole number of at least 1", w.name, vals[w.name])
+		}
+		*w.to = n
+	}
 	cfg.Local.Socket = vals["local-socket"]
 	mode, err := strconv.ParseUint(vals["local-socket-mode"], 8, 32)
 	if err != nil {
@@ -189,6 +201,7 @@ var configFlags = []struct{ field, flag string }{ // "Insecure (--insecure)" is 
 	{"CertFile", "--tls-cert"}, {"KeyFile", "--tls-key"}, {"CAFile", "--tls-ca"}, {"APITLS", "--api-tls"},
 	{"RaftAddr", "--raft-addr"}, {"PeerAddr", "--peer-addr"}, {"APIAddr", "--api-addr"},
 	{"DataDir", "--data"}, {"Capacity", "--capacity"}, {"Join", "--join"}, {"ID", "--id"},
+	{"WatchRetain", "--watch-retain"}, {"MaxWatchers", "--max-watchers"},
 }
 
 var configFieldRE = func() *regexp.Regexp {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/node"
 )
 
 // serveValues resolves the serve settings of args and a config file holding file (none
@@ -136,5 +138,33 @@ func TestServeSpaceReserve(t *testing.T) {
 	}
 	if _, err := nodeConfig(serveValues(t, []string{"--space-reserve", "lots"}, "")); err == nil || !strings.Contains(err.Error(), "--space-reserve") {
 		t.Errorf("--space-reserve lots: %v, want a refusal naming the flag", err)
+	}
+}
+
+// --watch-retain and --max-watchers set the watch limits from a flag, the environment or the
+// config file; the defaults are the node's; a value that is no whole number of at least 1 is
+// refused naming the flag.
+func TestServeWatchLimits(t *testing.T) {
+	cfg, err := nodeConfig(serveValues(t, nil, ""))
+	if err != nil || cfg.WatchRetain != node.DefaultWatchRetain || cfg.MaxWatchers != node.DefaultMaxWatchers {
+		t.Errorf("defaults: WatchRetain %d, MaxWatchers %d, %v", cfg.WatchRetain, cfg.MaxWatchers, err)
+	}
+	cfg, err = nodeConfig(serveValues(t, []string{"--watch-retain", "1000", "--max-watchers", "3"}, ""))
+	if err != nil || cfg.WatchRetain != 1000 || cfg.MaxWatchers != 3 {
+		t.Errorf("flags: WatchRetain %d, MaxWatchers %d, %v", cfg.WatchRetain, cfg.MaxWatchers, err)
+	}
+	cfg, err = nodeConfig(serveValues(t, nil, `{"watch_retain": 500, "max_watchers": "7"}`))
+	if err != nil || cfg.WatchRetain != 500 || cfg.MaxWatchers != 7 {
+		t.Errorf("config file: WatchRetain %d, MaxWatchers %d, %v", cfg.WatchRetain, cfg.MaxWatchers, err)
+	}
+	t.Setenv("KVOFFLOAD_MAX_WATCHERS", "9")
+	cfg, err = nodeConfig(serveValues(t, nil, `{"max_watchers": 7}`))
+	if err != nil || cfg.MaxWatchers != 9 {
+		t.Errorf("environment over the config file: MaxWatchers %d, %v; want 9", cfg.MaxWatchers, err)
+	}
+	for _, args := range [][]string{{"--watch-retain", "0"}, {"--watch-retain", "many"}, {"--max-watchers", "-1"}} {
+		if _, err := nodeConfig(serveValues(t, args, "")); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%q: %v, want a refusal naming the flag", args, err)
+		}
 	}
 }
