@@ -302,3 +302,30 @@ def test_publisher_cli_publishes_and_prints_its_position(node1, seed):
     assert out.strip().count(".") == 1 and int(out.strip().split(".")[0]) > 0
     sub.close(0)
     ctx.term()
+
+
+def test_sglang_batch_exists_from_the_hint(node1, seed):
+    """presence_hint in SGLang's extra config: batch_exists answers stored pages without a
+    BatchExists call, and follows a remove (a page missing a half stops the prefix)."""
+    tse = pytest.importorskip("test_sglang_engine")
+    gen = tse.torch.Generator().manual_seed(seed)
+    pool = tse.MHAHost(8)
+    tse.pool_random(pool, gen)
+    extra = dict(tse.with_v1(1), presence_hint=True, hint_max_stale=2.0)
+    c = tse.Controller(node1, pool, f"hint-{seed}", extra)
+    b = c.backend
+    calls = []
+    b.client._on_attempt = lambda op, *_: calls.append(op)
+    try:
+        keys = tse.chain(f"hint/{seed}", 4)
+        assert b.batch_set_v1(keys, tse.hidx([0, 1, 2, 3], pool.page_size)) == [True] * 4
+        assert b.hint.wait_synced()
+        before = len(calls)
+        assert b.batch_exists(keys) == 4 and b.batch_exists(keys + tse.chain("absent", 1)) == 4
+        assert "BatchExists" not in calls[before:] and b.get_stats()["hint_answers"] == 2
+        assert b.client.remove([b._base(keys[2], "kv") + "_v"])[0].removed
+        assert b.hint.wait_synced()
+        assert b.batch_exists(keys) == 2
+        assert "BatchExists" not in calls[before:]
+    finally:
+        c.close()

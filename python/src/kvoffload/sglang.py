@@ -71,6 +71,14 @@ Rules and invariants:
    split over heterogeneous TP (tp_lcm_size), an unreachable store. A missing interface_v1 is
    not an error (rule 1) but is logged: the copying path costs a copy per page.
 
+7. Presence hint (opt-in: "presence_hint": true, "hint_max_stale" seconds, 1.0 by default;
+   SGLang #18334 asks for L3 existence without a call per request): batch_exists and
+   batch_exists_v2 answer from hint.PresenceHint, the stored keys of this model (keys with
+   the config suffix) kept from the key event stream, while it is at most hint_max_stale old,
+   and ask BatchExists (the authority) otherwise. A page removed less than hint_max_stale ago
+   may be counted (its get then fails and SGLang reports the miss); one stored as recently
+   may not (it is computed).
+
 The engine is imported only when HiCacheKVOffload is first used (import kvoffload.sglang
 imports neither sglang nor torch).
 """
@@ -85,6 +93,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _engine
 from .client import Client
+from .hint import PresenceHint
 from .types import MAX_BATCH_BYTES, MAX_BATCH_KEYS, MAX_OBJECT_BYTES, GetStatus, Outcome, Presence, new_txn_id
 
 logger = logging.getLogger(__name__)
@@ -106,7 +115,8 @@ _RANK_SHARDED = frozenset({"mamba"})
 # from the same dictionary (backend_factory.py: backend_name, module_path, class_name;
 # cache_controller.py: interface_v1, tp_lcm_size; hiradix / hybrid controller
 # parse_storage_backend_extra_config: the prefetch_* keys, hicache_storage_pass_prefix_keys).
-OPTIONS = ("addrs", "timeout", "token", "token_file", "tls_ca", "insecure_token", "local")
+OPTIONS = ("addrs", "timeout", "token", "token_file", "tls_ca", "insecure_token", "local", "presence_hint",
+           "hint_max_stale")
 SGLANG_OPTIONS = ("backend_name", "module_path", "class_name", "interface_v1", "tp_lcm_size", "prefetch_threshold",
                   "prefetch_timeout_base", "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys")
 
@@ -274,13 +284,18 @@ class _HiCacheKVOffload:
         self.suffix = _suffix(storage_config, False)
         self.sharded_suffix = _suffix(storage_config, True)
         self.client = client or _engine.client_from(cfg)
+        self.hint: Optional[PresenceHint] = None
+        if cfg.get("presence_hint"):
+            suffix = self.suffix
+            self.hint = PresenceHint(self.client, key_filter=lambda k: suffix in k,
+                                     max_stale=float(cfg.get("hint_max_stale", 1.0)), name="kvoffload-sglang-hint")
         self.mem_pool_host = None
         self.registered_pools: Dict[Any, Any] = {}
         self._formats: Dict[str, _Format] = {}
         self._tag = ""
         self._lock = threading.Lock()
         self._stats = {"pages_set": 0, "pages_get": 0, "set_failed": 0, "get_failed": 0, "conflicts": 0,
-                       "pages_copied": 0, "generic_set": 0, "generic_get": 0}
+                       "pages_copied": 0, "generic_set": 0, "generic_get": 0, "hint_answers": 0}
         if storage_config is not None and not self.interface_v1:
             logger.warning('kvoffload: "interface_v1" is not in the extra config: SGLang moves pages with '
                            'batch_set / batch_get, a copy of each page; add "interface_v1": 1 for the zero-copy '
@@ -415,6 +430,11 @@ class _HiCacheKVOffload:
         return ok
 
     def _present(self, keys: List[str]) -> List[bool]:
+        if self.hint is not None:
+            got = self.hint.presence(keys)
+            if got is not None:
+                self._count(hint_answers=1)
+                return got
         out: List[bool] = []
         for lo in range(0, len(keys), _MAX_TXN_KEYS):
             ex = self.client.batch_exists(keys[lo:lo + _MAX_TXN_KEYS])
@@ -692,6 +712,8 @@ class _HiCacheKVOffload:
             return dict(self._stats)
 
     def close(self) -> None:
+        if self.hint is not None:
+            self.hint.close()
         self.client.close()
 
 
