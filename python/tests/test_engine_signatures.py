@@ -7,22 +7,7 @@ the stub from the new source, this table, and the backend together."""
 import inspect
 
 import pytest
-
-
-def shape(f) -> str:
-    """A signature without annotations: '(a, b=None, *, c=1)' (self omitted)."""
-    out, star = [], False
-    for p in list(inspect.signature(f).parameters.values()):
-        if p.name == "self":
-            continue
-        if p.kind == p.KEYWORD_ONLY and not star:
-            out.append("*")
-            star = True
-        s = ("*" if p.kind == p.VAR_POSITIONAL else "**" if p.kind == p.VAR_KEYWORD else "") + p.name
-        if p.default is not p.empty:
-            s += "=" + repr(p.default)
-        out.append(s)
-    return "(" + ", ".join(out) + ")"
+from signatures import params as shape
 
 
 SGLANG = {  # sgl-project/sglang python/sglang/srt/mem_cache/hicache_storage.py HiCacheStorage

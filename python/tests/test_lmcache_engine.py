@@ -40,6 +40,7 @@ from collections import OrderedDict
 from types import SimpleNamespace
 
 import pytest
+from signatures import params
 
 torch = pytest.importorskip("torch")
 
@@ -76,22 +77,6 @@ LMCACHE_INIT = "(dst_device='cuda', config=None, metadata=None, local_cpu_backen
 # AllocatorBackendInterface.allocate, what the plugin allocates its reads from
 LMCACHE_ALLOCATE = ("(shapes, dtypes, fmt=<MemoryFormat.KV_2LTD: 1>, eviction=True, busy_loop=True)",
                     "Optional[MemoryObj]")
-
-
-def params(f) -> str:
-    """A signature without annotations: '(a, b=None, *, c=1)', self omitted."""
-    out, star = [], False
-    for p in inspect.signature(f).parameters.values():
-        if p.name == "self":
-            continue
-        if p.kind == p.KEYWORD_ONLY and not star:
-            out.append("*")
-            star = True
-        s = ("*" if p.kind == p.VAR_POSITIONAL else "**" if p.kind == p.VAR_KEYWORD else "") + p.name
-        if p.default is not p.empty:
-            s += "=" + repr(p.default)
-        out.append(s)
-    return "(" + ", ".join(out) + ")"
 
 
 def returns(f) -> str:

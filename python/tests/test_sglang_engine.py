@@ -47,6 +47,7 @@ import pytest
 import torch
 
 import conftest
+from signatures import params as shape
 
 UPSTREAM_COMMIT = "001067fffe33427bee0ed2f007fb7551a1d76b44"
 REQ = "<required>"
@@ -98,22 +99,6 @@ UPSTREAM = {
     # storage/backend_factory.py _create_dynamic_backend: backend_class(storage_config, kwargs).
     "factory_call": ("storage_config", "kwargs"),
 }
-
-
-def shape(f) -> str:
-    """A signature without annotations, self omitted: '(a, b=None, *, c=1)'."""
-    out, star = [], False
-    for p in inspect.signature(f).parameters.values():
-        if p.name == "self":
-            continue
-        if p.kind == p.KEYWORD_ONLY and not star:
-            out.append("*")
-            star = True
-        s = ("*" if p.kind == p.VAR_POSITIONAL else "**" if p.kind == p.VAR_KEYWORD else "") + p.name
-        if p.default is not p.empty:
-            s += "=" + repr(p.default)
-        out.append(s)
-    return "(" + ", ".join(out) + ")"
 
 
 def returns(f):

@@ -42,6 +42,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from signatures import params
 
 torch = pytest.importorskip("torch")
 
@@ -92,21 +93,6 @@ LEGACY_TABLE = {
 LEGACY_ABSTRACT = {"lookup", "submit_store", "submit_load", "get_finished"}
 LEGACY_FACTORY = "(tier_config, primary_kv_view, vllm_config)"
 LEGACY_JOB = ["job_id", "keys", "block_ids", "is_promotion", "req_context"]
-
-
-def params(f) -> str:
-    out, star = [], False
-    for p in inspect.signature(f).parameters.values():
-        if p.name in ("self", "cls"):
-            continue
-        if p.kind == p.KEYWORD_ONLY and not star:
-            out.append("*")
-            star = True
-        s = ("*" if p.kind == p.VAR_POSITIONAL else "**" if p.kind == p.VAR_KEYWORD else "") + p.name
-        if p.default is not p.empty:
-            s += "=" + repr(p.default)
-        out.append(s)
-    return "(" + ", ".join(out) + ")"
 
 
 def returns(f) -> str:
