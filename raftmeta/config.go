@@ -68,8 +68,10 @@ type Config struct {
 	// LeaderLeaseTimeout: a leader without quorum contact this long steps
 	// down; <= HeartbeatTimeout. Default 250ms.
 	LeaderLeaseTimeout time.Duration
-	// CommitTimeout: the longest a follower waits to learn a new commit
-	// index without new entries. Default 50ms.
+	// CommitTimeout: how often the leader sends an idle follower an
+	// AppendEntries, which carries the commit index. A commit is sent to the
+	// followers as soon as the leader makes it (third_party/raft/KVOFFLOAD.md),
+	// so this is only the fallback for a request that was lost. Default 50ms.
 	CommitTimeout time.Duration
 	// ApplyTimeout bounds Propose and Barrier when the context has no
 	// earlier deadline. Default 10s.

@@ -788,6 +788,16 @@ func (r *Raft) leaderLoop() {
 			oldCommitIndex := r.getCommitIndex()
 			commitIndex := r.leaderState.commitment.getCommitIndex()
 			r.setCommitIndex(commitIndex)
+			// kvoffload patch: a follower learns the commit index from the next
+			// AppendEntries, so one is sent as soon as the index advances rather than with
+			// the next entry or after CommitTimeout. A follower applies (and answers what
+			// waits for its apply) one round trip after the leader commits. triggerCh holds
+			// one notification, so commits in quick succession share one request.
+			if commitIndex > oldCommitIndex {
+				for _, f := range r.leaderState.replState {
+					asyncNotifyCh(f.triggerCh)
+				}
+			}
 
 			// New configuration has been committed, set it as the committed
 			// value.
