@@ -115,11 +115,38 @@ type FSM struct {
 	// waiting for "applied here" must wait for, since the hooks run after the lock is
 	// released: a Remove on a follower must not return before its free is queued.
 	hooked atomic.Uint64
+	// advMu guards adv, the channel Advanced returned, closed (and dropped) when hooked
+	// is next stored.
+	advMu sync.Mutex
+	adv   chan struct{}
 }
 
 // HookedIndex returns the highest applied Raft index whose Watch or WatchRestore hook has
 // returned (AppliedIndex, once the hooks of the commands up to it have run).
 func (f *FSM) HookedIndex() uint64 { return f.hooked.Load() }
+
+// Advanced returns a channel closed the next time HookedIndex is set, by an applied command
+// or a Restore. A waiter takes it before reading HookedIndex, then waits on it: an advance
+// after the read closes it, so none is missed.
+func (f *FSM) Advanced() <-chan struct{} {
+	f.advMu.Lock()
+	defer f.advMu.Unlock()
+	if f.adv == nil {
+		f.adv = make(chan struct{})
+	}
+	return f.adv
+}
+
+// setHooked records applied as the hooked index and wakes the waiters of Advanced.
+func (f *FSM) setHooked(applied uint64) {
+	f.hooked.Store(applied)
+	f.advMu.Lock()
+	if f.adv != nil {
+		close(f.adv)
+		f.adv = nil
+	}
+	f.advMu.Unlock()
+}
 
 // RestoreDiff is what a Restore changed in the live entries: the commands folded into a
 // snapshot never reach the Watch hook, so a node that catches up by InstallSnapshot learns
@@ -258,7 +285,7 @@ func (f *FSM) applyDecoded(index uint64, data []byte, t CommandType, cmd any, er
 		}
 		changes.Applied(index, ch)
 	}
-	f.hooked.Store(applied) // ApplyCommand and Restore run on one goroutine (raft's FSM)
+	f.setHooked(applied) // ApplyCommand and Restore run on one goroutine (raft's FSM)
 	return res
 }
 

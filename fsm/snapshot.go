@@ -192,7 +192,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	if changes != nil {
 		changes.Restored(st.applied)
 	}
-	f.hooked.Store(st.applied)
+	f.setHooked(st.applied)
 	return nil
 }
 

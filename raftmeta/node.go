@@ -325,7 +325,7 @@ func (n *Node) soleVoter() bool {
 // hands entries to the FSM goroutine's queue, before the FSM has applied them (raft.go
 // processLogs), so a reader that trusted it could miss an acknowledged command.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	err := n.poll(ctx, func() (bool, error) { return n.fsmReached(index), nil })
+	err := n.pollWake(ctx, n.fsm.Advanced, func() (bool, error) { return n.fsmReached(index), nil })
 	if err != nil {
 		return fmt.Errorf("raftmeta: waiting to apply index %d (raft applied %d, FSM %d): %w",
 			index, n.raft.AppliedIndex(), n.fsm.AppliedIndex(), err)
@@ -336,16 +336,33 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 // poll calls done, backing off from 100 µs to 5 ms between calls, until it reports true or
 // an error, ctx ends, or the node closes (ErrClosed).
 func (n *Node) poll(ctx context.Context, done func() (bool, error)) error {
+	return n.pollWake(ctx, nil, done)
+}
+
+// pollWake is poll that also calls done again as soon as the channel wake returns (taken
+// before each call of done) is closed: done's answer changes mostly on an FSM apply
+// (fsm.FSM.Advanced), and the backoff only covers what does not signal (entries that never
+// reach the FSM). wake nil: the backoff alone.
+func (n *Node) pollWake(ctx context.Context, wake func() <-chan struct{}, done func() (bool, error)) error {
 	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+		var woken <-chan struct{} // nil: never ready
+		if wake != nil {
+			woken = wake()
+		}
 		if ok, err := done(); ok || err != nil {
 			return err
 		}
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		case <-n.closed:
+			t.Stop()
 			return ErrClosed
-		case <-time.After(delay):
+		case <-woken:
+			t.Stop()
+		case <-t.C:
 		}
 	}
 }
