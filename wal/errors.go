@@ -17,10 +17,10 @@ var (
 	// Errors that wrap ErrFailed also wrap the original cause.
 	ErrFailed = errors.New("wal: log failed")
 
-	// ErrNotTruncated reports a TruncateFront that could not write the copy of
-	// the segment that is to start the log (tidwall's .START file: a full
-	// disk, say) and so changed nothing: the Log is unchanged and usable, and
-	// the truncation may be tried again later.
+	// ErrNotTruncated reports a TruncateFront that found no room (ENOSPC,
+	// EDQUOT) for the copy of the segment that is to start the log (tidwall's
+	// .START file) and so changed nothing: the Log is unchanged and usable, and
+	// the truncation may be tried again once there is room.
 	ErrNotTruncated = errors.New("wal: not truncated")
 
 	// ErrClosed reports a call on a Log after Close.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	tidwall "github.com/tidwall/wal"
 
@@ -319,9 +320,12 @@ func (l *Log) Close() error {
 }
 
 // startNotWritten reports a tidwall TruncateFront error from writing the .START
-// copy (atomicWrite, in github.com/tidwall/wal v1.2.1 wal.go truncateFront),
-// which comes before any change to the segments or to tidwall's state: its temp
-// file is removed, and the log is as it was.
+// copy (atomicWrite, in github.com/tidwall/wal v1.2.1 wal.go truncateFront) for
+// want of space (ENOSPC, EDQUOT), which comes before any change to the segments
+// or to tidwall's state: its temp file is removed, and the log is as it was. Any
+// other error there (EIO, EMFILE, EROFS) is a fault of the log's filesystem and
+// fail-stops the log like any other.
 func startNotWritten(err error) bool {
-	return strings.HasPrefix(err.Error(), "failed to create start segment: ")
+	return strings.HasPrefix(err.Error(), "failed to create start segment: ") &&
+		(errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT))
 }

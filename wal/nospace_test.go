@@ -2,8 +2,10 @@ package wal
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/kvoffload/kvoffload/internal/tmpfs"
@@ -66,5 +68,22 @@ func fillUp(t *testing.T, path string) {
 				break
 			}
 		}
+	}
+}
+
+// Only want of space on the .START copy leaves the log as it was and usable; any other
+// error writing it (EIO, EMFILE) is a fault of the filesystem and fail-stops the log.
+func TestStartNotWrittenOnlyForSpace(t *testing.T) {
+	for _, c := range []struct {
+		errno syscall.Errno
+		want  bool
+	}{{syscall.ENOSPC, true}, {syscall.EDQUOT, true}, {syscall.EIO, false}, {syscall.EMFILE, false}, {syscall.EROFS, false}} {
+		err := fmt.Errorf("failed to create start segment: %w", &os.PathError{Op: "write", Path: "x.START.TEMP", Err: c.errno})
+		if got := startNotWritten(err); got != c.want {
+			t.Errorf("%v: startNotWritten %v, want %v", c.errno, got, c.want)
+		}
+	}
+	if startNotWritten(fmt.Errorf("rename: %w", syscall.ENOSPC)) {
+		t.Error("an error after the copy was written counts as none written")
 	}
 }
