@@ -170,9 +170,43 @@ type watchers struct {
 	mu       sync.Mutex
 	streams  map[*watcher]struct{}
 	listings chan struct{} // a slot per listing in progress (maxListings)
+	// nextList (under mu) is when the next listing may start: a listing scans every live key
+	// under the FSM's lock, which Raft's apply goroutine waits for, so listings take at most
+	// 1/listingPace of the time (a consumer asking for one listing after another cannot
+	// slow the node's applies more than that).
+	nextList time.Time
 	// events, listed and resets count what the streams sent: STORED and REMOVED events,
 	// LISTED events, RESETs.
 	events, listed, resets prometheus.Counter
+}
+
+// listingPace: a listing that took d to build delays the next one by listingPace x d.
+const listingPace = 5
+
+// pace waits until a listing may start (nextList), or ctx ends.
+func (w *watchers) pace(ctx context.Context) error {
+	w.mu.Lock()
+	wait := time.Until(w.nextList)
+	w.mu.Unlock()
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// built records a listing that took d to build: the next starts no sooner than
+// listingPace x d from now.
+func (w *watchers) built(d time.Duration) {
+	w.mu.Lock()
+	w.nextList = time.Now().Add(listingPace * d)
+	w.mu.Unlock()
 }
 
 // watcher is one stream's delivered index, for the lag metric.
@@ -254,7 +288,8 @@ func (w *watchers) lag(head uint64) (n int, most uint64) {
 
 // WatchEvents serves the event stream (the rules at the top of this file).
 func (s kvService) WatchEvents(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.WatchResponse]) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
 	if err := s.n.waitReady(ctx); err != nil {
 		return err
 	}
@@ -278,7 +313,9 @@ func (s kvService) WatchEvents(req *pb.WatchRequest, stream grpc.ServerStreaming
 		}
 		below = pos{s.n.fsm.HookedIndex() + 1, 0}
 	}
-	ws := &watchStream{n: s.n, w: w, stream: stream, buf: make([]event, 0, watchBatch)}
+	// A consumer that takes no message for the idle limit loses the stream, so that it cannot
+	// hold a listing slot, or a listing's copy of the keys, by not reading.
+	ws := &watchStream{n: s.n, w: w, sendMsg: idleSend(ctx, stream.Send, s.n.streamIdle()), buf: make([]event, 0, watchBatch)}
 	reason := fmt.Sprintf("position %s is older than this member retains", cursor)
 	for first := true; ; first = false {
 		evs, behind, done, wake := s.n.ring.read(ws.buf[:0], cursor, below, watchBatch)
@@ -362,11 +399,11 @@ func (n *Node) readIndex(ctx context.Context) error {
 
 // watchStream is one WatchEvents stream's sending side.
 type watchStream struct {
-	n      *Node
-	w      *watcher
-	stream grpc.ServerStreamingServer[pb.WatchResponse]
-	buf    []event
-	out    []*pb.Event // reused: one response's events
+	n       *Node
+	w       *watcher
+	sendMsg func(*pb.WatchResponse) error // the stream's Send, bounded by the idle limit
+	buf     []event
+	out     []*pb.Event // reused: one response's events
 }
 
 // send sends evs in one response.
@@ -383,7 +420,7 @@ func (ws *watchStream) send(evs []event) error {
 		ws.out = append(ws.out, pe)
 	}
 	ws.n.watchers.events.Add(float64(len(evs)))
-	return ws.stream.Send(&pb.WatchResponse{Events: ws.out})
+	return ws.sendMsg(&pb.WatchResponse{Events: ws.out})
 }
 
 // list sends a RESET and the listing of every live key, and returns its position.
@@ -394,11 +431,16 @@ func (ws *watchStream) list(ctx context.Context, why string) (pos, error) {
 		return pos{}, status.FromContextError(ctx.Err()).Err()
 	}
 	defer func() { <-ws.n.watchers.listings }()
+	if err := ws.n.watchers.pace(ctx); err != nil {
+		return pos{}, err
+	}
+	began := time.Now()
 	keys, applied := ws.n.fsm.List()
+	ws.n.watchers.built(time.Since(began))
 	at := pos{applied + 1, 0}
 	ws.n.watchers.resets.Inc()
 	reset := &pb.Event{Kind: pb.EventKind_EVENT_KIND_RESET, Index: at.index, Listed: uint64(len(keys)), Reason: why}
-	if err := ws.stream.Send(&pb.WatchResponse{Events: []*pb.Event{reset}}); err != nil {
+	if err := ws.sendMsg(&pb.WatchResponse{Events: []*pb.Event{reset}}); err != nil {
 		return pos{}, err
 	}
 	for len(keys) > 0 {
@@ -408,7 +450,7 @@ func (ws *watchStream) list(ctx context.Context, why string) (pos, error) {
 			ws.out = append(ws.out, &pb.Event{Kind: pb.EventKind_EVENT_KIND_LISTED, Index: at.index,
 				Key: l.Key, Size: uint64(l.Size), Node: l.Owner, Generation: l.Gen})
 		}
-		if err := ws.stream.Send(&pb.WatchResponse{Events: ws.out}); err != nil {
+		if err := ws.sendMsg(&pb.WatchResponse{Events: ws.out}); err != nil {
 			return pos{}, err
 		}
 		ws.n.watchers.listed.Add(float64(k))
