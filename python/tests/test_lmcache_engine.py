@@ -491,3 +491,50 @@ def test_many_writers(node1, seed):
     print(f"16 reads in {time.monotonic() - t0:.2f} s")
     b.close()
     assert cpu.memory_allocator.live == 0
+
+
+HOSTILE_HEADERS = {
+    "parts_5e6": {"shapes": [[1]], "dtypes": ["uint8"], "fmt": "KV_2LTD", "n": 1, "parts": 5_000_000},
+    "parts_1e9": {"shapes": [[1]], "dtypes": ["uint8"], "fmt": "KV_2LTD", "n": 1, "parts": 10**9},
+    "parts_0": {"shapes": [[1]], "dtypes": ["uint8"], "fmt": "KV_2LTD", "n": 1, "parts": 0},
+    "parts_str": {"shapes": [[1]], "dtypes": ["uint8"], "fmt": "KV_2LTD", "n": 1, "parts": "2"},
+    "negative_shape": {"shapes": [[-1, -1]], "dtypes": ["uint8"], "fmt": "KV_2LTD", "n": 1, "parts": 1},
+    "float_shape": {"shapes": [[0.5]], "dtypes": ["uint8"], "fmt": "KV_2LTD", "n": 1, "parts": 1},
+    "huge_shape_many_parts": {"shapes": [[1 << 40]], "dtypes": ["uint8"], "fmt": "KV_2LTD", "n": 1 << 40,
+                              "parts": 17},
+    "unknown_dtype": {"shapes": [[1]], "dtypes": ["Tensor"], "fmt": "KV_2LTD", "n": 1, "parts": 1},
+    "not_a_dict": [1, 2, 3],
+}
+
+
+def test_max_parts_is_what_the_writer_can_produce():
+    """A chunk's parts go in one transaction: at most MAX_BATCH_BYTES cut into MAX_OBJECT_BYTES."""
+    from kvoffload.lmcache import MAX_PARTS
+    from kvoffload.types import MAX_BATCH_BYTES, MAX_OBJECT_BYTES
+
+    assert MAX_PARTS == MAX_BATCH_BYTES // MAX_OBJECT_BYTES + 1
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_HEADERS))
+def test_a_hostile_header_reads_as_a_miss(node1, seed, caplog, case):
+    """A value written under a plugin key by someone else (the Python client directly) with a
+    header the plugin never writes: parts above MAX_PARTS (5,000,000 once took 1.5 s and 653
+    MiB building part keys; 10**9 killed the engine), shapes that are not non-negative
+    integers, an unknown dtype. get_blocking is a miss at once, with a warning, nothing
+    allocated and no exception."""
+    import json
+    import struct
+
+    import kvoffload
+    b, cpu = plugin(node1)
+    key = keys_for(f"hostile-{case}-{seed}", 1)[0]
+    head = json.dumps(HOSTILE_HEADERS[case]).encode()
+    value = b"KVO2" + struct.pack("<I", len(head)) + head + b"\0"
+    assert b.client.batch_offload(kvoffload.new_txn_id(), [(b._k(key), value)])[0].ok
+    with caplog.at_level(logging.WARNING, logger="kvoffload.lmcache"):
+        t0 = time.monotonic()
+        assert b.get_blocking(key) is None
+        assert time.monotonic() - t0 < 1.0
+    assert any(r.levelno == logging.WARNING and "a miss" in r.getMessage() for r in caplog.records), caplog.text
+    assert cpu.memory_allocator.live == 0
+    b.close()

@@ -53,7 +53,10 @@ Rules and invariants:
   bytes), parts}, then the payload: the object's bytes, every group in order
   (sum(numel * itemsize) over its shapes and dtypes). A value over MAX_OBJECT_BYTES is cut
   into parts stored under key, key#1, key#2, ... in the same transaction. Values of the
-  earlier "KVO1" layout (one shape, fmt as a number) are still read.
+  earlier "KVO1" layout (one shape, fmt as a number) are still read. A read trusts no header:
+  parts above MAX_PARTS (what the writer can produce), shapes other than non-negative
+  integers, an unknown dtype or format, or n other than the shapes' bytes is a miss with
+  a warning, checked before any further part is fetched or anything allocated.
 - Reads allocate from the local CPU backend with torch.Size shapes and torch dtypes: one
   group as (torch.Size, dtype) (every LMCache version), several as ([torch.Size...],
   [dtype...]); the allocator's object must hold exactly the payload's bytes, or the read is a
@@ -98,7 +101,7 @@ if TYPE_CHECKING:  # the annotations name LMCache's types as abstract_backend.py
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KVOffloadBackend", "encode", "decode_header", "OPTIONS"]
+__all__ = ["KVOffloadBackend", "encode", "decode_header", "BadHeader", "MAX_PARTS", "OPTIONS"]
 
 _MAGIC1 = b"KVO1"
 _MAGIC = b"KVO2"
@@ -128,19 +131,62 @@ def encode(shapes: Sequence[Sequence[int]], dtypes: Sequence[Any], fmt: Any, pay
     return b"".join((_MAGIC, struct.pack("<I", len(head)), head, payload))
 
 
+# The most parts the writer produces: a chunk's parts go in one transaction, so its value is at
+# most MAX_BATCH_BYTES, cut into MAX_OBJECT_BYTES parts (plus one for the rounding). A header
+# asking for more was not written by this plugin.
+MAX_PARTS = MAX_BATCH_BYTES // MAX_OBJECT_BYTES + 1
+
+
+class BadHeader(ValueError):
+    """A stored value whose header this plugin did not write (or cannot read): a miss."""
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
 def decode_header(v: memoryview) -> Tuple[dict, memoryview]:
     """(header, payload) of a stored value (or of its first part); a KVO1 header is returned
-    in the KVO2 form (shapes, dtypes, fmt, n, parts)."""
+    in the KVO2 form (shapes, dtypes, fmt, n, parts).
+
+    Nothing of the header is trusted: BadHeader unless parts is 1..MAX_PARTS, shapes a
+    non-empty list of lists of non-negative integers, dtypes as many strings, fmt a name or
+    a number, and n a non-negative integer of at most MAX_PARTS * MAX_OBJECT_BYTES. The
+    dtypes' names are checked against torch by the reader, before any part is fetched."""
+    if v.nbytes < 8:
+        raise BadHeader(f"a value of {v.nbytes} bytes")
     magic = bytes(v[:4])
     if magic not in (_MAGIC, _MAGIC1):
-        raise ValueError("not a kvoffload LMCache value (bad magic)")
+        raise BadHeader("not a kvoffload LMCache value (bad magic)")
     (n,) = struct.unpack("<I", bytes(v[4:8]))
-    head = json.loads(bytes(v[8:8 + n]))
+    if 8 + n > v.nbytes:
+        raise BadHeader(f"a header of {n} bytes in a value of {v.nbytes}")
+    try:
+        head = json.loads(bytes(v[8:8 + n]))
+    except (ValueError, RecursionError) as e:
+        raise BadHeader(f"header not JSON: {e}") from None
     payload = v[8 + n:]
+    if not isinstance(head, dict):
+        raise BadHeader("header not a JSON object")
     if magic == _MAGIC1:
-        dt = head["dtype"]
-        head = {"shapes": [head["shape"]], "dtypes": [dt[len("torch."):] if dt.startswith("torch.") else dt],
-                "fmt": int(head["fmt"]), "n": payload.nbytes, "parts": 1}
+        dt, fmt = head.get("dtype"), head.get("fmt")
+        if not isinstance(dt, str) or not _is_count(fmt):
+            raise BadHeader("KVO1 header without a dtype name and a format number")
+        head = {"shapes": [head.get("shape")], "dtypes": [dt[len("torch."):] if dt.startswith("torch.") else dt],
+                "fmt": fmt, "n": payload.nbytes, "parts": 1}
+    parts, shapes, dtypes, fmt, total = (head.get("parts", 1), head.get("shapes"), head.get("dtypes"),
+                                         head.get("fmt"), head.get("n"))
+    if not _is_count(parts) or not 1 <= parts <= MAX_PARTS:
+        raise BadHeader(f"parts {parts!r}: 1..{MAX_PARTS}")
+    if (not isinstance(shapes, list) or not shapes
+            or not all(isinstance(s, list) and all(_is_count(d) for d in s) for s in shapes)):
+        raise BadHeader("shapes not lists of non-negative integers")
+    if not isinstance(dtypes, list) or len(dtypes) != len(shapes) or not all(isinstance(d, str) for d in dtypes):
+        raise BadHeader("dtypes not one name per shape")
+    if not (isinstance(fmt, str) or _is_count(fmt)):
+        raise BadHeader(f"memory format {fmt!r}")
+    if not _is_count(total) or total > MAX_PARTS * MAX_OBJECT_BYTES:
+        raise BadHeader(f"payload size {total!r}")
     return head, payload
 
 
@@ -457,13 +503,33 @@ class _KVOffloadBackend:
                 continue
             try:
                 out[i] = self._memory_obj(sk[i], g.value)
+            except BadHeader as e:
+                logger.warning("kvoffload: get of %s: %s; a miss", sk[i], e)
             except Exception as e:
                 logger.error("kvoffload: get of %s: %s", sk[i], e)
         return out
 
     def _memory_obj(self, key: str, value: Any) -> Optional[Any]:
+        """The MemoryObj of one stored value. The header is checked whole (decode_header, the
+        dtypes against torch, the format against LMCache, n against the shapes) before any
+        further part is fetched or anything allocated: a bad header is BadHeader."""
         head, payload = decode_header(memoryview(value))
-        parts = int(head.get("parts", 1))
+        import torch
+        from lmcache.v1.memory_management import MemoryFormat
+
+        dtypes = [getattr(torch, d, None) for d in head["dtypes"]]
+        for name, d in zip(head["dtypes"], dtypes):
+            if not isinstance(d, torch.dtype):
+                raise BadHeader(f"dtype {name!r} is not in this torch {torch.__version__}")
+        fmt = head["fmt"]
+        try:
+            fmt = MemoryFormat(fmt) if isinstance(fmt, int) else MemoryFormat[fmt]
+        except (KeyError, ValueError):
+            raise BadHeader(f"memory format {fmt!r} is not in this LMCache") from None
+        want = _nbytes(head["shapes"], [_itemsize(d) for d in dtypes])
+        if want != head["n"]:
+            raise BadHeader(f"shapes {head['shapes']} {head['dtypes']} of {want} bytes, header says {head['n']}")
+        parts = head["parts"]
         if parts > 1:
             rest = self.client.batch_get([f"{key}#{i}" for i in range(1, parts)])
             missing = [r.key for r in rest if not r.ok]
@@ -471,25 +537,10 @@ class _KVOffloadBackend:
                 logger.warning("kvoffload: get of %s: part %s missing (evicted); a miss", key, missing[0])
                 return None
             payload = memoryview(b"".join([payload] + [memoryview(r.value) for r in rest]))
-        if payload.nbytes != head["n"]:
-            raise ValueError(f"stored payload of {payload.nbytes} bytes, header says {head['n']}")
-        import torch
-        from lmcache.v1.memory_management import MemoryFormat
-
-        shapes = [torch.Size(s) for s in head["shapes"]]
-        try:
-            dtypes = [getattr(torch, d) for d in head["dtypes"]]
-        except AttributeError as e:
-            raise ValueError(f"dtype {e.args[0]!r} is not in this torch {torch.__version__}") from None
-        fmt = head["fmt"]
-        try:
-            fmt = MemoryFormat(fmt) if isinstance(fmt, int) else MemoryFormat[fmt]
-        except (KeyError, ValueError):
-            raise ValueError(f"memory format {fmt!r} is not in this LMCache") from None
-        want = _nbytes(shapes, [_itemsize(d) for d in dtypes])
-        if want != payload.nbytes:
+        if payload.nbytes != want:
             raise ValueError(f"stored payload of {payload.nbytes} bytes for shapes {head['shapes']} "
                              f"{head['dtypes']} of {want}")
+        shapes = [torch.Size(s) for s in head["shapes"]]
         alloc = self.local_cpu_backend
         if alloc is None:
             raise ValueError("no local CPU backend to allocate from (LMCache's scheduler role reads nothing)")
