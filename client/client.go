@@ -100,6 +100,12 @@ func DialOptions(ctx context.Context, opt Options, addrs ...string) (*Client, er
 	c.bg, c.stopBG = context.WithCancel(context.Background())
 	c.valueHint.Store(minValueHint)
 	for _, a := range addrs {
+		if localPath(a) == "" && !strings.Contains(a, "://") {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				_ = c.closeConns()
+				return nil, fmt.Errorf("%w: client: address %q is not host:port (a member's --api-addr, port included): %w", kvoffload.ErrInvalidArgument, a, err)
+			}
+		}
 		dialErr := new(atomic.Pointer[error])
 		target, dos := a, append(dialOptions(opt), grpc.WithContextDialer(recordingDialer(dialErr)))
 		path := localPath(a)

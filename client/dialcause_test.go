@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 )
 
@@ -42,5 +43,13 @@ func TestDialNamesWhatAnswered(t *testing.T) {
 				t.Fatalf("Dial %s: %v, want ErrUnreachable saying %q", tc.addr, err, tc.says)
 			}
 		})
+	}
+}
+
+// An address without a port is refused at once, naming it, instead of dialing port 443.
+func TestDialRefusesAnAddressWithoutPort(t *testing.T) {
+	_, err := client.Dial(context.Background(), "127.0.0.1")
+	if !errors.Is(err, kvoffload.ErrInvalidArgument) || !strings.Contains(err.Error(), `"127.0.0.1" is not host:port`) {
+		t.Fatalf("Dial 127.0.0.1: %v, want ErrInvalidArgument naming the address", err)
 	}
 }

@@ -35,7 +35,8 @@ address, peer address, voter, leader), the leader, and the keys and bytes each n
 several members, comma-separated: the first reachable one answers. Then it asks every member's API
 address itself, each within 2 s: UP says whether that member answers now (the answering member's view
 lists a stopped member like a running one). A member that refuses offloads and reads (removed by Leave,
-fail-stopped) still answers, and a REFUSING line says why. status exits non-zero when the member that
+fail-stopped) still answers, and a REFUSING line says why. The build and data space lines are the
+answering member's own: its binary, its data filesystem's free bytes and its space reserve. status exits non-zero when the member that
 answered refuses, or knows no leader (after printing what it saw).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), f, os.Stdout) },
@@ -178,9 +179,9 @@ func printStatus(w io.Writer, st client.ClusterStatus, up map[string]bool) {
 	fmt.Fprintf(w, "applied index  %d\n", st.AppliedIndex)
 	fmt.Fprintf(w, "keys           %d (%d bytes)\n", st.Keys, st.Bytes)
 	if st.Build != "" { // the answering member's own facts
-		fmt.Fprintf(w, "build          %s\n", st.Build)
+		fmt.Fprintf(w, "build          %s (the member that answered)\n", st.Build)
 		if st.FreeBytes >= 0 {
-			fmt.Fprintf(w, "data space     %d bytes free, %d of them kept for the WAL and the Raft log (the space reserve)\n", st.FreeBytes, st.ReserveBytes)
+			fmt.Fprintf(w, "data space     %d bytes free on the member that answered; space reserve %d bytes (kept for the WAL and the Raft log)\n", st.FreeBytes, st.ReserveBytes)
 		}
 	}
 	if st.Refusing != "" {

@@ -146,6 +146,11 @@ def test_unreachable_names_what_answered(node1):
             kvoffload.Client([addr], dial_timeout=0.3)
 
 
+def test_address_without_port_is_refused():
+    with pytest.raises(kvoffload.InvalidArgumentError, match="not host:port"):
+        kvoffload.Client(["127.0.0.1"])
+
+
 def test_unreachable_and_closed(node1):
     from conftest import free_addr
 

@@ -242,6 +242,8 @@ class Client:
             path = local_path(a)
             if local is True and not path:
                 raise E.InvalidArgumentError(f"client: local=True but {a!r} is not a unix:// address (a node's --local-socket)")
+            if not path and "://" not in a and not a.rpartition(":")[2].isdigit():
+                raise E.InvalidArgumentError(f"client: address {a!r} is not host:port (a member's --api-addr, port included)")
             if path:
                 if not path.startswith("/"):
                     raise E.InvalidArgumentError(f"client: {a!r}: the socket path must be absolute (unix:///PATH)")
