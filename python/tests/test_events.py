@@ -329,3 +329,77 @@ def test_sglang_batch_exists_from_the_hint(node1, seed):
         assert "BatchExists" not in calls[before:]
     finally:
         c.close()
+
+
+def _wait_batches(pub, n, timeout=30):
+    deadline = time.monotonic() + timeout
+    while pub.stats["batches"] < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pub.stats["batches"] >= n, pub.stats
+
+
+def test_publisher_binds_loopback_by_default_and_warns_on_a_wildcard(node1, seed, monkeypatch, caplog):
+    """Without an endpoint the PUB socket binds tcp://127.0.0.1:5557 (this host only), not
+    every interface; binding a wildcard address logs a warning."""
+    import inspect
+    import logging
+
+    from kvoffload import events
+
+    assert events.DEFAULT_ENDPOINT == "tcp://127.0.0.1:5557"
+    assert inspect.signature(events.KVEventPublisher).parameters["endpoint"].default is None
+    # The default endpoint's port may be taken on this machine: the same rule on a free port.
+    addr = "tcp://" + free_addr()
+    monkeypatch.setattr(events, "DEFAULT_ENDPOINT", addr)
+    c = kvoffload.Client(node1.addrs)
+    with caplog.at_level(logging.WARNING, logger="kvoffload.events"):
+        pub = events.KVEventPublisher(c, namespace=f"def{seed}")
+    try:
+        assert pub.bound and pub.endpoint == addr
+        assert pub._pub.getsockopt(zmq.LAST_ENDPOINT).decode() == addr  # bound, not connected
+        assert "every interface" not in caplog.text
+    finally:
+        pub.close()
+    wild = "tcp://*:" + free_addr().rsplit(":", 1)[1]
+    with caplog.at_level(logging.WARNING, logger="kvoffload.events"):
+        pub = events.KVEventPublisher(c, wild, namespace=f"def{seed}")
+    try:
+        assert pub.bound and "every interface" in caplog.text
+    finally:
+        pub.close()
+        c.close()
+
+
+def test_publisher_keeps_nothing_without_replay_and_caps_replay_bytes(node1, seed):
+    """Without a replay socket no batch is kept; with one, at most replay_bytes of payload."""
+    from kvoffload.events import KVEventPublisher
+
+    ns = f"buf{seed}"
+    c = kvoffload.Client(node1.addrs)
+    ctx = zmq.Context()
+    pub_addr = "tcp://" + free_addr()
+    sub = _subscriber(ctx, pub_addr, None, "")
+    pub = KVEventPublisher(c, pub_addr, namespace=ns, interval=0.02, max_batch=4)
+    try:
+        for i in range(8):
+            k, _ = vkey(ns, seed, i)
+            assert c.batch_offload(kvoffload.new_txn_id(), [(k, b"v" * 64)])[0].ok
+        _wait_batches(pub, 3)
+        assert len(pub._buffer) == 0 and pub._buffer_bytes == 0
+    finally:
+        pub.close()
+    replay_addr = "tcp://" + free_addr()
+    pub = KVEventPublisher(c, pub_addr, replay_endpoint=replay_addr, namespace=ns, replay_bytes=300,
+                           interval=0.02, max_batch=1)
+    try:
+        _wait_batches(pub, 6)
+        assert 0 < pub._buffer_bytes <= 300 and pub._buffer_bytes == sum(len(p) for _, p in pub._buffer)
+        assert len(pub._buffer) < pub.stats["batches"]
+        got = _replay(ctx, replay_addr, 0)
+        assert got and [s for s, _ in got] == list(range(got[0][0], got[0][0] + len(got)))  # the newest kept
+        assert sum(len(p) for _, p in got) <= 300
+    finally:
+        pub.close()
+        sub.close(0)
+        ctx.term()
+        c.close()

@@ -2,8 +2,8 @@
 AllBlocksCleared, msgpack over a ZMQ PUB socket), so a KV-aware router that consumes vLLM's
 own events consumes the SSD tier the same way (issue 32).
 
-    python3 -m kvoffload.events --addr HOST:PORT[,HOST:PORT...] --zmq tcp://*:5557 \\
-        [--replay tcp://*:5558] [--topic T] [--namespace NS] [--medium STORAGE] ...
+    python3 -m kvoffload.events --addr HOST:PORT[,HOST:PORT...] [--zmq tcp://127.0.0.1:5557] \\
+        [--bind] [--replay tcp://127.0.0.1:5558] [--topic T] [--namespace NS] [--medium STORAGE] ...
 
 Upstream read: vllm-project/vllm vllm/distributed/kv_events.py at
 0181ea3173e53eea8cf04a86891488e3dc89bb34 (KVEventBatch(ts, events, data_parallel_rank=None);
@@ -38,8 +38,16 @@ Rules and invariants:
   subscriber drops what it knew of this publisher and relearns the whole state. A watcher
   reconnect resumes after the last published event: nothing is repeated or skipped.
 - Framing: (topic, seq, payload) as ZmqEventPublisher, seq counting batches from 0 in this
-  process; data_parallel_rank is set on every batch (the publisher's rank). The replay
-  socket (optional) keeps the last replay_batches batches.
+  process; data_parallel_rank is set on every batch (the publisher's rank).
+- Endpoints: without an endpoint the PUB socket binds DEFAULT_ENDPOINT (tcp://127.0.0.1:5557,
+  this host only); a given endpoint is bound when it has "*", "::", ipc:// or inproc:// (or
+  bind=True, --bind), else connected, as vLLM's publisher. Binding a wildcard address
+  (*, 0.0.0.0, ::) logs a warning: the events name every stored block to anyone who can
+  reach the port.
+- Replay: only with a replay socket are batches kept, the last replay_batches of them and at
+  most replay_bytes (default REPLAY_BYTES, 64 MiB) of payload, the oldest dropped first;
+  without one nothing is kept. The replay socket is used only by its thread, which closes
+  it; close() stops that thread and waits for it.
 - Layouts: "map" (the read commit: the batch and its events are maps, the tag under "type",
   defaults omitted), "array" (before vLLM #42892: positional arrays, the tag first, trailing
   defaults omitted), "mixed" (a positional batch of map events, as vLLM 0.26 was seen to
@@ -63,10 +71,13 @@ from .hint import Follower
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KVEventPublisher", "vllm_key_to_block", "encode_batch", "LAYOUTS", "main"]
+__all__ = ["KVEventPublisher", "vllm_key_to_block", "encode_batch", "LAYOUTS", "DEFAULT_ENDPOINT", "REPLAY_BYTES", "main"]
 
 LAYOUTS = ("map", "array", "mixed")
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
+REPLAY_BYTES = 64 << 20
+_WILDCARD = re.compile(r"tcp://(?:\*|0\.0\.0\.0|::|\[::\]|\[\*\]):")
 _HEX = re.compile(r"(?:[0-9a-f]{2}){5,}")
 
 BlockRef = Tuple[Union[bytes, int], Optional[int]]  # (external block hash, group_idx)
@@ -120,18 +131,27 @@ def encode_batch(ts: float, events: List[Any], dp_rank: Optional[int], layout: s
     return msgpack.packb(batch, use_bin_type=True)
 
 
+def _warn_wildcard(endpoint: str) -> None:
+    if _WILDCARD.match(endpoint):
+        logger.warning("kvoffload.events: binding %s, every interface: anyone who reaches it reads every "
+                       "stored block's hash; bind 127.0.0.1 or a private address unless that is meant", endpoint)
+
+
 class KVEventPublisher:
     """Follows client's key event stream (hint.Follower) and publishes it on a ZMQ PUB socket
-    at endpoint (bound when it has "*", "::", ipc:// or inproc://, else connected, as vLLM's
-    publisher), with an optional ROUTER replay socket; see the module docstring for the rules.
+    at endpoint (None: DEFAULT_ENDPOINT, bound; otherwise bound when it has "*", "::", ipc://
+    or inproc:// or bind is True, else connected, as vLLM's publisher), with an optional ROUTER
+    replay socket keeping at most replay_batches batches and replay_bytes bytes (REPLAY_BYTES,
+    64 MiB); see the module docstring for the rules.
     from_pos resumes after an event's position (None: a reset and the whole state first)."""
 
-    def __init__(self, client: Client, endpoint: str = "tcp://*:5557", *, replay_endpoint: Optional[str] = None,
+    def __init__(self, client: Client, endpoint: Optional[str] = None, *, replay_endpoint: Optional[str] = None,
                  topic: str = "", medium: Optional[str] = "STORAGE", block_size: int = 16,
                  namespace: Optional[str] = None, key_to_block: Optional[Callable[[str], Optional[BlockRef]]] = None,
                  int_hashes: bool = False, layout: str = "map", data_parallel_rank: int = 0,
-                 replay_batches: int = 10_000, hwm: int = 100_000, from_pos: Optional[str] = None,
-                 interval: float = 0.1, max_batch: int = 4096):
+                 replay_batches: int = 10_000, replay_bytes: int = REPLAY_BYTES, hwm: int = 100_000,
+                 from_pos: Optional[str] = None, interval: float = 0.1, max_batch: int = 4096,
+                 bind: Optional[bool] = None):
         import zmq
 
         if layout not in LAYOUTS:
@@ -143,15 +163,24 @@ class KVEventPublisher:
         self._ctx = zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.set_hwm(hwm)
-        if "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://")):
+        if endpoint is None:
+            endpoint, bind = DEFAULT_ENDPOINT, True
+        if bind is None:
+            bind = "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+        self.endpoint, self.bound = endpoint, bool(bind)
+        if bind:
+            _warn_wildcard(endpoint)
             self._pub.bind(endpoint)
         else:
             self._pub.connect(endpoint)
         self._replay = None
         if replay_endpoint:
             self._replay = self._ctx.socket(zmq.ROUTER)
+            _warn_wildcard(replay_endpoint)
             self._replay.bind(replay_endpoint)
-        self._buffer: deque = deque(maxlen=replay_batches)
+        self._buffer: deque = deque()  # (seq, payload), only with a replay socket
+        self._buffer_bytes = 0
+        self._replay_batches, self._replay_bytes = int(replay_batches), int(replay_bytes)
         self._seq = 0
         self._lock = threading.Lock()  # ZMQ sockets are not thread-safe: one sender at a time
         self.stats = dict(batches=0, stored=0, removed=0, cleared=0, skipped=0)
@@ -200,12 +229,24 @@ class KVEventPublisher:
             seq = self._seq
             self._seq += 1
             self._pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
-            self._buffer.append((seq, payload))
+            if self._replay is not None:
+                self._buffer.append((seq, payload))
+                self._buffer_bytes += len(payload)
+                while self._buffer and (len(self._buffer) > self._replay_batches
+                                        or self._buffer_bytes > self._replay_bytes):
+                    self._buffer_bytes -= len(self._buffer.popleft()[1])
             self.stats["batches"] += 1
 
     def _serve_replay(self) -> None:
+        """The replay socket's only user: answers requests until close(), then closes it."""
         import zmq
 
+        try:
+            self._replay_loop(zmq)
+        finally:
+            self._replay.close(linger=0)
+
+    def _replay_loop(self, zmq: Any) -> None:
         poller = zmq.Poller()
         poller.register(self._replay, zmq.POLLIN)
         while not self._closed:
@@ -221,6 +262,8 @@ class KVEventPublisher:
                 with self._lock:
                     todo = [(s, p) for s, p in self._buffer if s >= start_seq]
                 for s, p in todo:
+                    if self._closed:
+                        return
                     self._replay.send_multipart((ident, b"", s.to_bytes(8, "big"), p))
                 self._replay.send_multipart((ident, b"", END_SEQ, b""))
             except zmq.ZMQError as e:
@@ -228,15 +271,17 @@ class KVEventPublisher:
                     logger.warning("kvoffload.events: replay: %s", e)
 
     def close(self) -> None:
-        """Stops the watcher and closes the sockets (not the client)."""
+        """Stops the watcher and closes the sockets (not the client). The replay thread is
+        stopped and waited for before its socket is closed (by that thread: ZMQ sockets are
+        not thread-safe); close() never touches the replay socket itself."""
         self.follower.close()
         self._closed = True
         if self._replayer is not None:
-            self._replayer.join(2)
+            self._replayer.join()
         with self._lock:
             self._pub.close(linger=0)
-            if self._replay is not None:
-                self._replay.close(linger=0)
+            self._buffer.clear()
+            self._buffer_bytes = 0
 
     def __enter__(self) -> "KVEventPublisher":
         return self
@@ -250,7 +295,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python3 -m kvoffload.events", description=__doc__.split("\n\n")[0])
     ap.add_argument("--addr", required=True, help="members' API addresses, host:port[,host:port...]")
-    ap.add_argument("--zmq", default="tcp://*:5557", help="PUB endpoint (vLLM's kv-events endpoint form)")
+    ap.add_argument("--zmq", default=None,
+                    help=f"PUB endpoint (vLLM's kv-events endpoint form; default {DEFAULT_ENDPOINT}, bound)")
+    ap.add_argument("--bind", action="store_true", default=None,
+                    help="bind --zmq even without * or :: (default: as vLLM, bind those, connect others)")
     ap.add_argument("--replay", default=None, help="ROUTER replay endpoint (optional)")
     ap.add_argument("--topic", default="")
     ap.add_argument("--namespace", default=None, help="the vLLM tier's namespace option")
@@ -265,13 +313,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = _engine.client_from({"addrs": a.addr, "token_file": a.token_file, "tls_ca": a.tls_ca})
-    pub = KVEventPublisher(client, a.zmq, replay_endpoint=a.replay, topic=a.topic, medium=a.medium,
+    pub = KVEventPublisher(client, a.zmq, bind=a.bind, replay_endpoint=a.replay, topic=a.topic, medium=a.medium,
                            block_size=a.block_size, namespace=a.namespace, int_hashes=a.int_hashes, layout=a.layout,
                            data_parallel_rank=a.data_parallel_rank, from_pos=a.from_pos)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    logger.info("publishing the key events of %s on %s", a.addr, a.zmq)
+    logger.info("publishing the key events of %s on %s (%s)", a.addr, pub.endpoint, "bound" if pub.bound else "connected")
     while not done.wait(10):
         logger.info("position %s, %s", pub.position, pub.stats)
     pub.close()
