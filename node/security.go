@@ -230,10 +230,12 @@ func tokenCheck(tokens []string) []grpc.ServerOption {
 			return nil
 		}
 		for _, v := range md.Get("authorization") {
-			got, ok := strings.CutPrefix(v, "Bearer ")
-			if !ok {
+			// The scheme is case-insensitive (RFC 7235 §2.1, which RFC 6750 §2.1 uses).
+			const scheme = "bearer "
+			if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
 				continue
 			}
+			got := v[len(scheme):]
 			for _, t := range tokens {
 				if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
 					return nil

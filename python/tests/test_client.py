@@ -146,6 +146,13 @@ def test_unreachable_names_what_answered(node1):
             kvoffload.Client([addr], dial_timeout=0.3)
 
 
+def test_peer_port_is_named(node1):
+    c = kvoffload.Client([node1.procs[0].peer])  # it connects: a gRPC server, without the API
+    with pytest.raises(kvoffload.UnavailableError, match="serves no kvoffload API there"):
+        c.stats()
+    c.close()
+
+
 def test_address_without_port_is_refused():
     with pytest.raises(kvoffload.InvalidArgumentError, match="not host:port"):
         kvoffload.Client(["127.0.0.1"])

@@ -346,6 +346,8 @@ class Client:
             return E.TooLargeError(msg, **kw)
         if c in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             return E.DeniedError(msg, **kw)
+        if c == grpc.StatusCode.UNIMPLEMENTED and "unknown service kvoffload.v1.KVOffload" in (details or ""):
+            msg += " (the member serves no kvoffload API there: a member's peer port? give its --api-addr)"
         return E.UnavailableError(msg, **kw)
 
     def _retry(self, name: str, offload: bool, deadline: Optional[float],
