@@ -1,0 +1,135 @@
+// Package testkit is what the tests of every package share: the seed of a randomized test,
+// waiting for a condition, and failing on a setup error. Only _test.go files import it
+// (internal/lint's TestImportRules holds that); it imports nothing of this module, so a leaf
+// package's tests may use it too.
+//
+// A randomized test takes its seed from Seed or Rand, never from the clock itself, so every
+// run logs the seed and a command that replays it:
+//
+//	seed 1796025044726883942 (replay: go test -tags chaos ./chaos -run '^TestCrash$' -seed 1796025044726883942)
+package testkit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SeedEnv names the environment variable that seeds every randomized test when -seed is not
+// given, for a run over packages whose test binaries do not all take flags
+// (KVOFFLOAD_SEED=N go test ./...).
+const SeedEnv = "KVOFFLOAD_SEED"
+
+// seedFlag is -seed. The other names are the per-package flags that replay commands in older
+// logs name; each sets the same seed.
+var seedFlag uint64
+
+func init() {
+	flag.Uint64Var(&seedFlag, "seed", 0, "seed of the randomized tests (0: $"+SeedEnv+", else the clock)")
+	for _, alias := range []string{"vfs.seed", "fsm.seed", "lru-seed", "sort-seed"} {
+		flag.Uint64Var(&seedFlag, alias, 0, "the same as -seed")
+	}
+}
+
+// Seed returns the seed of tb's randomized test: -seed, else $KVOFFLOAD_SEED, else one from
+// the clock. It logs the seed and the command that replays tb with it.
+func Seed(tb testing.TB) uint64 {
+	tb.Helper()
+	seed := seedFlag
+	if seed == 0 {
+		if env := os.Getenv(SeedEnv); env != "" {
+			s, err := strconv.ParseUint(env, 10, 64)
+			if err != nil {
+				tb.Fatalf("%s=%q: %v", SeedEnv, env, err)
+			}
+			seed = s
+		}
+	}
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	tb.Logf("seed %d (replay: %s -run '^%s$' -seed %d)", seed, goTest(), tb.Name(), seed)
+	return seed
+}
+
+// Rand returns a generator seeded by Seed(tb).
+func Rand(tb testing.TB) *rand.Rand {
+	tb.Helper()
+	return NewRand(Seed(tb))
+}
+
+// NewRand returns the generator Rand returns for seed, for a test that derives several
+// streams from one seed.
+func NewRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// goTest is "go test [-tags T] ./pkg" for the running test binary, read from its build
+// information; plain "go test" where that is missing.
+var goTest = sync.OnceValue(func() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "go test"
+	}
+	cmd := "go test"
+	for _, s := range info.Settings {
+		if s.Key == "-tags" && s.Value != "" {
+			cmd += " -tags " + s.Value
+		}
+	}
+	pkg := strings.TrimSuffix(info.Path, ".test")
+	if rel, ok := strings.CutPrefix(pkg, info.Main.Path+"/"); ok {
+		pkg = "./" + rel
+	} else if pkg == info.Main.Path {
+		pkg = "."
+	}
+	return cmd + " " + pkg
+})
+
+// Eventually waits up to timeout for cond, calling it every few milliseconds, and fails tb
+// if it is still false then; what names the condition in the failure.
+func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; !cond(); wait = min(2*wait, 10*time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// Must fails tb at once if err is not nil; the failure reads "what: err", what formatted
+// from format and args.
+func Must(tb testing.TB, err error, format string, args ...any) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("%s: %v", fmt.Sprintf(format, args...), err)
+	}
+}
+
+// CloseAtEnd closes c when tb's test ends and reports an error of Close that is none of
+// closed (a test that closes c itself names the error a second Close returns).
+func CloseAtEnd(tb testing.TB, c io.Closer, closed ...error) {
+	tb.Helper()
+	tb.Cleanup(func() {
+		err := c.Close()
+		for _, e := range closed {
+			if errors.Is(err, e) {
+				return
+			}
+		}
+		if err != nil {
+			tb.Errorf("Close at the end of the test: %v", err)
+		}
+	})
+}
