@@ -328,7 +328,7 @@ func (k *killAfter) BatchOffload(ctx context.Context, id fsm.TxnID, objs []kvoff
 // key Unavailable within 100 ms, not after a time-out). One scheduler stall on a loaded
 // machine must not fail the test, and a miss that waited for a time-out must: so the median
 // must be under 100 ms (a typical miss is fast), and every miss under 1 s, the deadline of
-// a forwarded read (ownerReadBase in node/owners.go), which a miss that waits for a connection
+// a forwarded read (ownerReadBase in internal/forward/owners.go), which a miss that waits for a connection
 // or read time-out cannot beat.
 func checkFastMisses(t *testing.T, what string, misses []time.Duration) {
 	t.Helper()

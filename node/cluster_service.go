@@ -14,8 +14,8 @@ import (
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/forward"
 	"github.com/kvoffload/kvoffload/internal/wire"
-	"github.com/kvoffload/kvoffload/node/forward"
 	"github.com/kvoffload/kvoffload/raftmeta"
 )
 

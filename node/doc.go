@@ -8,7 +8,7 @@
 // member opens its cluster ID, Raft, the coordinator and both listeners, then decides from
 // its Raft state whether it joins, restarts as a member or was removed (standing, join,
 // checkJoinIgnored, waitLeader), and runs recovery. A member's coordinator reaches the Raft
-// leader through node/forward and the owners of other keys through owners.go; the Cluster
+// leader and the owners of other keys through internal/forward; the Cluster
 // service that answers them is cluster_service.go.
 //
 // Go Ps: the store's goroutines spend milliseconds in blocking fsync, fdatasync and O_DIRECT

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/forward"
 	"github.com/kvoffload/kvoffload/internal/transport"
-	"github.com/kvoffload/kvoffload/node/forward"
 	"github.com/kvoffload/kvoffload/raftmeta"
 )
 
@@ -46,7 +46,7 @@ func (n *Node) startMember(ctx context.Context, fresh bool) (err error) {
 	if err := n.openCoordinator(clusterMeta{meta: meta{n.raft, n.fsm}, leader: n.leader}); err != nil {
 		return err
 	}
-	n.coord.SetRemote(newRemoteReader(n.fsm, n.peers))
+	n.coord.SetRemote(forward.NewOwners(n.fsm, n.peers))
 	n.leader.OnRemoved(n.noteRemoved)
 	n.raft.OnLeader(n.announce)
 	if err := n.serve(); err != nil {

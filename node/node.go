@@ -22,7 +22,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/node/forward"
+	"github.com/kvoffload/kvoffload/internal/forward"
 	"github.com/kvoffload/kvoffload/raftmeta"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/wal"

@@ -10,7 +10,7 @@ import (
 // A follower learns a commit from the AppendEntries the leader sends when its commit index
 // advances, not from the next entry or the CommitTimeout tick: with CommitTimeout at 3 s and
 // one command at a time, every follower applies each command well within it. The forwarded
-// proposals of node/forward wait for this node's apply, so their latency is this.
+// proposals of internal/forward wait for this node's apply, so their latency is this.
 func TestFollowerLearnsCommitPromptly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")

@@ -37,7 +37,7 @@ type Config struct {
 	ReadIndexTimeout time.Duration
 	// OffloadCatchUpTimeout bounds the catch-up at the start of a batch offload instead
 	// (at least ReadIndexTimeout): long enough to ride out one leader election, since a
-	// follower's forwarded read index moves to the new leader (node/forward) once it stops
+	// follower's forwarded read index moves to the new leader (internal/forward) once it stops
 	// following a silent one (its heartbeat timeout, 1 s by default), so a batch that
 	// arrives as the leader fails waits for the new one instead of failing and being sent,
 	// perhaps, to the failed leader.

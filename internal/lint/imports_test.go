@@ -41,6 +41,11 @@ const (
 	upstreamRaft = "github.com/hashicorp/raft/..."
 )
 
+// nodeParts are the packages node is built from that sit under internal/ so that only this
+// module imports them: they ship with node, so the product's rules hold for them, and they
+// are not leaves.
+var nodeParts = []string{"internal/forward", "internal/cluster", "internal/watch", "internal/nodehook"}
+
 // testFS names the test filesystems: only _test.go files and chaos may import them.
 var testFS = []string{"vfs/memfs", "vfs/errorfs"}
 
@@ -88,7 +93,9 @@ var rules = []rule{
 		why: "extent is the one extent type of fsm, bucketstore and txn: a leaf, so both pure layers can share it"},
 	{from: []string{"fake/...", "storetest/..."}, only: []string{},
 		why: "the fake and the conformance suite depend on the API's vocabulary only"},
-	{from: []string{"api/...", "ops/...", "internal/...", "workload/trace"}, tests: true, only: []string{"api/..."},
+	{from: nodeParts, forbid: []string{"workload/...", raftFork, upstreamRaft, "github.com/hashicorp/raft-boltdb/..."},
+		why: "node's parts under internal/ ship with node: no workload, and Raft only through raftmeta"},
+	{from: []string{"api/...", "ops/...", "internal/...", "workload/trace"}, except: nodeParts, tests: true, only: []string{"api/..."},
 		why: "leaves: the API, the ops endpoint, the internal helpers and the trace import no other package of this module"},
 	{from: []string{"workload/diskbench"}, tests: true, only: []string{"vfs"},
 		why: "the disk baseline measures the device, not the store: it reads through vfs.ReadBatch, the store's I/O engine, and nothing above it"},

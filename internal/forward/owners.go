@@ -1,4 +1,4 @@
-package node
+package forward
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/wire"
-	"github.com/kvoffload/kvoffload/node/forward"
 )
 
 // Deadlines of a read from the member that owns the keys' bytes.
@@ -32,21 +31,23 @@ const (
 	ownerReadRate = 100 << 20
 )
 
-// remoteReader reads keys from the node that owns their bytes (txn.Remote), and remembers
-// which owners recently failed to answer in time.
-type remoteReader struct {
+// Owners reads keys from the member that owns their bytes (txn.Remote), over its Cluster
+// service's ReadLocal, and remembers which owners recently failed to answer in time.
+type Owners struct {
 	f       *fsm.FSM
-	peers   *forward.Peers
+	peers   *Peers
 	mu      sync.Mutex
 	suspect map[string]time.Time // owner -> until when its reads get the short deadline
 }
 
-func newRemoteReader(f *fsm.FSM, peers *forward.Peers) *remoteReader {
-	return &remoteReader{f: f, peers: peers, suspect: map[string]time.Time{}}
+// NewOwners returns the reader of other members' keys: f names their owners and peer
+// addresses, peers dials them.
+func NewOwners(f *fsm.FSM, peers *Peers) *Owners {
+	return &Owners{f: f, peers: peers, suspect: map[string]time.Time{}}
 }
 
 // readBase returns the size-independent deadline for a read from owner.
-func (r *remoteReader) readBase(owner string) time.Duration {
+func (r *Owners) readBase(owner string) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if time.Now().Before(r.suspect[owner]) {
@@ -56,7 +57,7 @@ func (r *remoteReader) readBase(owner string) time.Duration {
 }
 
 // noteRead records whether owner answered in time.
-func (r *remoteReader) noteRead(owner string, timedOut bool) {
+func (r *Owners) noteRead(owner string, timedOut bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if timedOut {
@@ -66,7 +67,9 @@ func (r *remoteReader) noteRead(owner string, timedOut bool) {
 	}
 }
 
-func (r *remoteReader) ReadRemote(ctx context.Context, owner string, keys []string, size int64) []kvoffload.GetResult {
+// ReadRemote reads keys, size bytes together, from owner; a key it cannot read is
+// Unavailable.
+func (r *Owners) ReadRemote(ctx context.Context, owner string, keys []string, size int64) []kvoffload.GetResult {
 	fail := func(reason string) []kvoffload.GetResult {
 		out := make([]kvoffload.GetResult, len(keys))
 		for i, k := range keys {
