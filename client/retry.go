@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/internal/wire"
 	"google.golang.org/grpc/codes"
@@ -73,13 +73,16 @@ func permanent(name string, err error) error {
 	return fmt.Errorf("%w: %s: %w", kvoffload.ErrUnavailable, name, err)
 }
 
-// jitter spreads d by ±25% so that clients retrying together do not stay in step.
-func jitter(d time.Duration) time.Duration {
-	q := int64(d) / 4
-	if q <= 0 {
-		return d
+// retryBackoff is the wait between attempts on different members: from Options.RetryBackoff,
+// doubling up to Options.MaxBackoff, each wait spread by ±25% so that clients that lost the
+// same member do not retry in step. Reset it once an attempt made progress.
+func (c *Client) retryBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     c.opt.RetryBackoff,
+		RandomizationFactor: 0.25,
+		Multiplier:          2,
+		MaxInterval:         c.opt.MaxBackoff,
 	}
-	return d - time.Duration(q) + time.Duration(rand.Int64N(2*q+1))
 }
 
 // failover moves calls from member i to the next one, unless another call already did.
@@ -107,7 +110,7 @@ var errRenew = errors.New("client: renew transaction")
 // Each attempt runs under a stall watch (stall.go): one that makes no progress for
 // Options.StallTimeout is cancelled and counts as an unknown outcome.
 func (c *Client) retry(ctx context.Context, name string, offload bool, op func(ctx context.Context, a *attempt) error) error {
-	backoff := c.opt.RetryBackoff
+	delay := c.retryBackoff()
 	var last error     // the last error that left the outcome unknown
 	var refused []bool // the members that refused this call (wire.Refusal)
 	var refusal error  // the last refusal
@@ -157,10 +160,9 @@ func (c *Client) retry(ctx context.Context, name string, offload bool, op func(c
 			return giveUp(name, offload, fmt.Errorf("gave up after %d attempts", attempt), last)
 		}
 		c.lg.Debug("retry", "op", name, "attempt", attempt, "addr", c.members[i].addr, "err", err)
-		if err := sleep(ctx, jitter(backoff)); err != nil {
+		if err := sleep(ctx, delay.NextBackOff()); err != nil {
 			return giveUp(name, offload, err, last)
 		}
-		backoff = min(2*backoff, c.opt.MaxBackoff)
 	}
 }
 

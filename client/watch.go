@@ -152,7 +152,7 @@ type watchLoop struct {
 
 func (w *watchLoop) run(ctx context.Context, yield func(Event, error) bool) error {
 	c := w.c
-	backoff := c.opt.RetryBackoff
+	delay := c.retryBackoff()
 	refusals := 0 // consecutive members that refused the stream without sending anything
 	for {
 		if c.closed.Load() {
@@ -170,7 +170,8 @@ func (w *watchLoop) run(ctx context.Context, yield func(Event, error) bool) erro
 			return fmt.Errorf("%w: Watch: %w (last error: %w)", kvoffload.ErrUnavailable, ctx.Err(), err)
 		}
 		if got {
-			refusals, backoff = 0, c.opt.RetryBackoff
+			refusals = 0
+			delay.Reset()
 		}
 		s, _ := status.FromError(err)
 		switch {
@@ -191,10 +192,9 @@ func (w *watchLoop) run(ctx context.Context, yield func(Event, error) bool) erro
 		}
 		c.lg.Debug("watch: reconnecting", "addr", c.members[i].addr, "resume", w.resume.String(), "err", err)
 		c.failover(i)
-		if serr := sleep(ctx, jitter(backoff)); serr != nil {
+		if serr := sleep(ctx, delay.NextBackOff()); serr != nil {
 			return fmt.Errorf("%w: Watch: %w (last error: %w)", kvoffload.ErrUnavailable, serr, err)
 		}
-		backoff = min(2*backoff, c.opt.MaxBackoff)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sys/unix"
 )
 
@@ -135,7 +136,7 @@ func listenLocal(path string, mode os.FileMode, reg func(*regConn)) (*muxListene
 // ECONNABORTED, ...) is retried after a backoff, as net/http and grpc do: giving up on it
 // would take the local path down until a restart.
 func (m *muxListener) acceptLoop() {
-	backoff := 5 * time.Millisecond
+	delay := backoff.ExponentialBackOff{InitialInterval: 5 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second}
 	for {
 		c, err := m.lis.AcceptUnix()
 		if err != nil {
@@ -148,11 +149,10 @@ func (m *muxListener) acceptLoop() {
 				m.Close()
 				return
 			}
-			time.Sleep(backoff)
-			backoff = min(2*backoff, time.Second)
+			time.Sleep(delay.NextBackOff())
 			continue
 		}
-		backoff = 5 * time.Millisecond
+		delay.Reset()
 		select {
 		case m.slots <- struct{}{}:
 			go m.classify(c)

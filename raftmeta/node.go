@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/hashicorp/go-hclog"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -344,7 +345,8 @@ func (n *Node) poll(ctx context.Context, done func() (bool, error)) error {
 // (fsm.FSM.Advanced), and the backoff only covers what does not signal (entries that never
 // reach the FSM). wake nil: the backoff alone.
 func (n *Node) pollWake(ctx context.Context, wake func() <-chan struct{}, done func() (bool, error)) error {
-	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+	delay := backoff.ExponentialBackOff{InitialInterval: 100 * time.Microsecond, Multiplier: 2, MaxInterval: 5 * time.Millisecond}
+	for {
 		var woken <-chan struct{} // nil: never ready
 		if wake != nil {
 			woken = wake()
@@ -352,7 +354,7 @@ func (n *Node) pollWake(ctx context.Context, wake func() <-chan struct{}, done f
 		if ok, err := done(); ok || err != nil {
 			return err
 		}
-		t := time.NewTimer(delay)
+		t := time.NewTimer(delay.NextBackOff())
 		select {
 		case <-ctx.Done():
 			t.Stop()
