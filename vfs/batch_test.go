@@ -2,7 +2,6 @@ package vfs
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -12,19 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
-
-var seedFlag = flag.Uint64("vfs.seed", 0, "seed of the randomized vfs tests (0: from the clock)")
-
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -vfs.seed=%d)", seed, seed)
-	return seed
-}
 
 // plainFS is OSFS under another type, so that ReadBatch takes its goroutine path on the same
 // files.
@@ -39,7 +28,7 @@ func batchFile(t *testing.T, seed uint64, size int) (File, []byte) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	want := testPayload(seed, size)
+	want := testkit.Payload(seed, size)
 	buf := AlignedBuffer(size)
 	copy(buf, want)
 	mustWriteAt(t, f, buf, 0)
@@ -50,7 +39,7 @@ func batchFile(t *testing.T, seed uint64, size int) (File, []byte) {
 // skipped) through ReadBatch on both paths and at several depths, and checks every byte and
 // every outcome against the file's content.
 func TestReadBatchMatchesReadAt(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	const size = 4 << 20
 	f, want := batchFile(t, seed, size)
 	rng := rand.New(rand.NewPCG(seed, 2))
@@ -192,7 +181,7 @@ func TestReadBatchBufferedKeepsReadsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	mustWriteAt(t, f, testPayload(1, 1<<20), 0)
+	mustWriteAt(t, f, testkit.Payload(1, 1<<20), 0)
 	var mu sync.Mutex
 	inFlight, most := 0, 0
 	ReadBatch(OSFS{}, 64, 8, func(i int) (File, []byte, int64, bool) {

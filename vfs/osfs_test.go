@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 const ext4Magic = 0xEF53
@@ -44,7 +46,7 @@ func requireDirect(tb testing.TB, dir string) *osFile {
 func TestOSFSDirectIO(t *testing.T) {
 	f := requireDirect(t, t.TempDir())
 	data := AlignedBuffer(3 * DirectIOAlignment)
-	copy(data, testPayload(1, len(data)))
+	copy(data, testkit.Payload(1, len(data)))
 	mustWriteAt(t, f, data, DirectIOAlignment)
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
@@ -83,7 +85,7 @@ func TestOSFSDirectReadAlignment(t *testing.T) {
 		t.Skipf("the kernel reports no direct-read alignment below %d here", DirectIOAlignment)
 	}
 	data := AlignedBuffer(4 * DirectIOAlignment)
-	copy(data, testPayload(2, len(data)))
+	copy(data, testkit.Payload(2, len(data)))
 	mustWriteAt(t, f, data, 0)
 	n := DirectIOAlignment + align // spans a block boundary, starts inside a block
 	got := AlignedBuffer(int(n))

@@ -73,6 +73,16 @@ func NewRand(seed uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
+// Payload returns n bytes derived from seed: a test's data, the same for the same seed.
+func Payload(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(r.Uint32())
+	}
+	return p
+}
+
 // goTest is "go test [-tags T] ./pkg" for the running test binary, read from its build
 // information; plain "go test" where that is missing.
 var goTest = sync.OnceValue(func() string {

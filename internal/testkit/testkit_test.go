@@ -90,6 +90,9 @@ func TestRandReplays(t *testing.T) {
 			t.Fatal("two generators of one seed differ")
 		}
 	}
+	if p := Payload(9, 64); string(p) != string(Payload(9, 64)) || string(p) == string(Payload(10, 64)) {
+		t.Error("Payload is not a function of its seed")
+	}
 }
 
 func TestEventually(t *testing.T) {
