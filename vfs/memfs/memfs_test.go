@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -70,7 +71,7 @@ func TestCrashDropAll(t *testing.T) {
 	if err := f.Truncate(2); err != nil {
 		t.Fatal(err)
 	}
-	c := m.Crash(CrashDropAll, testRand(t))
+	c := m.Crash(CrashDropAll, testkit.Rand(t))
 	if got := readAll(t, c, "/f"); string(got) != "synced" {
 		t.Fatalf("after crash: %q, want %q", got, "synced")
 	}
@@ -89,7 +90,7 @@ func TestCrashDirectoryEntries(t *testing.T) {
 	if err := unsynced.Sync(); err != nil { // file data synced, directory not
 		t.Fatal(err)
 	}
-	c := m.Crash(CrashDropAll, testRand(t))
+	c := m.Crash(CrashDropAll, testkit.Rand(t))
 	if names, _ := c.ReadDir("/d"); len(names) != 0 {
 		t.Fatalf("created without SyncDir, survived: %v", names)
 	}
@@ -99,21 +100,21 @@ func TestCrashDirectoryEntries(t *testing.T) {
 	if err := m.Remove("/d/new"); err != nil {
 		t.Fatal(err)
 	}
-	c = m.Crash(CrashDropAll, testRand(t))
+	c = m.Crash(CrashDropAll, testkit.Rand(t))
 	if got := readAll(t, c, "/d/new"); string(got) != "data" {
 		t.Fatalf("removed without SyncDir: got %q, want it back with %q", got, "data")
 	}
 	if err := m.SyncDir("/d"); err != nil {
 		t.Fatal(err)
 	}
-	if got := readAll(t, m.Crash(CrashDropAll, testRand(t)), "/d/new"); got != nil {
+	if got := readAll(t, m.Crash(CrashDropAll, testkit.Rand(t)), "/d/new"); got != nil {
 		t.Fatalf("removed and SyncDir'd, survived: %q", got)
 	}
 }
 
 // TestCrashPrefix writes numbered blocks and checks that what survives is a prefix.
 func TestCrashPrefix(t *testing.T) {
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	m := New()
 	f := newSyncedFile(t, m, "/f")
 	const n = 8
@@ -138,11 +139,11 @@ func TestCrashPrefix(t *testing.T) {
 
 // TestCrashTorn checks that a torn write keeps a prefix ending at a 512-byte boundary.
 func TestCrashTorn(t *testing.T) {
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	m := New()
 	f := newSyncedFile(t, m, "/f")
 	const off = 1000
-	data := testPayload(7, 8192)
+	data := testkit.Payload(7, 8192)
 	mustWriteAt(t, f, data, off)
 	lengths := map[int]bool{}
 	for range 300 {
@@ -238,7 +239,7 @@ func TestLock(t *testing.T) {
 	if _, err := m.Lock("/LOCK"); !errors.Is(err, vfs.ErrLocked) {
 		t.Fatalf("second Lock: %v, want ErrLocked", err)
 	}
-	if _, err := m.Crash(CrashDropAll, testRand(t)).Lock("/LOCK"); err != nil {
+	if _, err := m.Crash(CrashDropAll, testkit.Rand(t)).Lock("/LOCK"); err != nil {
 		t.Fatalf("lock carried over Crash: %v", err)
 	}
 	l.Close()
