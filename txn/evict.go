@@ -29,7 +29,7 @@ type evictor struct {
 	// propose proposes one encoded REMOVE (Coordinator.propose); resolved calls fn in the
 	// background with the final result of a txn whose outcome is unknown
 	// (Coordinator.onResolved).
-	propose  func(ctx context.Context, cmd []byte) (*fsm.Result, error)
+	propose  func(ctx context.Context, cmd []byte, p proposal) (*fsm.Result, error)
 	resolved func(id fsm.TxnID, fn func(*fsm.Result))
 
 	mu  sync.Mutex // one eviction at a time, held across its REMOVE proposal and its flush
@@ -106,7 +106,7 @@ func (v *evictor) evict(ctx context.Context, need int64) int {
 		kg[i] = fsm.KeyGen{Key: e.key, Gen: e.gen}
 	}
 	id := kvoffload.NewTxnID()
-	res, err := v.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "evicted: capacity"}))
+	res, err := v.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "evicted: capacity"}), once)
 	if err != nil {
 		v.lg.Warn("eviction failed", "keys", len(kg), "err", err)
 		// The REMOVE may still apply: its victims stay unleasable until the metadata has an

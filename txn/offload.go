@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
@@ -141,7 +140,7 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 		c.abort(ctx, p, idx, ws, err)
 		return
 	}
-	res, err := c.proposeCommit(ctx, intentOf(c.cfg.NodeID, written).commitCmd(p.id))
+	res, err := c.propose(ctx, intentOf(c.cfg.NodeID, written).commitCmd(p.id), untilKnown)
 	if err != nil {
 		c.fail(p, ws, kvoffload.CodeUnavailable, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
 		p.err = fmt.Errorf("%w: txn %s: %w", ErrIndeterminate, p.id, err)
@@ -279,27 +278,4 @@ func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
 		return nil, fmt.Errorf("fdatasync: %w", err)
 	}
 	return written, failpoint.Hit(failpoint.DataSynced)
-}
-
-// proposeCommit is S4: it proposes cmd, an fsm.Commit, until its outcome is known, the leader
-// refuses it (ErrRefused), or CommitTimeout has passed. Proposing it again is safe: the FSM
-// de-duplicates by txn ID, so a leader change between attempts (an indeterminate outcome, a
-// dead leader) costs a retry, not a second commit.
-func (c *Coordinator) proposeCommit(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
-	defer cancel()
-	for delay := 20 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		res, err := c.meta.Propose(ctx, cmd)
-		if err == nil || errors.Is(err, ErrRefused) {
-			return res, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-c.bgCtx.Done():
-			return nil, err
-		case <-time.After(delay):
-			c.lg.Debug("retrying an indeterminate commit", "err", err)
-		}
-	}
 }

@@ -394,7 +394,7 @@ func (c *Coordinator) repair(ctx context.Context, keys []fsm.KeyGen) {
 		return
 	}
 	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys, Reason: "corrupt record"})
-	if _, err := c.propose(context.WithoutCancel(ctx), cmd); err != nil {
+	if _, err := c.propose(context.WithoutCancel(ctx), cmd, once); err != nil {
 		c.lg.Warn("repair of corrupt keys failed; they stay kvoffload.Corrupt until retried", "keys", len(keys), "first", keys[0].Key, "err", err)
 		return
 	}

@@ -133,13 +133,13 @@ func (c *Coordinator) resolveIntent(ctx context.Context, p pendingIntent, rep *R
 	if _, ok := c.meta.TxnResult(id); ok {
 		rep.AlreadyDone++
 	} else if bad := c.verifyIntent(id, p); bad == "" {
-		if _, err := c.propose(ctx, p.in.commitCmd(id)); err != nil {
+		if _, err := c.propose(ctx, p.in.commitCmd(id), once); err != nil {
 			return fmt.Errorf("txn: recovery: re-proposing commit of %s: %w", id, err)
 		}
 		rep.RolledFwd++
 	} else {
 		abort := fsm.EncodeAbort(fsm.Abort{TxnID: id, Node: p.in.Node, Reason: "recovery: " + bad})
-		if _, err := c.propose(ctx, abort); err != nil {
+		if _, err := c.propose(ctx, abort, once); err != nil {
 			return fmt.Errorf("txn: recovery: aborting %s: %w", id, err)
 		}
 		rep.Aborted++
@@ -252,7 +252,7 @@ func (a adopted) holder(ext bucketstore.Extent) (string, bool) {
 func (c *Coordinator) dropLost(ctx context.Context, bucket uint32, keys []fsm.KeyGen, rep *RecoveryReport) error {
 	c.lg.Error("bucket file missing; removing its keys from metadata", "bucket", bucket, "keys", len(keys))
 	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys, Reason: fmt.Sprintf("bucket %d lost", bucket)})
-	if _, err := c.propose(ctx, cmd); err != nil {
+	if _, err := c.propose(ctx, cmd, once); err != nil {
 		return fmt.Errorf("txn: recovery: dropping keys of lost bucket %d: %w", bucket, err)
 	}
 	rep.LostKeys += len(keys)
@@ -364,7 +364,7 @@ func (c *Coordinator) dropCorrupt(ctx context.Context, bad []fsm.Entry, rep *Rec
 		keys[i] = fsm.KeyGen{Key: e.Key, Gen: e.Gen}
 	}
 	cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys, Reason: "corrupt metadata"})
-	if _, err := c.propose(ctx, cmd); err != nil {
+	if _, err := c.propose(ctx, cmd, once); err != nil {
 		c.lg.Warn("removing corrupt metadata failed; reads will retry", "keys", len(keys), "err", err)
 		return
 	}

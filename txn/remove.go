@@ -66,7 +66,7 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 			}
 		}
 	}
-	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "remove"}))
+	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "remove"}), once)
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)
 	}

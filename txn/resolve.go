@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
@@ -22,7 +24,7 @@ func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*writ
 	if _, err := c.log.Append(wal.Record{Type: wal.RecordDataFailed, TxnID: p.id}); err != nil {
 		c.failStop(err)
 	}
-	res, err := c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: p.id, Node: c.cfg.NodeID, Reason: reason}))
+	res, err := c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: p.id, Node: c.cfg.NodeID, Reason: reason}), once)
 	if err != nil {
 		c.fail(p, ws, kvoffload.CodeIO, reason)
 		c.resolveLater(p.id, idx, ws)
@@ -87,11 +89,58 @@ func (c *Coordinator) done(id fsm.TxnID, idx uint64) {
 	}
 }
 
-// propose proposes cmd once, bounded by CommitTimeout.
-func (c *Coordinator) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+// proposal says what propose does after an error other than the leader's refusal.
+type proposal bool
+
+const (
+	// once: the error is returned; the caller settles the command later (resolveLater,
+	// recovery at the next start-up) or reports it.
+	once proposal = false
+	// untilKnown: the command is proposed again, with backoff (commitRetryFirst to
+	// commitRetryMax), until its outcome is known, the leader refuses it (ErrRefused), or
+	// CommitTimeout has passed. For a COMMIT: the FSM de-duplicates it by txn ID, so a leader
+	// change between attempts (an indeterminate outcome, a dead leader) costs a retry, not a
+	// second commit.
+	untilKnown proposal = true
+)
+
+// The backoff between the proposals of an untilKnown command.
+const (
+	commitRetryFirst = 20 * time.Millisecond
+	commitRetryMax   = time.Second
+)
+
+// The backoff between the attempts of onResolved to learn a transaction's final result.
+const (
+	resolveRetryFirst = 50 * time.Millisecond
+	resolveRetryMax   = 2 * time.Second
+)
+
+// newBackOff is the coordinator's retry backoff: first, doubling up to most, without jitter.
+func newBackOff(first, most time.Duration) *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: first, RandomizationFactor: 0, Multiplier: 2, MaxInterval: most}
+}
+
+// propose proposes cmd, the whole bounded by CommitTimeout: once, or untilKnown (which also
+// stops when the coordinator closes).
+func (c *Coordinator) propose(ctx context.Context, cmd []byte, p proposal) (*fsm.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommitTimeout)
 	defer cancel()
-	return c.meta.Propose(ctx, cmd)
+	b := newBackOff(commitRetryFirst, commitRetryMax)
+	for {
+		res, err := c.meta.Propose(ctx, cmd)
+		if err == nil || p == once || errors.Is(err, ErrRefused) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-c.bgCtx.Done():
+			return nil, err
+		case <-time.After(b.NextBackOff()):
+			c.lg.Debug("retrying an indeterminate commit", "err", err)
+		}
+	}
 }
 
 // resolveLater settles a transaction whose COMMIT or ABORT had an indeterminate outcome:
@@ -108,7 +157,8 @@ func (c *Coordinator) onResolved(id fsm.TxnID, fn func(*fsm.Result)) {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		b := newBackOff(resolveRetryFirst, resolveRetryMax)
+		for {
 			if res, err := c.resolve(c.bgCtx, id); err == nil {
 				fn(res)
 				return
@@ -116,7 +166,7 @@ func (c *Coordinator) onResolved(id fsm.TxnID, fn func(*fsm.Result)) {
 			select {
 			case <-c.bgCtx.Done():
 				return
-			case <-time.After(delay):
+			case <-time.After(b.NextBackOff()):
 			}
 		}
 	}()
@@ -132,5 +182,5 @@ func (c *Coordinator) resolve(ctx context.Context, id fsm.TxnID) (*fsm.Result, e
 	if res, ok := c.meta.TxnResult(id); ok {
 		return res, nil
 	}
-	return c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: id, Node: c.cfg.NodeID, Reason: "indeterminate commit"}))
+	return c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: id, Node: c.cfg.NodeID, Reason: "indeterminate commit"}), once)
 }
