@@ -6,13 +6,15 @@ import (
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // TestConcurrentUse runs Append, AppendAsync, Sync, TruncateFront and the
 // getters from many goroutines (run it with -race), then checks that every
 // record is in the log exactly once and every Append's index is right.
 func TestConcurrentUse(t *testing.T) {
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	const workers, ops = 8, 60
 	seeds := make([]uint64, workers)
 	for i := range seeds {
@@ -31,7 +33,7 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := newRand(seeds[w])
+			r := testkit.NewRand(seeds[w])
 			for op := range ops {
 				recs := []Record{{Type: RecordIntent, Payload: []byte(fmt.Sprintf("w%d-op%d", w, op))}}
 				mu.Lock()

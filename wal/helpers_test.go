@@ -5,33 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
-var (
-	updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/")
-	seedFlag     = flag.Uint64("seed", 0, "seed for randomized tests (0 = from the clock)")
-)
-
-// testRand returns a generator seeded from -seed or the clock, and logs the seed.
-func testRand(t *testing.T) *rand.Rand {
-	t.Helper()
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -seed=%d)", seed, seed)
-	return newRand(seed)
-}
-
-func newRand(seed uint64) *rand.Rand {
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-}
+var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // testConfig returns a Config for dir that logs to the test output.
 func testConfig(t *testing.T, dir string) Config {
@@ -45,19 +26,15 @@ func testConfig(t *testing.T, dir string) Config {
 func mustOpen(t *testing.T, cfg Config) (*Log, RepairReport) {
 	t.Helper()
 	l, rep, err := Open(cfg)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", cfg.Dir, err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	testkit.Must(t, err, "Open(%s)", cfg.Dir)
+	t.Cleanup(func() { _ = l.Close() }) // a failed log's Close returns its failure: tests check that themselves
 	return l, rep
 }
 
 // mustClose closes l and fails the test on error.
 func mustClose(t *testing.T, l *Log) {
 	t.Helper()
-	if err := l.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	testkit.Must(t, l.Close(), "Close")
 }
 
 // armFailpoint arms the failpoint name (one of failpoint.WALIO) to call fn on every hit,
@@ -170,17 +147,5 @@ func writeFile(t *testing.T, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o640); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// poll waits up to 5s for cond.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -210,7 +212,7 @@ func TestAppendAsyncRidesOnNextCommit(t *testing.T) {
 		t.Fatalf("Sync = %v, last %d, on disk %d; want 4", err, l.LastIndex(), onDisk(t, dir))
 	}
 	l.AppendAsync(recs[4:8]...) // MaxBatchRecords queued: commits on its own
-	poll(t, "a full async queue to commit", func() bool { return l.LastIndex() == 8 })
+	testkit.Eventually(t, 5*time.Second, "a full async queue to commit", func() bool { return l.LastIndex() == 8 })
 	l.AppendAsync(recs[8])
 	mustClose(t, l) // Close commits the rest
 	l, _ = mustOpen(t, cfg)
@@ -254,7 +256,7 @@ func TestGroupCommitSharesFsyncs(t *testing.T) {
 	for i := 1; i < n; i++ {
 		go appendOne(i)
 	}
-	poll(t, "every Append to queue", func() bool {
+	testkit.Eventually(t, 5*time.Second, "every Append to queue", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return len(l.queue) == n-1

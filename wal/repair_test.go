@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // tornCase damages a single-segment log holding recs; survive is how many
@@ -45,7 +47,7 @@ func tornCases(t *testing.T, recs []Record) []tornCase {
 	}
 	cases = append(cases, tornCase{"cut 3 bytes then 512 zeros",
 		func(b []byte) []byte { return append(b[:len(b)-3], make([]byte, 512)...) }, len(recs) - 1, -1})
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	for i := range 8 {
 		garbage := make([]byte, 1+rng.IntN(4096))
 		for j := range garbage {
