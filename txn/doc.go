@@ -30,7 +30,7 @@
 // # Concurrency
 //
 // A Coordinator is safe for concurrent use. Its state is split by job, each part a type with
-// its own lock; these six are every mutex in the package (docs/architecture.md lists the same):
+// its own lock; these seven are every mutex in the package (docs/architecture.md links here):
 //
 //	flightTable.mu        (coordinator.go) the in-flight table: the keys being written and the
 //	                      calls running by txn ID. With the FSM it decides, atomically, whether
@@ -46,6 +46,8 @@
 //	lru.mu                (lru.go) the LRU of this node's keys and the leases on them
 //	reclaimer.mu          (reclaim.go, with its sync.Cond) pins, doomed and deferred extents,
 //	                      the reclaimer's queue and its progress
+//	readLocal's mu        (read.go, a local of one call) the keys that call's reads found
+//	                      corrupt, appended to from the read completions
 //
 // Lock order. A -> B means B may be taken while A is held, never A while B is held; two
 // locks with no path between them are never held together:
@@ -54,9 +56,9 @@
 //	intentTable.truncMu -> the WAL (Append, TruncateFront: its locks and its I/O) -> intentTable.mu
 //	evictor.mu -> lru.mu
 //	evictor.mu -> a Raft proposal (Meta.Propose) and reclaimer.mu (flush)
-//	intentTable.mu, lru.mu, reclaimer.mu: leaves. No other lock is taken, no bucket, WAL or
-//	Raft call is made and nothing is awaited under them (reclaimer.flush waits on the
-//	sync.Cond, which releases reclaimer.mu)
+//	intentTable.mu, lru.mu, reclaimer.mu, readLocal's mu: leaves. No other lock is taken, no
+//	bucket, WAL or Raft call is made and nothing is awaited under them (reclaimer.flush waits
+//	on the sync.Cond, which releases reclaimer.mu)
 //
 // No goroutine holds two of flightTable.mu, intentTable.truncMu and evictor.mu at once; none
 // of them is held by a Raft goroutine. flightTable.mu guards only memory: no I/O, Raft call or

@@ -154,13 +154,20 @@ func TestImportRulesCatch(t *testing.T) {
 	if slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "bucketstore (test) imports internal/testkit:") }) {
 		t.Errorf("a leaf's test importing the test kit was flagged: %q", got)
 	}
+	if slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "fsm imports internal/invariants:") }) {
+		t.Errorf("an import of the assertions switch (anywhere) was flagged: %q", got)
+	}
 	if slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "raftmeta imports github.com/hashicorp/raft:") }) {
 		t.Errorf("raftmeta's log-store adapter importing upstream Raft was flagged: %q", got)
 	}
 }
 
-// imports holds one package's imports: from the files that ship, and from its _test.go files.
-type imports struct{ code, tests []string }
+// imports holds one package's imports: from the files that ship, and from its _test.go files;
+// in names, for each import of the code that ships, a file (module-relative) that makes it.
+type imports struct {
+	code, tests []string
+	in          map[string]string
+}
 
 // check returns one line per import that breaks a rule.
 func check(pkgs map[string]imports, rules []rule) []string {
@@ -252,8 +259,15 @@ func readImports(t *testing.T, root string) map[string]imports {
 			}
 			if strings.HasSuffix(path, "_test.go") {
 				imp.tests = append(imp.tests, p)
-			} else {
-				imp.code = append(imp.code, p)
+				continue
+			}
+			imp.code = append(imp.code, p)
+			if imp.in == nil {
+				imp.in = map[string]string{}
+			}
+			if _, ok := imp.in[p]; !ok {
+				file, _ := filepath.Rel(root, path)
+				imp.in[p] = filepath.ToSlash(file)
 			}
 		}
 		pkgs[name] = imp
