@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
@@ -17,7 +18,7 @@ import (
 // A run reserved with ReserveRun is back to back, is written with one write per MaxRunBytes,
 // and every record of it reads back verified, before and after a reopen.
 func TestReserveRunWriteRecords(t *testing.T) {
-	r := testRand(t)
+	r := testkit.Rand(t)
 	writes := 0
 	fsys := errorfs.Wrap(memfs.New(), func(op errorfs.Op, name string) error {
 		if op == errorfs.OpWrite {
@@ -32,7 +33,7 @@ func TestReserveRunWriteRecords(t *testing.T) {
 	var sizes []int64
 	for i := range 40 {
 		key := fmt.Sprintf("run/%d", i)
-		payload := testPayload(uint64(i), 1+r.IntN(300<<10))
+		payload := testkit.Payload(uint64(i), 1+r.IntN(300<<10))
 		recs = append(recs, RecordWrite{Header: testHeader(key, uint64(i), payload), Payload: payload})
 		sizes = append(sizes, RecordSize(len(key), len(payload)))
 	}
@@ -108,7 +109,7 @@ func TestWriteRecordsFailedRun(t *testing.T) {
 	var recs []RecordWrite
 	for i := range 4 {
 		key := fmt.Sprintf("f/%d", i)
-		payload := testPayload(uint64(i), 3<<20) // 3 MiB: two records per 8 MiB run
+		payload := testkit.Payload(uint64(i), 3<<20) // 3 MiB: two records per 8 MiB run
 		recs = append(recs, RecordWrite{Header: testHeader(key, uint64(i), payload), Payload: payload})
 	}
 	sizes := make([]int64, len(recs))
@@ -141,9 +142,9 @@ func TestWriteRecordsOutOfSpace(t *testing.T) {
 	for _, bigFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bigFirst=%v", bigFirst), func(t *testing.T) {
 			m := memfs.New()
-			small := RecordWrite{Payload: testPayload(1, 4<<10)}
+			small := RecordWrite{Payload: testkit.Payload(1, 4<<10)}
 			small.Header = testHeader("small", 1, small.Payload)
-			big := RecordWrite{Payload: testPayload(2, 1<<20)}
+			big := RecordWrite{Payload: testkit.Payload(2, 1<<20)}
 			big.Header = testHeader("big", 2, big.Payload)
 			recs := []RecordWrite{small, big}
 			if bigFirst {
@@ -188,7 +189,7 @@ func TestWriteRecordsOutOfSpace(t *testing.T) {
 			}
 			w := written{ext: recs[smallAt].Ext, h: recs[smallAt].Header, payload: recs[smallAt].Payload}
 			mustRead(t, s, w)
-			cfg.FS = m.Crash(memfs.CrashDropAll, testRand(t))
+			cfg.FS = m.Crash(memfs.CrashDropAll, testkit.Rand(t))
 			mustRead(t, mustOpen(t, cfg), w)
 		})
 	}

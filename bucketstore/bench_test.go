@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkAppendSync(b *testing.B) {
 		n    int
 	}{{"256KiB", 256 << 10}, {"2MiB", 2 << 20}} {
 		b.Run(size.name, func(b *testing.B) {
-			payload := testPayload(1, size.n)
+			payload := testkit.Payload(1, size.n)
 			h := testHeader("bench/key", 1, payload)
 			recSize := RecordSize(len(h.Key), len(payload))
 			b.SetBytes(int64(size.n))
@@ -78,7 +79,7 @@ func benchDirect(b *testing.B, size int64) time.Duration {
 	}
 	defer f.Close()
 	buf := vfs.AlignedBuffer(int(size))
-	copy(buf, testPayload(2, len(buf)))
+	copy(buf, testkit.Payload(2, len(buf)))
 	start := time.Now()
 	for i := range b.N {
 		if _, err := f.WriteAt(buf, int64(i)*size); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
@@ -11,7 +12,7 @@ import (
 // that every synced record survives, and that whatever else Scan finds either verifies as a
 // record the test wrote or is reported as damage.
 func TestStoreCrash(t *testing.T) {
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	for _, mode := range []memfs.CrashMode{memfs.CrashDropAll, memfs.CrashPrefix, memfs.CrashTorn} {
 		for round := range 20 {
 			t.Run(fmt.Sprintf("mode%d/round%d", mode, round), func(t *testing.T) {

@@ -4,12 +4,14 @@ import (
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // extentSet agrees with a map from offset to length through random frees and adds, from an
 // adopted sorted list (compacted as it empties) and from nothing.
 func TestExtentSetModel(t *testing.T) {
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	for round := range 50 {
 		var x extentSet
 		model := map[int64]int64{}

@@ -1,33 +1,17 @@
 package bucketstore
 
 import (
-	"errors"
 	"flag"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
-var (
-	seedFlag   = flag.Uint64("seed", 0, "seed for randomized tests (0 = current time)")
-	updateFlag = flag.Bool("update", false, "rewrite the golden files in testdata/")
-)
-
-// testRand returns a seeded generator and logs the seed so that a failure can be replayed.
-func testRand(tb testing.TB) *rand.Rand {
-	tb.Helper()
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	tb.Logf("seed %d (replay with -seed=%d)", seed, seed)
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-}
+var updateFlag = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 const testDir = "/data"
 
@@ -39,35 +23,18 @@ func memConfig(fsys vfs.FS) Config {
 	return Config{Dir: testDir, FS: fsys, BucketSize: 64 * Alignment}
 }
 
+// mustOpen opens cfg and closes the store when the test ends (a test may close it first).
 func mustOpen(tb testing.TB, cfg Config) *Store {
 	tb.Helper()
 	s, err := Open(cfg)
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(); err != nil && !errors.Is(err, ErrClosed) {
-			tb.Errorf("Close: %v", err)
-		}
-	})
+	testkit.Must(tb, err, "Open")
+	testkit.CloseAtEnd(tb, s, ErrClosed)
 	return s
 }
 
 func mustClose(tb testing.TB, s *Store) {
 	tb.Helper()
-	if err := s.Close(); err != nil {
-		tb.Fatalf("Close: %v", err)
-	}
-}
-
-// testPayload returns n bytes derived from seed.
-func testPayload(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = byte(r.Uint32())
-	}
-	return p
+	testkit.Must(tb, s.Close(), "Close")
 }
 
 func testHeader(key string, gen uint64, payload []byte) Header {
@@ -86,7 +53,7 @@ type written struct {
 
 func mustPut(tb testing.TB, s *Store, key string, gen uint64, n int) written {
 	tb.Helper()
-	payload := testPayload(gen, n)
+	payload := testkit.Payload(gen, n)
 	h := testHeader(key, gen, payload)
 	ext, err := s.Reserve(RecordSize(len(key), n))
 	if err != nil {

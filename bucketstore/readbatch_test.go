@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // TestReadBatch reads a batch mixing good records, a damaged one, headers that do not match,
@@ -13,7 +15,7 @@ import (
 // its own bytes, every bad one with ErrCorrupt, and each read that prep names is done once.
 func TestReadBatch(t *testing.T) {
 	storeBackends(t, func(t *testing.T, cfg Config) {
-		rng := testRand(t)
+		rng := testkit.Rand(t)
 		s := mustOpen(t, cfg)
 		var ws []written
 		for i := range 40 {

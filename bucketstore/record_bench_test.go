@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -81,7 +82,7 @@ var recordBenchSizes = []struct {
 
 // benchRecord returns a header, a random payload of n bytes and an aligned buffer for the record.
 func benchRecord(n int) (Header, []byte, []byte) {
-	payload := testPayload(1, n)
+	payload := testkit.Payload(1, n)
 	h := testHeader("bench/key", 1, payload)
 	return h, payload, vfs.AlignedBuffer(int(RecordSize(len(h.Key), len(payload))))
 }
@@ -116,7 +117,7 @@ func diskSeqRate(b *testing.B) float64 {
 		defer f.Close()
 		const block, total = 1 << 20, 64 << 20
 		buf := vfs.AlignedBuffer(block)
-		copy(buf, testPayload(3, block))
+		copy(buf, testkit.Payload(3, block))
 		start := time.Now()
 		for off := int64(0); off < total; off += block {
 			if _, err := f.WriteAt(buf, off); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -34,7 +35,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			payload := testPayload(uint64(i), tc.paylo)
+			payload := testkit.Payload(uint64(i), tc.paylo)
 			h := testHeader(strings.Repeat("k", tc.keyLen), uint64(i), payload)
 			buf := encodeTest(t, h, payload)
 			if int64(len(buf))%Alignment != 0 {
@@ -96,7 +97,7 @@ func TestEncodeRecordRejects(t *testing.T) {
 // taken of is refused, leaving the buffer zeroed (no record), not a record that a read would
 // find corrupt.
 func TestEncodeRecordVerifiesTheCopy(t *testing.T) {
-	payload := testPayload(7, 3*hashChunk+100)
+	payload := testkit.Payload(7, 3*hashChunk+100)
 	h := testHeader("key", 1, payload)
 	buf := make([]byte, RecordSize(len(h.Key), len(payload)))
 	if err := EncodeRecord(buf, h, payload); err != nil {
@@ -118,9 +119,9 @@ func TestEncodeRecordVerifiesTheCopy(t *testing.T) {
 // TestDecodeRecordRejectsEveryBitFlip flips each bit of a one-block record (header, key,
 // payload, padding) and expects ErrCorrupt every time.
 func TestDecodeRecordRejectsEveryBitFlip(t *testing.T) {
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	key := strings.Repeat("x", 1+rng.IntN(40))
-	payload := testPayload(rng.Uint64(), rng.IntN(Alignment-headerLen-len(key)))
+	payload := testkit.Payload(rng.Uint64(), rng.IntN(Alignment-headerLen-len(key)))
 	buf := encodeTest(t, testHeader(key, rng.Uint64(), payload), payload)
 	for bit := range len(buf) * 8 {
 		buf[bit/8] ^= 1 << (bit % 8)
@@ -135,7 +136,7 @@ func TestDecodeRecordRejectsEveryBitFlip(t *testing.T) {
 }
 
 func TestDecodeRecordRejectsWrongLength(t *testing.T) {
-	payload := testPayload(1, 5000)
+	payload := testkit.Payload(1, 5000)
 	buf := encodeTest(t, testHeader("key", 1, payload), payload)
 	for _, b := range [][]byte{nil, buf[:headerLen-1], buf[:Alignment], append(buf, make([]byte, Alignment)...)} {
 		if _, _, err := DecodeRecord(b); !IsCorrupt(err) {
@@ -170,7 +171,7 @@ func TestRecordGolden(t *testing.T) {
 // FuzzDecodeRecord: never panic; whatever decodes must re-encode to the same bytes.
 func FuzzDecodeRecord(f *testing.F) {
 	for i, n := range []int{0, 10, 5000} {
-		payload := testPayload(uint64(i), n)
+		payload := testkit.Payload(uint64(i), n)
 		f.Add(encodeTest(f, testHeader("fuzz", uint64(i), payload), payload))
 	}
 	f.Add([]byte("KVB1"))

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
@@ -215,7 +216,7 @@ func TestStoreFreeRemovesEmptySealedBucket(t *testing.T) {
 	if got := s.Buckets(); !slices.Equal(got, []uint32{c.ext.Bucket}) {
 		t.Fatalf("Buckets = %v, want only %d", got, c.ext.Bucket)
 	}
-	if names, _ := m.Crash(memfs.CrashDropAll, testRand(t)).ReadDir(testDir); slices.Contains(names, bucketName(a.ext.Bucket)) {
+	if names, _ := m.Crash(memfs.CrashDropAll, testkit.Rand(t)).ReadDir(testDir); slices.Contains(names, bucketName(a.ext.Bucket)) {
 		t.Fatal("removed bucket survives a crash: directory not synced")
 	}
 	if err := s.Free(c.ext); err != nil { // the open bucket stays
@@ -230,7 +231,7 @@ func TestStoreFreeRemovesEmptySealedBucket(t *testing.T) {
 // TestStoreAccountingRandom runs random Reserve/Write/Free/Sync, checking LiveBytes after
 // every step, then reopens, adopts and collects, checking AllocatedBytes == live bytes.
 func TestStoreAccountingRandom(t *testing.T) {
-	rng := testRand(t)
+	rng := testkit.Rand(t)
 	cfg := memConfig(nil)
 	cfg.BucketSize = 16 * Alignment
 	s := mustOpen(t, cfg)
