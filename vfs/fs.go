@@ -18,6 +18,10 @@ type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	// Remove unlinks a file. The removal is durable only after SyncDir of its directory.
 	Remove(name string) error
+	// Rename moves a file to newname, replacing any file there, atomically (rename(2)).
+	// The move is durable only after SyncDir of both directories; until then a crash
+	// leaves the old name, the new one's previous file, or both as they were durable.
+	Rename(oldname, newname string) error
 	// MkdirAll creates a directory and its parents.
 	MkdirAll(path string, perm os.FileMode) error
 	// ReadDir returns the entry names of dir, sorted.

@@ -61,6 +61,9 @@ func (o OSFS) logger() *slog.Logger {
 // Remove implements FS.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
 
+// Rename implements FS.
+func (OSFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
 // MkdirAll implements FS.
 func (OSFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
 

@@ -25,9 +25,10 @@ const (
 	OpRemove
 	OpTruncate
 	OpPunch
+	OpRename
 )
 
-var opNames = [...]string{"open", "read", "write", "sync", "syncdir", "remove", "truncate", "punch"}
+var opNames = [...]string{"open", "read", "write", "sync", "syncdir", "remove", "truncate", "punch", "rename"}
 
 func (o Op) String() string {
 	if o >= 0 && int(o) < len(opNames) {
@@ -111,6 +112,14 @@ func (e *FS) Remove(name string) error {
 		return err
 	}
 	return e.inner.Remove(name)
+}
+
+// Rename implements vfs.FS; the Injector is asked with the old name.
+func (e *FS) Rename(oldname, newname string) error {
+	if err := e.inject(OpRename, oldname); err != nil {
+		return err
+	}
+	return e.inner.Rename(oldname, newname)
 }
 
 // MkdirAll implements vfs.FS.

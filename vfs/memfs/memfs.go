@@ -118,6 +118,26 @@ func (m *FS) Remove(name string) error {
 	return nil
 }
 
+// Rename implements vfs.FS: the inode moves to newname, replacing any file there. Like a
+// creation and a removal, the move is durable only at SyncDir of each directory involved.
+func (m *FS) Rename(oldname, newname string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	odir, obase := splitPath(oldname)
+	ndir, nbase := splitPath(newname)
+	od, nd := m.dirs[odir], m.dirs[ndir]
+	if od == nil || od.names[obase] == nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: fs.ErrNotExist}
+	}
+	if nd == nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: fs.ErrNotExist}
+	}
+	ino := od.names[obase]
+	delete(od.names, obase)
+	nd.names[nbase] = ino
+	return nil
+}
+
 // MkdirAll implements vfs.FS.
 func (m *FS) MkdirAll(path string, _ os.FileMode) error {
 	m.mu.Lock()
