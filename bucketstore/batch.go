@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
 // ReserveRun reserves one extent per size, back to back in the open bucket, under one lock:
@@ -52,6 +53,9 @@ func (s *Store) ReserveRun(sizes []int64) ([]Extent, error) {
 		if err := s.addLiveLocked(b, exts[i]); err != nil {
 			return nil, err // an accounting bug: the tail only grows
 		}
+	}
+	if invariants.Enabled {
+		s.checkCapacityLocked()
 	}
 	s.preallocateLocked(b)
 	return exts, nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/kvoffload/kvoffload/internal/invariants"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -30,6 +31,7 @@ type bucket struct {
 
 	live      extentSet // the live extents
 	liveBytes int64
+	reached   int64 // with -tags invariants, in fresh buckets: the end of the last extent made live
 
 	removed atomic.Bool
 	failed  atomic.Bool   // a sync failed: never reserve in, sync, or trust it again
@@ -104,6 +106,10 @@ func (s *Store) rollLocked() error {
 // removeLocked forgets b and removes its file. The removal becomes durable at the next
 // directory sync; a removed bucket that reappears after a crash is orphan garbage for Collect.
 func (s *Store) removeLocked(b *bucket) error {
+	if invariants.Enabled && b.liveBytes != 0 {
+		invariants.Failf("bucketstore: a bucket file is removed only when nothing in it is live",
+			"bucket %d holds %d live bytes", b.id, b.liveBytes)
+	}
 	delete(s.buckets, b.id)
 	b.removed.Store(true)
 	s.dirGen++
@@ -113,12 +119,65 @@ func (s *Store) removeLocked(b *bucket) error {
 
 // addLiveLocked counts ext as live in b.
 func (s *Store) addLiveLocked(b *bucket, ext Extent) error {
+	if invariants.Enabled {
+		b.checkOwnLocked(ext)
+	}
 	if !b.live.add(ext.Offset, ext.Length) {
 		return fmt.Errorf("bucketstore: extent %v already live", ext)
 	}
 	b.liveBytes += ext.Length
 	s.live += ext.Length
+	if invariants.Enabled {
+		s.checkCountsLocked(b)
+	}
 	return nil
+}
+
+// checkOwnLocked asserts that ext may become live in b: it is b's and aligned, and in a fresh
+// bucket, where the store chose its offset, it starts at or past the end of the extent made
+// live before it and ends at or before the tail: the extents of a fresh bucket are handed out
+// in offset order, so no two of them overlap. (An adopted extent's offset comes from the
+// metadata: an overlap there is the caller's to refuse.)
+func (b *bucket) checkOwnLocked(ext Extent) {
+	if err := checkExtent(ext); err != nil || ext.Bucket != b.id {
+		invariants.Failf("bucketstore: a live extent is aligned and in its bucket", "%+v in bucket %d: %v", ext, b.id, err)
+	}
+	if !b.fresh {
+		return
+	}
+	if ext.Offset < b.reached || ext.End() > b.tail {
+		invariants.Failf("bucketstore: a fresh bucket's extents are handed out in offset order, below its tail",
+			"%+v after an extent ending at %d, tail %d", ext, b.reached, b.tail)
+	}
+	b.reached = ext.End()
+}
+
+// checkCountsLocked asserts the byte counters after a change to b: none is negative, and the
+// store's is at least b's (LiveBytes is the sum over the buckets: checkLocked).
+func (s *Store) checkCountsLocked(b *bucket) {
+	if b.liveBytes < 0 || s.live < b.liveBytes || s.pendingBytes < 0 {
+		invariants.Failf("bucketstore: 0 <= a bucket's live bytes <= LiveBytes, pending bytes >= 0",
+			"bucket %d: %d live bytes; store: %d live, %d pending", b.id, b.liveBytes, s.live, s.pendingBytes)
+	}
+}
+
+// checkLocked asserts the accounting invariant of the package doc, by a recount: each
+// bucket's live bytes are the sum of its live extents, and LiveBytes is the sum over the
+// buckets. It walks every live extent: Close runs it, not every change.
+func (s *Store) checkLocked() {
+	var total int64
+	for _, b := range s.buckets {
+		var sum int64
+		b.live.lengths(func(n int64) { sum += n })
+		if sum != b.liveBytes {
+			invariants.Failf("bucketstore: a bucket's live bytes are the sum of its live extents",
+				"bucket %d: %d live bytes, extents sum to %d", b.id, b.liveBytes, sum)
+		}
+		total += sum
+	}
+	if total != s.live {
+		invariants.Failf("bucketstore: LiveBytes is the sum of the live extents", "%d, extents sum to %d", s.live, total)
+	}
 }
 
 func checkExtent(ext Extent) error {

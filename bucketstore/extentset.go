@@ -3,6 +3,8 @@ package bucketstore
 import (
 	"cmp"
 	"slices"
+
+	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
 // extentSet is the live extents of one bucket, by offset. A fresh bucket's records are added
@@ -27,6 +29,10 @@ func (x *extentSet) reset(exts []Extent) (bytes int64) {
 	x.m, x.freed = nil, 0
 	x.sorted = make([]span, len(exts))
 	for i, e := range exts {
+		if invariants.Enabled && (e.Length <= 0 || i > 0 && exts[i-1].End() > e.Offset) {
+			invariants.Failf("bucketstore: an adopted bucket's live extents are sorted, not empty and do not overlap",
+				"extent %d of %d: %+v after %+v", i, len(exts), e, exts[max(i-1, 0)])
+		}
 		x.sorted[i] = span{e.Offset, e.Length}
 		bytes += e.Length
 	}
@@ -50,6 +56,9 @@ func (x *extentSet) find(off int64) (int, bool) {
 
 // add makes [off, off+length) live; false if an extent already starts at off.
 func (x *extentSet) add(off, length int64) bool {
+	if invariants.Enabled && length <= 0 {
+		invariants.Failf("bucketstore: a live extent is not empty", "offset %d, length %d", off, length)
+	}
 	if x.length(off) != 0 {
 		return false
 	}
@@ -72,7 +81,11 @@ func (x *extentSet) del(off int64) {
 		return
 	}
 	x.sorted[i].length = 0
-	if x.freed++; x.freed*2 >= len(x.sorted) {
+	if x.freed++; invariants.Enabled && x.freed > len(x.sorted) {
+		invariants.Failf("bucketstore: the freed marks of a bucket's sorted extents are at most its extents",
+			"%d marks, %d extents", x.freed, len(x.sorted))
+	}
+	if x.freed*2 >= len(x.sorted) {
 		x.sorted = slices.DeleteFunc(x.sorted, func(s span) bool { return s.length == 0 })
 		x.freed = 0
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/invariants"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -31,6 +32,12 @@ func (s *Store) Free(ext Extent) error {
 	b.liveBytes -= ext.Length
 	s.live -= ext.Length
 	s.settleLocked(ext)
+	if invariants.Enabled {
+		if b.live.length(ext.Offset) != 0 {
+			invariants.Failf("bucketstore: a freed extent is not live", "%+v", ext)
+		}
+		s.checkCountsLocked(b)
+	}
 	if err := failpoint.Hit(failpoint.BucketFree); err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("bucketstore: free %+v: %w", ext, err) // the bytes stay until Collect
@@ -125,6 +132,9 @@ func (s *Store) replaceLiveLocked(b *bucket, sorted []Extent) {
 	s.live -= b.liveBytes
 	b.liveBytes = b.live.reset(sorted)
 	s.live += b.liveBytes
+	if invariants.Enabled {
+		s.checkCountsLocked(b)
+	}
 }
 
 // sortedLive validates the live extents of bucket id and returns them sorted by offset: live

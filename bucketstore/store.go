@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/invariants"
 	"github.com/kvoffload/kvoffload/vfs"
 
 	"errors"
@@ -106,7 +107,20 @@ func (s *Store) Reserve(size int64) (Extent, error) {
 	b.tail += size
 	s.pendLocked(ext)
 	s.preallocateLocked(b)
-	return ext, s.addLiveLocked(b, ext)
+	err := s.addLiveLocked(b, ext)
+	if invariants.Enabled {
+		s.checkCapacityLocked()
+	}
+	return ext, err
+}
+
+// checkCapacityLocked asserts, after a reservation, what Reserve checked before it: Capacity
+// bounds LiveBytes. (Adopt and Collect may take LiveBytes over a Capacity lowered since the
+// bytes were written; a reservation never does.)
+func (s *Store) checkCapacityLocked() {
+	if c := s.cfg.Capacity; c > 0 && s.live > c {
+		invariants.Failf("bucketstore: Capacity bounds LiveBytes at Reserve", "live %d > capacity %d", s.live, c)
+	}
 }
 
 // checkSpaceLocked refuses a reservation of size bytes that would leave less than
@@ -152,6 +166,10 @@ func (s *Store) settleLocked(ext Extent) {
 	if _, ok := s.pending[ext]; ok {
 		delete(s.pending, ext)
 		s.pendingBytes -= ext.Length
+	}
+	if invariants.Enabled && (s.pendingBytes < 0 || len(s.pending) == 0 && s.pendingBytes != 0) {
+		invariants.Failf("bucketstore: pending bytes are the sum of the extents reserved and not yet written",
+			"%d bytes over %d extents", s.pendingBytes, len(s.pending))
 	}
 }
 
@@ -448,6 +466,9 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	if invariants.Enabled {
+		s.checkLocked()
+	}
 	var errs []error
 	for _, b := range s.buckets {
 		errs = append(errs, b.f.Close())

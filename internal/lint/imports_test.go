@@ -24,8 +24,14 @@ type rule struct {
 	tests  bool     // the rule also holds for _test.go files, not only the code that ships
 	forbid []string // imports that are never allowed
 	only   []string // if non-nil: the only packages of this module it may import
+	sealed bool     // only holds for anywhere too: from may import nothing of this module
 	why    string
 }
+
+// anywhere names the leaves every package may import whatever its rule's only list says
+// (but a sealed rule): the assertions switch compiles to nothing without -tags invariants, so
+// importing it brings the code that ships no dependency.
+var anywhere = []string{"internal/invariants"}
 
 // product names the packages that make up the store: everything outside the test and
 // workload wings, including any package added later. bench/ is the workload wing's separate
@@ -81,7 +87,7 @@ var rules = []rule{
 		why:    "raftmeta is the one adapter between Raft and the rest of the store"},
 	{from: []string{"..."}, except: []string{"raftmeta/..."}, tests: true, forbid: []string{upstreamRaft},
 		why: "consensus runs on the patched fork only; upstream Raft is raft-boltdb's, met in raftmeta/logstore.go alone"},
-	{from: []string{raftFork}, tests: true, only: []string{},
+	{from: []string{raftFork}, tests: true, only: []string{}, sealed: true,
 		why: "the fork imports no other package of this module, so a new release can be copied in (third_party/raft/KVOFFLOAD.md)"},
 	{from: []string{"raftmeta/..."}, only: []string{"fsm", "internal/failpoint", "third_party/raft"},
 		why: "raftmeta adapts the FSM to Raft and knows nothing of transactions, the WAL or node"},
@@ -117,12 +123,12 @@ func TestImportRules(t *testing.T) {
 // TestImportRulesCatch feeds check imports that break each kind of rule.
 func TestImportRulesCatch(t *testing.T) {
 	bad := map[string]imports{
-		"fsm": {code: []string{module + "/internal/mutant", module + "/third_party/raft"}},
+		"fsm": {code: []string{module + "/internal/mutant", module + "/third_party/raft", module + "/internal/invariants"}},
 		"node": {code: []string{module + "/workload/trace", "github.com/hashicorp/raft", module + "/vfs/memfs"},
 			tests: []string{module + "/workload/trace", module + "/vfs/memfs", module + "/vfs/errorfs"}},
 		"chaos":            {tests: []string{"github.com/hashicorp/raft"}},
 		"raftmeta":         {code: []string{"github.com/hashicorp/raft", module + "/txn"}},
-		"third_party/raft": {code: []string{module + "/fsm"}},
+		"third_party/raft": {code: []string{module + "/fsm", module + "/internal/invariants"}},
 		"vfs/memfs":        {code: []string{module + "/bucketstore"}},
 		"wal":              {tests: []string{module + "/txn"}},
 		"txn":              {tests: []string{module + "/cmd/storenode"}},
@@ -136,6 +142,7 @@ func TestImportRulesCatch(t *testing.T) {
 		"chaos (test) imports github.com/hashicorp/raft",
 		"raftmeta imports txn",
 		"third_party/raft imports fsm",
+		"third_party/raft imports internal/invariants",
 		"wal (test) imports txn",
 		"node imports workload/trace",
 		"node imports vfs/memfs",
@@ -201,7 +208,7 @@ func broken(r rule, name, path string) bool {
 	if ok && own == name {
 		return false // an external test package importing the package it tests
 	}
-	if ok && r.only != nil && !matchAny(r.only, own) && own != testKit {
+	if ok && r.only != nil && !matchAny(r.only, own) && own != testKit && (r.sealed || !matchAny(anywhere, own)) {
 		return true
 	}
 	if ok {
