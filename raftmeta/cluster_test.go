@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
@@ -39,7 +40,7 @@ func TestInmemCluster(t *testing.T) {
 	for i := range 30 {
 		proposeAny(t, nodes, commitCmd(i, fmt.Sprint("k", i), 1))
 	}
-	poll(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the followers' FSMs to match the leader's", func() bool {
 		return fsms[1].Hash() == fsms[0].Hash() && fsms[2].Hash() == fsms[0].Hash()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

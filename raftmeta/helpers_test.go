@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // testConfig is a bootstrapped single node with fast timeouts and no logs.
@@ -26,10 +27,8 @@ func mustOpen(t *testing.T, cfg Config) (*Node, *fsm.FSM) {
 	t.Helper()
 	f := fsm.New()
 	n, err := Open(cfg, f)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
+	testkit.Must(t, err, "Open")
+	testkit.CloseAtEnd(t, n)
 	return n, f
 }
 
@@ -41,21 +40,9 @@ func mustLead(t *testing.T, n *Node) {
 	if err := n.WaitLeader(ctx); err != nil {
 		t.Fatalf("WaitLeader: %v", err)
 	}
-	poll(t, 10*time.Second, n.IsLeader)
+	testkit.Eventually(t, 10*time.Second, "n to lead", n.IsLeader)
 	if err := n.Barrier(ctx); err != nil {
 		t.Fatalf("Barrier: %v", err)
-	}
-}
-
-// poll waits for cond, failing the test after d.
-func poll(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

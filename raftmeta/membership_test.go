@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
@@ -147,7 +148,7 @@ func converged(fsms []*fsm.FSM) bool {
 func leaderOf(t *testing.T, nodes []*Node) *Node {
 	t.Helper()
 	var l *Node
-	poll(t, 15*time.Second, func() bool {
+	testkit.Eventually(t, 15*time.Second, "a leader", func() bool {
 		for _, n := range nodes {
 			if n.IsLeader() {
 				l = n
@@ -210,7 +211,7 @@ func TestTCPClusterMembership(t *testing.T) {
 	for i := range 20 {
 		proposeAny(t, nodes, commitCmd(i, fmt.Sprint("k", i), 1))
 	}
-	poll(t, 15*time.Second, func() bool { return converged(fsms) })
+	testkit.Eventually(t, 15*time.Second, "the FSMs to converge", func() bool { return converged(fsms) })
 	if ms := fsms[2].Members(); len(ms) != 3 || ms[1].RaftAddr != nodes[1].Addr() {
 		t.Fatalf("replicated members %+v", ms)
 	}
@@ -220,9 +221,9 @@ func TestTCPClusterMembership(t *testing.T) {
 		want = append(want, Server{ID: n.cfg.NodeID, Address: n.Addr(), Voter: true})
 	}
 	for _, n := range nodes {
-		poll(t, 15*time.Second, func() bool { return slices.Equal(mustServers(t, n), want) })
+		testkit.Eventually(t, 15*time.Second, "every node to list the servers", func() bool { return slices.Equal(mustServers(t, n), want) })
 	}
-	poll(t, 15*time.Second, func() bool { // everyone names the same leader
+	testkit.Eventually(t, 15*time.Second, "every node to name the same leader", func() bool { // everyone names the same leader
 		l := leaderOf(t, nodes)
 		for _, n := range nodes {
 			if id, addr := n.Leader(); id != l.cfg.NodeID || addr != l.Addr() {
@@ -270,7 +271,7 @@ func TestTCPClusterMembership(t *testing.T) {
 		wantVoters = append(wantVoters, n.cfg.NodeID)
 	}
 	for _, n := range rest {
-		poll(t, 15*time.Second, func() bool {
+		testkit.Eventually(t, 15*time.Second, "the rest to be the only voters", func() bool {
 			v, nv := voters(mustServers(t, n))
 			return slices.Equal(v, wantVoters) && len(nv) == 0
 		})
@@ -279,7 +280,7 @@ func TestTCPClusterMembership(t *testing.T) {
 	for _, n := range rest {
 		restFSMs = append(restFSMs, fsms[slices.Index(nodes, n)])
 	}
-	poll(t, 15*time.Second, func() bool { return converged(restFSMs) })
+	testkit.Eventually(t, 15*time.Second, "the rest's FSMs to converge", func() bool { return converged(restFSMs) })
 	if _, ok := fsms[slices.Index(nodes, old)].Lookup("after-remove"); ok {
 		t.Fatal("a removed member still receives the log")
 	}
@@ -306,7 +307,7 @@ func TestMaxVoters(t *testing.T) {
 	for i := range 10 {
 		proposeAny(t, nodes, commitCmd(i, fmt.Sprint("k", i), 1))
 	}
-	poll(t, 15*time.Second, func() bool { return converged(fsms) })
+	testkit.Eventually(t, 15*time.Second, "the FSMs to converge", func() bool { return converged(fsms) })
 
 	// The same ID at a new address: re-added there, suffrage kept. Then back.
 	// The moved voter is one that does not lead.
@@ -336,7 +337,7 @@ func TestMaxVoters(t *testing.T) {
 	}
 	proposeAny(t, nodes, commitCmd(100, "late", 1))
 	live := slices.Delete(slices.Clone(fsms), slices.Index(nodes, gone), slices.Index(nodes, gone)+1)
-	poll(t, 15*time.Second, func() bool { return converged(live) })
+	testkit.Eventually(t, 15*time.Second, "the live FSMs to converge", func() bool { return converged(live) })
 }
 
 // TestAddMemberSuffrageRace: concurrent AddMember calls never put more than
@@ -459,7 +460,7 @@ func TestOutside(t *testing.T) {
 	if out, committed, err := n.Outside("n1"); err != nil || out || committed {
 		t.Fatalf("Outside(n1) on its own leader: %v %v %v, want inside", out, committed, err)
 	}
-	poll(t, 5*time.Second, func() bool { _, c, _ := n.Outside("gone"); return c })
+	testkit.Eventually(t, 5*time.Second, "gone's removal to commit", func() bool { _, c, _ := n.Outside("gone"); return c })
 	if out, committed, err := n.Outside("gone"); err != nil || !out || !committed {
 		t.Fatalf("Outside(gone): %v %v %v, want outside, committed", out, committed, err)
 	}

@@ -17,6 +17,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
@@ -125,7 +126,7 @@ func TestRestartFromSnapshotAndLog(t *testing.T) {
 		mustPropose(t, n, commitCmd(i, fmt.Sprint("k", i%40), uint64(i%40)))
 	}
 	snapDir := filepath.Join(dir, "snapshots")
-	poll(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "a snapshot that compacts the log", func() bool {
 		first, err := n.store.FirstIndex()
 		return len(listSnapshots(t, snapDir)) > 0 && err == nil && first > 1
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
@@ -167,7 +168,7 @@ func copySnapshot(t *testing.T, from, to *raft.InmemSnapshotStore, trans raft.Tr
 func waitLeaderOf(t *testing.T, ms ...*livelockMember) *livelockMember {
 	t.Helper()
 	var lead *livelockMember
-	poll(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "a leader", func() bool {
 		for _, m := range ms {
 			if m.r.State() == raft.Leader {
 				lead = m

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // WaitApplied waits for the FSM itself, not for raft's AppliedIndex, which raft advances
@@ -38,7 +39,7 @@ func TestWaitAppliedWaitsForTheFSM(t *testing.T) {
 	propose(commitCmd(1, "a", 1))
 	<-entered
 	propose(commitCmd(2, "b", 1))
-	poll(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, "raft to apply past the blocked FSM", func() bool {
 		last := n.raft.LastIndex()
 		return last > f.AppliedIndex() && n.raft.AppliedIndex() >= last
 	})
