@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // rec builds a well-formed entry: an aligned extent of exactly the record length of its key
@@ -187,7 +189,7 @@ func TestRemoveOfSharedBytes(t *testing.T) {
 // The extent index answers like a scan of every live entry, under random commits and
 // removes of small, often overlapping extents of two owners. Randomized: -fsm.seed reproduces.
 func TestExtentIndexRandom(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	f := New()
 	randExtent := func() Extent {

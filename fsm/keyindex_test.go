@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // InsertAll leaves the index as Insert one key at a time would: every key found at its slot,
 // absent keys not found, removals working, into an empty index and into one that already
 // holds keys (a group size that does not divide the count, and the empty load).
 func TestKeyIndexInsertAll(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testSeed(t), 4))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 4))
 	for _, pre := range []int{0, 1, 1000} {
 		for _, n := range []int{0, 1, warmGroup - 1, warmGroup + 1, 5000} {
 			keys := make([]string, pre+n)

@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // The live set (slab and hash index) agrees with a Go map over random adds and removes
 // that grow the index several times and empty it again, with free slots reused; a clone
 // taken midway is unaffected by later changes.
 func TestLiveSetModel(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var l liveSet
 	model := map[string]Entry{}

@@ -2,31 +2,16 @@ package fsm
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
-
-// seedFlag reproduces TestRandomLog; 0 picks a seed from the clock. rapid
-// tests take -rapid.seed and print the failing seed themselves.
-var seedFlag = flag.Uint64("fsm.seed", 0, "seed for the randomized tests (0 = time-based)")
-
-// testSeed returns the run's seed (-fsm.seed, else the clock) and logs it for a rerun.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -fsm.seed=%d)", seed, seed)
-	return seed
-}
 
 // Small key, txn and generation spaces, so duplicates, conflicts, stale
 // writes and removes of live keys are all common.
@@ -150,7 +135,7 @@ func TestPropertyLog(t *testing.T) {
 // long random log, snapshotting at random points into a "restarted" replica
 // that replays from its snapshot; both must end with the same Hash.
 func TestRandomLog(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	const n = 3000
 	log := make([][]byte, n)
