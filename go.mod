@@ -16,7 +16,8 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
-	github.com/tidwall/wal v1.2.1
+	github.com/tidwall/gjson v1.10.2 // for third_party/tidwall/wal
+	github.com/tidwall/tinylru v1.1.0 // for third_party/tidwall/wal
 	go.etcd.io/bbolt v1.4.3
 	golang.org/x/mod v0.41.0
 	golang.org/x/net v0.60.0
@@ -44,10 +45,8 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/tidwall/gjson v1.10.2 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
-	github.com/tidwall/tinylru v1.1.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

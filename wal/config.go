@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 const (
@@ -28,6 +30,9 @@ type Config struct {
 	// one batch. It is also the number of queued AppendAsync records that
 	// forces a commit on its own. Default 4096.
 	MaxBatchRecords int
+	// FS is the filesystem the log's files live on; nil is vfs.OSFS{}
+	// (buffered I/O: each group commit ends with one fsync of the tail).
+	FS vfs.FS
 	// Logger receives the Log's messages; nil discards them. Levels: Error
 	// for a fail-stop, Warn for a tail repair, Info for open/close and
 	// finished truncations, Debug for TruncateFront.
@@ -68,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.FS == nil {
+		c.FS = vfs.OSFS{}
 	}
 	return c
 }

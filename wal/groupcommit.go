@@ -2,11 +2,9 @@ package wal
 
 import (
 	"log/slog"
-	"os"
-
-	tidwall "github.com/tidwall/wal"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	tidwall "github.com/kvoffload/kvoffload/third_party/tidwall/wal"
 )
 
 // request is one call waiting for the committer.
@@ -197,7 +195,7 @@ func (l *Log) afterWrite(size int) error {
 	if l.tailBytes < l.cfg.SegmentSize {
 		return nil
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := l.disk.syncDir(l.dir); err != nil {
 		return err
 	}
 	l.tailBytes = l.tailSize()
@@ -209,15 +207,15 @@ func (l *Log) afterWrite(size int) error {
 func (l *Log) tailSize() int {
 	l.truncMu.Lock() // no TruncateFront is renaming segments meanwhile
 	defer l.truncMu.Unlock()
-	segs, _, err := listSegments(l.dir)
+	segs, _, err := l.disk.listSegments(l.dir)
 	if err != nil || len(segs) == 0 {
 		return l.cfg.SegmentSize
 	}
-	fi, err := os.Stat(segs[len(segs)-1].path)
+	size, err := l.disk.size(segs[len(segs)-1].path)
 	if err != nil {
 		return l.cfg.SegmentSize
 	}
-	return int(fi.Size())
+	return int(size)
 }
 
 // complete records the result of a commit and wakes the waiters.

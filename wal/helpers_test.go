@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/internal/testkit"
+	"github.com/kvoffload/kvoffload/vfs"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -127,7 +128,7 @@ func sameRecord(a, b Record) bool {
 // segmentPaths returns the segment files of dir in index order.
 func segmentPaths(t *testing.T, dir string) []segment {
 	t.Helper()
-	segs, _, err := listSegments(dir)
+	segs, _, err := disk{fs: vfs.OSFS{}}.listSegments(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

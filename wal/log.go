@@ -4,15 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 
-	tidwall "github.com/tidwall/wal"
-
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	tidwall "github.com/kvoffload/kvoffload/third_party/tidwall/wal"
 )
 
 // Stats counts the Log's work since Open.
@@ -29,6 +27,7 @@ type Log struct {
 	dir    string // absolute
 	logger *slog.Logger
 	tw     *tidwall.Log
+	disk   disk
 
 	// truncMu serialises TruncateFront, Close's release of tw, and the
 	// committer's look at the tail segment after a rotation.
@@ -65,22 +64,23 @@ func Open(cfg Config) (*Log, RepairReport, error) {
 		return nil, RepairReport{}, fmt.Errorf("wal: open: %w", err)
 	}
 	logger := cfg.Logger.With(slog.String("component", "wal"), slog.String("dir", dir))
-	if err := makeDir(dir); err != nil {
+	d := disk{fs: cfg.FS}
+	if err := d.makeDir(dir); err != nil {
 		return nil, RepairReport{}, err
 	}
-	opts := tidwallOptions(cfg)
-	if err := finishTruncation(dir, opts, logger); err != nil {
+	opts := tidwallOptions(cfg, d)
+	if err := d.finishTruncation(dir, opts, logger); err != nil {
 		return nil, RepairReport{}, err
 	}
-	lay, rep, err := verifyAndRepair(dir, logger)
+	lay, rep, err := d.verifyAndRepair(dir, logger)
 	if err != nil {
 		return nil, RepairReport{}, err
 	}
-	tw, err := openTidwall(dir, opts, lay)
+	tw, err := d.openTidwall(dir, opts, lay)
 	if err != nil {
 		return nil, RepairReport{}, err
 	}
-	l := newLog(cfg, dir, logger, tw, lay)
+	l := newLog(cfg, d, dir, logger, tw, lay)
 	logger.Info("opened log", slog.Uint64("first", l.first), slog.Uint64("last", l.last))
 	return l, rep, nil
 }
@@ -88,7 +88,7 @@ func Open(cfg Config) (*Log, RepairReport, error) {
 // tidwallOptions sets every tidwall option explicitly. AllowEmpty lets a log
 // whose only segment was emptied by a tail repair open (FirstIndex is then
 // LastIndex+1).
-func tidwallOptions(cfg Config) tidwall.Options {
+func tidwallOptions(cfg Config, d disk) tidwall.Options {
 	return tidwall.Options{
 		NoSync:           false, // WriteBatch ends with an fsync: the commit point
 		SegmentSize:      cfg.SegmentSize,
@@ -98,24 +98,14 @@ func tidwallOptions(cfg Config) tidwall.Options {
 		AllowEmpty:       true,
 		DirPerms:         0o750,
 		FilePerms:        0o640,
+		FS:               tidwallFS{d},
 	}
-}
-
-// makeDir creates dir if missing and makes its directory entry durable.
-func makeDir(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("wal: create directory: %w", err)
-	}
-	return syncDir(filepath.Dir(dir))
 }
 
 // openTidwall opens the verified log, checks that tidwall sees the indexes
 // the verification found, and fsyncs the directory (tidwall creates the first
 // segment of a new log).
-func openTidwall(dir string, opts tidwall.Options, lay layout) (*tidwall.Log, error) {
+func (d disk) openTidwall(dir string, opts tidwall.Options, lay layout) (*tidwall.Log, error) {
 	tw, err := tidwall.Open(dir, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
@@ -131,19 +121,20 @@ func openTidwall(dir string, opts tidwall.Options, lay layout) (*tidwall.Log, er
 		return nil, fmt.Errorf("wal: open %s: tidwall sees indexes [%d, %d], verification found [%d, %d]: %w",
 			dir, first, last, lay.first, lay.last, ErrCorrupt)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := d.syncDir(dir); err != nil {
 		tw.Close()
 		return nil, err
 	}
 	return tw, nil
 }
 
-func newLog(cfg Config, dir string, logger *slog.Logger, tw *tidwall.Log, lay layout) *Log {
+func newLog(cfg Config, d disk, dir string, logger *slog.Logger, tw *tidwall.Log, lay layout) *Log {
 	first, _ := tw.FirstIndex()
 	last, _ := tw.LastIndex()
 	l := &Log{
 		cfg:       cfg,
 		dir:       dir,
+		disk:      d,
 		logger:    logger,
 		tw:        tw,
 		next:      last + 1,
@@ -249,7 +240,7 @@ func (l *Log) readError(index uint64, err error) error {
 }
 
 func (l *Log) corruptAt(index uint64, reason string) error {
-	file, off := locateEntry(l.dir, index)
+	file, off := l.disk.locateEntry(l.dir, index)
 	return &CorruptError{File: file, Offset: off, Index: index, Reason: reason}
 }
 
@@ -278,7 +269,7 @@ func (l *Log) TruncateFront(index uint64) error {
 		}
 		return l.fail("truncate front", err)
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := l.disk.syncDir(l.dir); err != nil {
 		return l.fail("truncate front", err)
 	}
 	l.mu.Lock()

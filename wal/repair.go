@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
-	tidwall "github.com/tidwall/wal"
-
-	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/internal/mutant"
+	tidwall "github.com/kvoffload/kvoffload/third_party/tidwall/wal"
 )
 
 // RepairReport says what Open repaired at the tail; zero value = nothing repaired.
@@ -33,8 +30,8 @@ type layout struct {
 // TruncateBack (.START/.END files) by opening and closing the log once, then
 // fsyncs the directory. tidwall does this clean-up before it parses the last
 // segment, so a torn tail does not stop it; the tail is repaired afterwards.
-func finishTruncation(dir string, opts tidwall.Options, logger *slog.Logger) error {
-	if _, pending, err := listSegments(dir); err != nil || !pending {
+func (d disk) finishTruncation(dir string, opts tidwall.Options, logger *slog.Logger) error {
+	if _, pending, err := d.listSegments(dir); err != nil || !pending {
 		return err
 	}
 	tw, openErr := tidwall.Open(dir, &opts)
@@ -43,7 +40,7 @@ func finishTruncation(dir string, opts tidwall.Options, logger *slog.Logger) err
 			return fmt.Errorf("wal: finish interrupted truncation in %s: %w", dir, err)
 		}
 	}
-	_, pending, err := listSegments(dir)
+	_, pending, err := d.listSegments(dir)
 	if err != nil {
 		return err
 	}
@@ -52,17 +49,17 @@ func finishTruncation(dir string, opts tidwall.Options, logger *slog.Logger) err
 			dir, errors.Join(ErrCorrupt, openErr))
 	}
 	logger.Info("finished an interrupted truncation")
-	return syncDir(dir)
+	return d.syncDir(dir)
 }
 
 // verifyAndRepair checks every envelope of every segment and repairs a torn
 // tail of the last segment (see the package doc for the rules).
-func verifyAndRepair(dir string, logger *slog.Logger) (layout, RepairReport, error) {
-	segs, _, err := listSegments(dir)
+func (d disk) verifyAndRepair(dir string, logger *slog.Logger) (layout, RepairReport, error) {
+	segs, _, err := d.listSegments(dir)
 	if err != nil || len(segs) == 0 {
 		return layout{}, RepairReport{}, err
 	}
-	next, prevBytes, err := verifyOlder(segs[:len(segs)-1])
+	next, prevBytes, err := d.verifyOlder(segs[:len(segs)-1])
 	if err != nil {
 		return layout{}, RepairReport{}, err
 	}
@@ -70,7 +67,7 @@ func verifyAndRepair(dir string, logger *slog.Logger) (layout, RepairReport, err
 	if len(segs) > 1 && tail.index != next {
 		return layout{}, RepairReport{}, gapError(tail, next)
 	}
-	data, err := os.ReadFile(tail.path)
+	data, err := d.readFile(tail.path)
 	if err != nil {
 		return layout{}, RepairReport{}, fmt.Errorf("wal: read segment: %w", err)
 	}
@@ -97,19 +94,19 @@ func verifyAndRepair(dir string, logger *slog.Logger) (layout, RepairReport, err
 		lay.segments--
 		lay.tailBytes = prevBytes
 	}
-	rep, err := cutTail(dir, tail, data, sc, removed, logger)
+	rep, err := d.cutTail(dir, tail, data, sc, removed, logger)
 	return lay, rep, err
 }
 
 // verifyOlder checks every entry of segs, which precede the last segment, and
 // that each segment starts where the previous one ended. It returns the index
 // the next segment must start at and the size of the last of segs.
-func verifyOlder(segs []segment) (next uint64, lastBytes int, err error) {
+func (d disk) verifyOlder(segs []segment) (next uint64, lastBytes int, err error) {
 	for i, seg := range segs {
 		if i > 0 && seg.index != next {
 			return 0, 0, gapError(seg, next)
 		}
-		data, err := os.ReadFile(seg.path)
+		data, err := d.readFile(seg.path)
 		if err != nil {
 			return 0, 0, fmt.Errorf("wal: read segment: %w", err)
 		}
@@ -138,7 +135,7 @@ func gapError(seg segment, want uint64) error {
 
 // cutTail drops the damaged tail of seg at sc.end (removing the file if
 // remove is set), makes that durable and reports it.
-func cutTail(dir string, seg segment, data []byte, sc scan, remove bool, logger *slog.Logger) (RepairReport, error) {
+func (d disk) cutTail(dir string, seg segment, data []byte, sc scan, remove bool, logger *slog.Logger) (RepairReport, error) {
 	rep := RepairReport{
 		Repaired:       true,
 		File:           seg.path,
@@ -148,14 +145,14 @@ func cutTail(dir string, seg segment, data []byte, sc scan, remove bool, logger 
 	}
 	var err error
 	if remove {
-		err = os.Remove(seg.path)
+		err = d.fs.Remove(seg.path)
 	} else {
-		err = truncateFile(seg.path, int64(sc.end))
+		err = d.truncateFile(seg.path, int64(sc.end))
 	}
 	if err != nil {
 		return RepairReport{}, fmt.Errorf("wal: repair tail of %s: %w", seg.path, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := d.syncDir(dir); err != nil {
 		return RepairReport{}, fmt.Errorf("wal: repair tail of %s: %w", seg.path, err)
 	}
 	logger.Warn("repaired torn log tail",
@@ -166,38 +163,4 @@ func cutTail(dir string, seg segment, data []byte, sc scan, remove bool, logger 
 		slog.Bool("removed_file", remove),
 		slog.String("reason", sc.reason))
 	return rep, nil
-}
-
-// truncateFile cuts the file at path to size bytes and fsyncs it.
-func truncateFile(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// syncDir fsyncs the directory dir, making file creations, renames and
-// removals in it durable.
-func syncDir(dir string) error {
-	if err := failpoint.Hit(failpoint.WALSyncDir); err != nil {
-		return fmt.Errorf("wal: fsync directory %s: %w", dir, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("wal: fsync directory %s: %w", dir, err)
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("wal: fsync directory %s: %w", dir, err)
-	}
-	return d.Close()
 }

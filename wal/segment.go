@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 )
@@ -28,14 +27,13 @@ type segment struct {
 
 // listSegments returns the segment files of dir in index order and whether an
 // interrupted truncation (.START or .END file) is pending.
-func listSegments(dir string) (segs []segment, pending bool, err error) {
-	des, err := os.ReadDir(dir)
+func (d disk) listSegments(dir string) (segs []segment, pending bool, err error) {
+	names, err := d.fs.ReadDir(dir)
 	if err != nil {
 		return nil, false, fmt.Errorf("wal: list %s: %w", dir, err)
 	}
-	for _, de := range des { // os.ReadDir sorts by name, hence by index
-		name := de.Name()
-		if de.IsDir() || len(name) < segmentNameLen {
+	for _, name := range names { // sorted by name, hence by index
+		if len(name) < segmentNameLen {
 			continue
 		}
 		index, err := strconv.ParseUint(name[:segmentNameLen], 10, 64)
@@ -130,8 +128,8 @@ func countFrames(data []byte) int {
 
 // locateEntry finds the segment file and byte offset of entry index, for
 // error reports. It returns "" and -1 for what it cannot find.
-func locateEntry(dir string, index uint64) (string, int64) {
-	segs, _, err := listSegments(dir)
+func (d disk) locateEntry(dir string, index uint64) (string, int64) {
+	segs, _, err := d.listSegments(dir)
 	if err != nil {
 		return "", -1
 	}
@@ -142,7 +140,7 @@ func locateEntry(dir string, index uint64) (string, int64) {
 	if i < 0 {
 		return "", -1
 	}
-	data, err := os.ReadFile(segs[i].path)
+	data, err := d.readFile(segs[i].path)
 	if err != nil {
 		return segs[i].path, -1
 	}

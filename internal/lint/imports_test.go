@@ -45,6 +45,8 @@ var wings = []string{"chaos/...", "cmd/...", "workload/...", "bench/...", "inter
 const (
 	raftFork     = "third_party/raft/..."
 	upstreamRaft = "github.com/hashicorp/raft/..."
+	// walFork is tidwall/wal with its file I/O on a seam (third_party/tidwall/wal/KVOFFLOAD.md).
+	walFork = "third_party/tidwall/wal"
 )
 
 // nodeParts are the packages node is built from that sit under internal/ so that only this
@@ -72,7 +74,7 @@ var rules = []rule{
 	{from: []string{"fsm/..."}, tests: true, only: []string{"internal/mutant", "extent"},
 		forbid: []string{raftFork, upstreamRaft, "github.com/hashicorp/raft-boltdb/..."},
 		why:    "fsm is the pure state machine: no Raft, no WAL, no buckets"},
-	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant", "internal/tmpfs", "vfs/...", "extent"},
+	{from: []string{"wal/...", "bucketstore/..."}, tests: true, only: []string{"internal/failpoint", "internal/mutant", "internal/tmpfs", "vfs/...", "extent", walFork},
 		why: "wal and bucketstore are leaves: storage that knows nothing of transactions or Raft"},
 	{from: []string{"vfs/..."}, tests: true, only: []string{"vfs/..."},
 		why: "vfs is a leaf: the filesystem seam and its test filesystems know nothing of the store"},
@@ -89,6 +91,8 @@ var rules = []rule{
 		why: "consensus runs on the patched fork only; upstream Raft is raft-boltdb's, met in raftmeta/logstore.go alone"},
 	{from: []string{raftFork}, tests: true, only: []string{}, sealed: true,
 		why: "the fork imports no other package of this module, so a new release can be copied in (third_party/raft/KVOFFLOAD.md)"},
+	{from: []string{walFork}, tests: true, only: []string{}, sealed: true,
+		why: "the fork imports no other package of this module, so a new release can be copied in (third_party/tidwall/wal/KVOFFLOAD.md)"},
 	{from: []string{"raftmeta/..."}, only: []string{"fsm", "internal/failpoint", "third_party/raft"},
 		why: "raftmeta adapts the FSM to Raft and knows nothing of transactions, the WAL or node"},
 	{from: []string{"client/..."}, only: []string{"api/...", "internal/wire", "internal/transport"},
