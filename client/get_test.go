@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 type getStream = grpc.ServerStreamingServer[kvoffloadv1.GetChunk]
@@ -31,7 +32,7 @@ const (
 
 // Values split over many chunks come back byte-exact, per key, in request order.
 func TestBatchGetReassembles(t *testing.T) {
-	r := testSeed(t)
+	r := testkit.Rand(t)
 	f := newFake()
 	f.getChunk = 1 + r.IntN(10000)
 	t.Logf("get chunk %d", f.getChunk)

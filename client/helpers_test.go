@@ -3,27 +3,14 @@ package client_test
 import (
 	"bytes"
 	"context"
-	"flag"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
-
-var seedFlag = flag.Uint64("seed", 0, "seed of the randomized tests (0: derived from the clock)")
-
-// testSeed returns the seed of a randomized test and logs it: rerun with -seed to reproduce.
-func testSeed(t *testing.T) *rand.Rand {
-	t.Helper()
-	s := *seedFlag
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (reproduce with -seed=%d)", s, s)
-	return rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
-}
 
 // testOptions retries fast so that failover tests take milliseconds.
 func testOptions() client.Options {
@@ -38,9 +25,7 @@ func mustDial(t *testing.T, opt client.Options, addrs ...string) *client.Client 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := client.DialOptions(ctx, opt, addrs...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testkit.Must(t, err, "DialOptions(%q)", addrs)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -13,12 +13,13 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // A 5 MiB value travels in chunks of at most ChunkSize, the txn ID only in the first message,
 // and arrives byte-exact; BatchGet reassembles it byte-exact from 64 KiB chunks.
 func TestOffloadChunks5MiB(t *testing.T) {
-	r := testSeed(t)
+	r := testkit.Rand(t)
 	f := newFake()
 	n := mustStartNode(t, f)
 	c := mustDial(t, testOptions(), n.addr)
@@ -55,7 +56,7 @@ func TestOffloadChunks5MiB(t *testing.T) {
 // Random multi-object batches (including empty values) are framed key by key, stored exactly,
 // and a repeated txn ID returns the original results.
 func TestOffloadMultiObjectBatches(t *testing.T) {
-	r := testSeed(t)
+	r := testkit.Rand(t)
 	f := newFake()
 	n := mustStartNode(t, f)
 	opt := testOptions()
@@ -143,7 +144,7 @@ func TestOffloadOutcomes(t *testing.T) {
 // A connection cut mid-stream is retried on the next member with the same txn ID, and the
 // batch is stored once.
 func TestOffloadRetryAfterDisconnectKeepsTxnID(t *testing.T) {
-	r := testSeed(t)
+	r := testkit.Rand(t)
 	f := newFake()
 	n1, n2 := mustStartNode(t, f), mustStartNode(t, f)
 	opt := testOptions()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // freezer is a TCP relay in front of one member that can be frozen: it then stops moving
@@ -122,7 +123,7 @@ func (fz *freezer) stop() {
 // moves) is left after StallTimeout (the default, 2 s): the batch completes on the next
 // member with the same txn ID, well before the caller's deadline.
 func TestOffloadFailsOverFromStalledMember(t *testing.T) {
-	r := testSeed(t)
+	r := testkit.Rand(t)
 	f := newFake()
 	n1, n2 := mustStartNode(t, f), mustStartNode(t, f)
 	fz := mustFreezer(t, n1.addr)
@@ -199,7 +200,7 @@ func TestStallWatchSparesLiveMember(t *testing.T) {
 		{"slow reader", func(int) time.Duration { return 50 * time.Millisecond }}, // 32 × 50 ms
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := testSeed(t)
+			r := testkit.Rand(t)
 			f := newFake()
 			n := mustStartNode(t, f)
 			opt := testOptions()
