@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
-// The record format of bucketstore (bucketstore/record.go, docs/format.md), restated here
+// The record format of bucketstore (bucketstore/doc.go, "Record format"), restated here
 // because this package is pure and imports no I/O package; txn's tests check that the two
 // agree. An extent that breaks them cannot hold a record, so an entry naming it is corrupt
 // metadata, whoever proposed it.
@@ -202,13 +204,20 @@ func (s *state) indexDel(e Entry, slot uint32) {
 	chunks(e.Owner, e.Extent, func(k chunkKey) bool {
 		l := s.chunk(k, true)
 		if l == nil {
+			if invariants.Enabled {
+				invariants.Failf("fsm: the extent index holds every live entry", "key %q %+v: no chunk %+v", e.Key, e.Extent, k)
+			}
 			return true
 		}
+		before := len(*l)
 		if *l = l.remove(slot, k.rel(e.Extent.Offset)); len(*l) == 0 {
 			delete(s.extents, k)
 			if s.lastList == l {
 				s.lastList = nil
 			}
+		}
+		if invariants.Enabled && len(*l) != before-1 {
+			invariants.Failf("fsm: the extent index holds every live entry", "key %q %+v: not in chunk %+v", e.Key, e.Extent, k)
 		}
 		return true
 	})

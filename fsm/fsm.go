@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvoffload/kvoffload/internal/invariants"
 	"github.com/kvoffload/kvoffload/internal/mutant"
 )
 
@@ -68,6 +69,9 @@ func (s *state) addLive(e Entry) {
 // of one owner and counts them once (countOwner): two lookups of the owner's name per key
 // were a tenth of a 1M-key log replay's apply (node's BenchmarkStartup, -cpuprofile).
 func (s *state) addLiveUncounted(e Entry) {
+	if invariants.Enabled && e.Gen <= s.gens[e.Key] {
+		invariants.Failf("fsm: generations only grow", "key %q made live at generation %d, its last was %d", e.Key, e.Gen, s.gens[e.Key])
+	}
 	delete(s.gens, e.Key)
 	slot := s.live.add(e)
 	s.bytes += int64(e.Size)
@@ -76,6 +80,9 @@ func (s *state) addLiveUncounted(e Entry) {
 
 // countOwner adds keys live keys of size bytes to owner's counters.
 func (s *state) countOwner(owner string, keys int, bytes int64) {
+	if invariants.Enabled && (keys < 0 || bytes < 0) {
+		invariants.Failf("fsm: an owner's counters grow by what is made live", "owner %q: %d keys, %d bytes", owner, keys, bytes)
+	}
 	if keys == 0 {
 		return
 	}
@@ -95,6 +102,10 @@ func (s *state) delLive(e Entry) {
 	o := s.owners[e.Owner]
 	o.Keys--
 	o.Bytes -= int64(e.Size)
+	if invariants.Enabled && (s.bytes < 0 || o.Keys < 0 || o.Bytes < 0 || o.Keys == 0 && o.Bytes != 0) {
+		invariants.Failf("fsm: the byte and owner counters equal a recount of the live entries",
+			"after removing %q (%d bytes): bytes %d, owner %q %+v", e.Key, e.Size, s.bytes, e.Owner, o)
+	}
 	if o.Keys == 0 {
 		delete(s.owners, e.Owner)
 	} else {

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
 // liveSet holds the live entries: a slab of compact entries in fixed pages and a hash index
@@ -78,6 +80,11 @@ func (l *liveSet) get(key string) (Entry, bool) {
 func (l *liveSet) add(e Entry) uint32 {
 	if e.Gen == 0 {
 		panic(fmt.Sprintf("fsm: key %q made live at generation 0 (apply answers Stale, Restore refuses it)", e.Key))
+	}
+	if invariants.Enabled {
+		if _, live := l.slot(e.Key); live {
+			invariants.Failf("fsm: a key has at most one live entry", "key %q made live again", e.Key)
+		}
 	}
 	o, ok := l.ownerNo[e.Owner]
 	if !ok {
