@@ -29,11 +29,9 @@ type batch struct {
 // admitted is what admission found for one object.
 type admitted struct {
 	// The answer admission gives the object by itself (Rejected: invalid; Conflict: a repeat
-	// of its key with other bytes), or outcome 0 when the object goes on.
-	outcome kvoffload.Outcome
-	code    kvoffload.Code
-	reason  string
-	first   int // index of the first valid copy of the key; the object's own index if it is one
+	// of its key with other bytes), or the zero verdict when the object goes on.
+	v     verdict
+	first int // index of the first valid copy of the key; the object's own index if it is one
 
 	// What the metadata holds for a valid first copy (lookUp): the live entry, or the last
 	// generation the key used (live false).
@@ -43,7 +41,7 @@ type admitted struct {
 }
 
 // answered reports whether admission answered the object by itself.
-func (k *admitted) answered() bool { return k.outcome != 0 }
+func (k *admitted) answered() bool { return k.v.outcome != 0 }
 
 // valid reports whether object i is a valid first copy of its key: the one that is
 // offloaded; the others are refused or repeat it.
@@ -87,7 +85,7 @@ func (c *Coordinator) admit(objs []kvoffload.Object) *batch {
 		k := &b.keys[i]
 		k.first = i
 		if code, reason := c.invalid(o); code != kvoffload.CodeNone {
-			k.outcome, k.code, k.reason = kvoffload.Rejected, code, reason
+			k.v = rejected(code, reason)
 			continue
 		}
 		j, repeat := first[o.Key]
@@ -97,7 +95,7 @@ func (c *Coordinator) admit(objs []kvoffload.Object) *batch {
 		}
 		k.first = j
 		if !b.sameBytes(i, j) {
-			k.outcome, k.code, k.reason = kvoffload.Conflict, kvoffload.CodeDuplicateKey, dupConflict
+			k.v = verdict{kvoffload.Conflict, kvoffload.CodeDuplicateKey, dupConflict}
 		}
 	}
 	return b

@@ -58,12 +58,10 @@ type flightTable struct {
 
 // flight is a key being written by one transaction; other transactions wait on done.
 type flight struct {
-	done    chan struct{}
-	sum     uint64
-	size    uint32
-	outcome kvoffload.Outcome
-	code    kvoffload.Code
-	reason  string
+	done chan struct{}
+	sum  uint64
+	size uint32
+	v    verdict // the writing transaction's, once done is closed
 }
 
 // running is a call in progress for a txn ID.

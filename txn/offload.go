@@ -80,7 +80,7 @@ func (c *Coordinator) offload(ctx context.Context, p *plan) ([]kvoffload.KeyResu
 	if len(p.writes) > 0 {
 		if err := c.acquire(ctx); err != nil {
 			for _, w := range p.writes {
-				w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeBackPressure, "back-pressure: no in-flight slot before the deadline: "+err.Error()
+				w.v = rejected(kvoffload.CodeBackPressure, "back-pressure: no in-flight slot before the deadline: "+err.Error())
 			}
 			c.finish(p, p.writes)
 		} else {
@@ -120,8 +120,8 @@ func (c *Coordinator) acquire(ctx context.Context) error {
 	}
 }
 
-// write runs S0 (reserve) to S5 for the keys this transaction owns. It always finishes
-// every write's flight.
+// write runs S0 (reserve) to S3 for the keys this transaction owns, and ends them through
+// commit or abort (resolve.go). It always finishes every write's flight.
 func (c *Coordinator) write(ctx context.Context, p *plan) {
 	ws := c.reserve(ctx, p)
 	if len(ws) == 0 {
@@ -140,50 +140,7 @@ func (c *Coordinator) write(ctx context.Context, p *plan) {
 		c.abort(ctx, p, idx, ws, err)
 		return
 	}
-	res, err := c.propose(ctx, intentOf(c.cfg.NodeID, written).commitCmd(p.id), untilKnown)
-	if err != nil {
-		c.fail(p, ws, kvoffload.CodeUnavailable, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
-		p.err = fmt.Errorf("%w: txn %s: %w", ErrIndeterminate, p.id, err)
-		c.resolveLater(p.id, idx, ws)
-		return
-	}
-	_ = failpoint.Hit(failpoint.MetaCommitted)
-	if mutant.On(mutant.CommitBeforeSync) { // mutation test only: the fdatasync after the COMMIT
-		_ = c.data.Sync()
-	}
-	c.settle(p.id, idx, ws, res, kvoffload.CodeAborted, "")
-	if key, ok := otherBatch(res, ws); ok {
-		// The FSM de-duplicated this COMMIT against one of another batch under the same txn
-		// ID (a call on another node): none of these keys was stored by this call.
-		for _, w := range ws {
-			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeTxnIDReused, "txn ID already used for a different batch"
-		}
-		p.err = fmt.Errorf("%w: txn %s committed key %q with other bytes", ErrTxnIDInUse, p.id, key)
-	}
-	c.finish(p, ws)
-}
-
-// fail finishes ws as Failed without settling them (settlement happens later).
-func (c *Coordinator) fail(p *plan, ws []*write, code kvoffload.Code, reason string) {
-	for _, w := range ws {
-		w.outcome, w.code, w.reason = kvoffload.Failed, code, reason
-	}
-	c.finish(p, ws)
-}
-
-// finish completes the flights of ws with their outcomes and records their results.
-func (c *Coordinator) finish(p *plan, ws []*write) {
-	c.inflight.mu.Lock()
-	defer c.inflight.mu.Unlock()
-	for _, w := range ws {
-		if c.inflight.flights[w.key] == w.fl {
-			delete(c.inflight.flights, w.key)
-		}
-		w.fl.outcome, w.fl.code, w.fl.reason = w.outcome, w.code, w.reason
-		close(w.fl.done)
-		r := &p.results[w.idx]
-		r.Outcome, r.Code, r.Reason = w.outcome, w.code, w.reason
-	}
+	c.commit(ctx, p, idx, ws, written)
 }
 
 // reserve allocates an extent for every write; the ones that fail are finished at once. The
@@ -212,13 +169,13 @@ func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 			ok = append(ok, w)
 			continue
 		case errors.Is(err, bucketstore.ErrNoSpace):
-			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeQuota, "quota: "+err.Error()
+			w.v = rejected(kvoffload.CodeQuota, "quota: "+err.Error())
 		case errors.Is(err, bucketstore.ErrDiskFull):
-			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeNoSpace, err.Error()
+			w.v = rejected(kvoffload.CodeNoSpace, err.Error())
 		case errors.Is(err, bucketstore.ErrTooLarge):
-			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeTooLarge, "too large: "+err.Error()
+			w.v = rejected(kvoffload.CodeTooLarge, "too large: "+err.Error())
 		default:
-			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeIO, "reserve: "+err.Error()
+			w.v = failed(kvoffload.CodeIO, "reserve: "+err.Error())
 		}
 		bad = append(bad, w)
 	}

@@ -25,10 +25,8 @@ type write struct {
 	gen     uint64
 	ext     bucketstore.Extent
 	fl      *flight
-	err     error // the record could not be written: this key fails, its siblings go on
-	outcome kvoffload.Outcome
-	code    kvoffload.Code
-	reason  string
+	err     error   // the record could not be written: this key fails, its siblings go on
+	v       verdict // set when the write ends (resolve.go)
 }
 
 type joinRef struct {
@@ -61,11 +59,11 @@ func (c *Coordinator) plan(id fsm.TxnID, b *batch) *plan {
 		sum, size := b.sums[i], b.size(i)
 		switch {
 		case k.answered():
-			r.Outcome, r.Code, r.Reason = k.outcome, k.code, k.reason
+			k.v.set(r)
 		case k.first != i:
 			p.dups = append(p.dups, dupRef{idx: i, first: k.first})
 		case k.live:
-			r.Outcome, r.Code, r.Reason = compare(k.entry, sum, size)
+			compare(k.entry, sum, size).set(r)
 		case c.inflight.flights[o.Key] != nil:
 			p.joins = append(p.joins, joinRef{idx: i, fl: c.inflight.flights[o.Key], sum: sum, size: size})
 		default:
@@ -81,16 +79,16 @@ func (c *Coordinator) plan(id fsm.TxnID, b *batch) *plan {
 // result is first: stored once, so the repeat is AlreadyStored.
 func repeated(first kvoffload.KeyResult) kvoffload.KeyResult {
 	if first.Outcome.OK() {
-		first.Outcome, first.Code, first.Reason = kvoffload.AlreadyStored, kvoffload.CodeNone, ""
+		alreadyStored.set(&first)
 	}
 	first.Joined = false
 	return first
 }
 
 // compare says what offloading bytes with (sum, size) means for a committed entry.
-func compare(e fsm.Entry, sum uint64, size uint32) (kvoffload.Outcome, kvoffload.Code, string) {
+func compare(e fsm.Entry, sum uint64, size uint32) verdict {
 	if e.Sum == sum && e.Size == size {
-		return kvoffload.AlreadyStored, kvoffload.CodeNone, ""
+		return alreadyStored
 	}
-	return kvoffload.Conflict, kvoffload.CodeMismatch, "committed with different bytes"
+	return mismatch
 }

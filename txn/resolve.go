@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -11,8 +12,43 @@ import (
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/mutant"
 	"github.com/kvoffload/kvoffload/wal"
 )
+
+// The end of a transaction's writes, every way it can end: commit (S4 to S6, once the
+// records are durable), abort (their data failed), fail (the intent could not be logged, or
+// the COMMIT's outcome is unknown: settled later by resolveLater), or finish alone (a write
+// refused before its intent). Each way sets the writes' verdicts, then finish hands them to
+// the flights and the results. Every proposal goes through propose.
+
+// commit is S4 to S6 for ws, of which written are the writes whose records were written and
+// synced: the COMMIT is proposed until its outcome is known, the FSM's result settles ws,
+// and they are finished. A COMMIT whose outcome stays unknown fails ws now (CodeUnavailable:
+// the caller retries with the same txn ID) and settles them once resolveLater knows it.
+func (c *Coordinator) commit(ctx context.Context, p *plan, idx uint64, ws, written []*write) {
+	res, err := c.propose(ctx, intentOf(c.cfg.NodeID, written).commitCmd(p.id), untilKnown)
+	if err != nil {
+		c.fail(p, ws, kvoffload.CodeUnavailable, fmt.Sprintf("indeterminate commit (%v): retry with the same txn ID", err))
+		p.err = fmt.Errorf("%w: txn %s: %w", ErrIndeterminate, p.id, err)
+		c.resolveLater(p.id, idx, ws)
+		return
+	}
+	_ = failpoint.Hit(failpoint.MetaCommitted)
+	if mutant.On(mutant.CommitBeforeSync) { // mutation test only: the fdatasync after the COMMIT
+		_ = c.data.Sync()
+	}
+	c.settle(p.id, idx, ws, res, kvoffload.CodeAborted, "")
+	if key, ok := otherBatch(res, ws); ok {
+		// The FSM de-duplicated this COMMIT against one of another batch under the same txn
+		// ID (a call on another node): none of these keys was stored by this call.
+		for _, w := range ws {
+			w.v = failed(kvoffload.CodeTxnIDReused, "txn ID already used for a different batch")
+		}
+		p.err = fmt.Errorf("%w: txn %s committed key %q with other bytes", ErrTxnIDInUse, p.id, key)
+	}
+	c.finish(p, ws)
+}
 
 // abort resolves a transaction whose data could not be made durable.
 func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*write, cause error) {
@@ -34,7 +70,30 @@ func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*writ
 	c.finish(p, ws)
 }
 
-// settle applies a transaction's final FSM result to its writes: outcomes are set, the
+// fail finishes ws as Failed with code and reason, without settling them (settlement happens
+// later).
+func (c *Coordinator) fail(p *plan, ws []*write, code kvoffload.Code, reason string) {
+	for _, w := range ws {
+		w.v = failed(code, reason)
+	}
+	c.finish(p, ws)
+}
+
+// finish completes the flights of ws with their verdicts and makes them the keys' results.
+func (c *Coordinator) finish(p *plan, ws []*write) {
+	c.inflight.mu.Lock()
+	defer c.inflight.mu.Unlock()
+	for _, w := range ws {
+		if c.inflight.flights[w.key] == w.fl {
+			delete(c.inflight.flights, w.key)
+		}
+		w.fl.v = w.v
+		close(w.fl.done)
+		w.v.set(&p.results[w.idx])
+	}
+}
+
+// settle applies a transaction's final FSM result to its writes: verdicts are set, the
 // extents the metadata does not reference are freed, and DONE is queued in the WAL.
 func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Result, abortCode kvoffload.Code, abortReason string) {
 	byKey := make(map[string]fsm.KeyOutcome, len(res.Keys))
@@ -45,20 +104,20 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 		ko, ok := byKey[w.key]
 		switch {
 		case errors.Is(w.err, bucketstore.ErrPayloadChanged): // before Aborted: a batch of only such keys aborts
-			w.outcome, w.code, w.reason = kvoffload.Rejected, kvoffload.CodeInvalidValue,
-				"the value changed while it was being written (a value must not be modified during the call): "+w.err.Error()
+			w.v = rejected(kvoffload.CodeInvalidValue,
+				"the value changed while it was being written (a value must not be modified during the call): "+w.err.Error())
 		case res.Aborted:
-			w.outcome, w.code, w.reason = kvoffload.Failed, abortCode, "aborted: "+abortReason
+			w.v = failed(abortCode, "aborted: "+abortReason)
 		case w.err != nil:
-			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeIO, w.err.Error()
+			w.v = failed(kvoffload.CodeIO, w.err.Error())
 		case !ok:
-			w.outcome, w.code, w.reason = kvoffload.Failed, kvoffload.CodeInternal, "key missing from the commit result"
+			w.v = failed(kvoffload.CodeInternal, "key missing from the commit result")
 		case ko.Outcome == fsm.OutcomeStored && ko.Entry.TxnID == id && ko.Entry.Owner == c.cfg.NodeID &&
 			ko.Entry.Extent == w.ext:
-			w.outcome, w.code, w.reason = kvoffload.Stored, kvoffload.CodeNone, ""
+			w.v = stored
 			continue
 		default:
-			w.outcome, w.code, w.reason = fromFSM(ko.Outcome)
+			w.v = fromFSM(ko.Outcome)
 		}
 		if e, live := c.meta.Lookup(w.key); live && e.TxnID == id && e.Owner == c.cfg.NodeID && e.Extent == w.ext {
 			// The metadata holds this write as committed though the result says otherwise: the
@@ -66,7 +125,7 @@ func (c *Coordinator) settle(id fsm.TxnID, idx uint64, ws []*write, res *fsm.Res
 			// an ABORT or re-proposed the COMMIT (AlreadyStored). The bytes are a live entry's:
 			// keep them, or the key reads Corrupt, breaking G1
 			// (TestResolverAfterPruneKeepsCommittedBytes).
-			w.outcome, w.code, w.reason = kvoffload.Stored, kvoffload.CodeNone, ""
+			w.v = stored
 			continue
 		}
 		c.reclaim.free(w.ext)

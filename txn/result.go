@@ -5,23 +5,57 @@ import (
 	"github.com/kvoffload/kvoffload/fsm"
 )
 
-// fromFSM maps an FSM outcome for a key this transaction proposed.
-func fromFSM(o fsm.Outcome) (kvoffload.Outcome, kvoffload.Code, string) {
+// verdict is one key's answer to an offload: its outcome, the code of an outcome that is not
+// OK (CodeNone for Stored and AlreadyStored), and the reason in words. Every answer the
+// coordinator gives a key is a verdict, made by the values and functions below, and set
+// becomes the key's KeyResult.
+type verdict struct {
+	outcome kvoffload.Outcome
+	code    kvoffload.Code
+	reason  string
+}
+
+// The verdicts of a key that is stored after the call.
+var (
+	stored        = verdict{outcome: kvoffload.Stored}
+	alreadyStored = verdict{outcome: kvoffload.AlreadyStored}
+)
+
+// mismatch is the verdict of a key committed with other bytes than the call's.
+var mismatch = verdict{kvoffload.Conflict, kvoffload.CodeMismatch, "committed with different bytes"}
+
+// rejected is the verdict of a key refused before anything of it was written.
+func rejected(code kvoffload.Code, reason string) verdict {
+	return verdict{kvoffload.Rejected, code, reason}
+}
+
+// failed is the verdict of a key an error kept from being stored.
+func failed(code kvoffload.Code, reason string) verdict {
+	return verdict{kvoffload.Failed, code, reason}
+}
+
+// set makes v the outcome, code and reason of r: the one place a KeyResult gets them.
+func (v verdict) set(r *kvoffload.KeyResult) {
+	r.Outcome, r.Code, r.Reason = v.outcome, v.code, v.reason
+}
+
+// fromFSM is the verdict of an FSM outcome for a key this transaction proposed.
+func fromFSM(o fsm.Outcome) verdict {
 	switch o {
 	case fsm.OutcomeStored:
-		return kvoffload.Stored, kvoffload.CodeNone, ""
+		return stored
 	case fsm.OutcomeAlreadyStored:
-		return kvoffload.AlreadyStored, kvoffload.CodeNone, ""
+		return alreadyStored
 	case fsm.OutcomeConflict:
-		return kvoffload.Conflict, kvoffload.CodeMismatch, "committed with different bytes"
+		return mismatch
 	case fsm.OutcomeStale:
-		return kvoffload.Rejected, kvoffload.CodeStaleGeneration, "stale generation: the key was removed while this offload was in flight"
+		return rejected(kvoffload.CodeStaleGeneration, "stale generation: the key was removed while this offload was in flight")
 	case fsm.OutcomeAborted:
-		return kvoffload.Failed, kvoffload.CodeAborted, "transaction aborted"
+		return failed(kvoffload.CodeAborted, "transaction aborted")
 	case fsm.OutcomeInvalid:
-		return kvoffload.Rejected, kvoffload.CodeRefused, "refused by the metadata: the extent is out of bounds or overlaps a live entry's"
+		return rejected(kvoffload.CodeRefused, "refused by the metadata: the extent is out of bounds or overlaps a live entry's")
 	}
-	return kvoffload.Failed, kvoffload.CodeInternal, "unexpected FSM outcome " + o.String()
+	return failed(kvoffload.CodeInternal, "unexpected FSM outcome "+o.String())
 }
 
 // fillGetCode completes a read result: Size from a Found value, and for a status without a

@@ -21,8 +21,8 @@ func (c *Coordinator) retried(id fsm.TxnID, res *fsm.Result, b *batch) ([]kvoffl
 	out := make([]kvoffload.KeyResult, len(b.objs))
 	if res.Aborted {
 		for i, o := range b.objs {
-			out[i] = kvoffload.KeyResult{Key: o.Key, Outcome: kvoffload.Failed, Code: kvoffload.CodeAborted,
-				Reason: fmt.Sprintf("txn %s was aborted; retry with a new txn ID", id)}
+			out[i].Key = o.Key
+			failed(kvoffload.CodeAborted, fmt.Sprintf("txn %s was aborted; retry with a new txn ID", id)).set(&out[i])
 		}
 		return out, nil
 	}
@@ -40,18 +40,18 @@ func (c *Coordinator) retried(id fsm.TxnID, res *fsm.Result, b *batch) ([]kvoffl
 		ko, recorded := byKey[o.Key]
 		switch {
 		case k.answered():
-			r.Outcome, r.Code, r.Reason = k.outcome, k.code, k.reason
+			k.v.set(r)
 		case k.first != i:
 			dups = append(dups, dupRef{idx: i, first: k.first})
 		case recorded && !mayMatch(ko, sum, size):
 			return nil, fmt.Errorf("%w: txn %s wrote key %q with other bytes", ErrTxnIDInUse, id, o.Key)
 		case recorded:
 			matched++
-			r.Outcome, r.Code, r.Reason = fromFSM(ko.Outcome)
+			fromFSM(ko.Outcome).set(r)
 		case k.live: // a standing key: not written by this transaction, committed by another
-			r.Outcome, r.Code, r.Reason = compare(k.entry, sum, size)
+			compare(k.entry, sum, size).set(r)
 		default:
-			r.Outcome, r.Code, r.Reason = kvoffload.Failed, kvoffload.CodeTxnIDReused, "not written by the finished transaction with this ID; retry with a new txn ID"
+			failed(kvoffload.CodeTxnIDReused, "not written by the finished transaction with this ID; retry with a new txn ID").set(r)
 		}
 	}
 	for _, d := range dups {
