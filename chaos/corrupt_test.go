@@ -21,6 +21,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/wal"
@@ -108,7 +109,7 @@ const corruptSeeds = 2
 
 // TestCorruptionBetweenRuns is the L4 tier: see the comment at the top of this file.
 func TestCorruptionBetweenRuns(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	t.Cleanup(failpoint.Reset) // in-process hits must not shift the @N of later tiers
 	for mi, m := range mutations {
 		for s := range corruptSeeds {

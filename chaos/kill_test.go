@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 )
 
@@ -165,7 +166,7 @@ func (h *harness) ackedGens() map[string]uint64 {
 func TestKillAtEveryStep(t *testing.T) {
 	for _, fp := range failpoint.WritePath {
 		t.Run(fp, func(t *testing.T) {
-			h := newHarness(t, testSeed(t))
+			h := newHarness(t, testkit.Seed(t))
 			if !h.wait(h.start(fp+"=crash@3", 4)) {
 				t.Fatalf("the child was not killed at %s", fp)
 			}
@@ -185,7 +186,7 @@ func TestKillAtEveryStep(t *testing.T) {
 // acknowledged key reads back or is absent with its removal recorded, and the bucket files
 // hold exactly the records the metadata references (I4, I12). A clean run follows.
 func TestKillDuringEviction(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for _, fp := range failpoint.EvictPath {
 		t.Run(fp, func(t *testing.T) {
@@ -207,7 +208,7 @@ func TestKillDuringEviction(t *testing.T) {
 // TestKillAtRandomMoments SIGKILLs the child at a random moment, five times on one
 // directory, checking after each recovery.
 func TestKillAtRandomMoments(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 4))
 	h := newHarness(t, seed)
 	for range 5 {
@@ -222,7 +223,7 @@ func TestKillAtRandomMoments(t *testing.T) {
 // TestKillDuringRecovery: the child dies with unresolved intents, the next child dies in the
 // middle of recovering them, and a third recovery converges.
 func TestKillDuringRecovery(t *testing.T) {
-	h := newHarness(t, testSeed(t))
+	h := newHarness(t, testkit.Seed(t))
 	if !h.wait(h.start(failpoint.DataSynced+"=crash@4", 4)) {
 		t.Fatal("first child not killed")
 	}
