@@ -21,6 +21,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/vfs"
@@ -167,7 +168,7 @@ func recoverCorrupted(t *testing.T, h *harness, c corruption) *wal.CorruptError 
 		t.Fatalf("start-up accepted %s; want a wal.CorruptError for %s at offset %d", c.what, c.refuse.File, c.refuse.Offset)
 	}
 	totals.recoveries++
-	repair, _ := n.Recovery()
+	repair := nodehook.Of(n).Repair
 	t.Logf("recovered; WAL repair: %+v", repair)
 	if err := checkLost(ctx, n, h, c.lost); err != nil {
 		n.Close()

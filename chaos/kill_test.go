@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 )
@@ -95,7 +96,7 @@ func (h *harness) verify() {
 	}
 	totals.recoveries++
 	h.checkMonotonic(n)
-	_, rec := n.Recovery()
+	rec := nodehook.Of(n).Recovery
 	acked := h.acked()
 	w := Workload{Seed: h.seed, BlockSize: childBlock}
 	var rep Report
@@ -238,7 +239,7 @@ func TestKillDuringRecovery(t *testing.T) {
 // unacknowledged entries, which the corruption tier does on purpose.)
 func (h *harness) checkMonotonic(n *node.Node) {
 	h.t.Helper()
-	applied := n.Raft().AppliedIndex()
+	applied := nodehook.Of(n).Raft.AppliedIndex()
 	if applied < h.lastApplied {
 		h.t.Fatalf("I9: the applied index went backwards after recovery: %d, was %d", applied, h.lastApplied)
 	}
