@@ -49,6 +49,11 @@
 //	48      8     headerSum  = xxhash64(bytes 0..48 || key)
 //	56      n     key, then payload, then zero padding to a multiple of 4096
 //
+// A record's length is RecordSize: 56 + keyLen + payloadLen rounded up to 4096, at most
+// MaxRecordLen (1 GiB + 4 KiB). The identity fields (key, txnID, generation) make a
+// misdirected or stale block detectable, not only a flipped bit. TestRecordGolden holds the
+// bytes to testdata/record.golden; DecodeRecord never panics (FuzzDecodeRecord).
+//
 // Bucket files are named bucket-%010d.kvb (IDs from 1); Dir/LOCK is held with flock.
 //
 // # Crash safety

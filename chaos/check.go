@@ -10,7 +10,6 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/wal"
 	"github.com/kvoffload/kvoffload/workload/trace"
@@ -60,8 +59,7 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ac
 	entries := map[string]fsm.Entry{}
 	var keys []string
 	var live int64
-	parts := nodehook.Of(n)
-	parts.FSM.ForEach(func(e fsm.Entry) bool {
+	n.FSM().ForEach(func(e fsm.Entry) bool {
 		entries[e.Key] = e
 		keys = append(keys, e.Key)
 		live += e.Extent.Length
@@ -70,7 +68,7 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ac
 	for _, k := range acked {
 		switch _, ok := entries[k]; {
 		case ok:
-		case ackedGen != nil && parts.FSM.Generation(k) > ackedGen[k]:
+		case ackedGen != nil && n.FSM().Generation(k) > ackedGen[k]:
 			rep.Evicted++
 		default:
 			errs = append(errs, fmt.Errorf("I2: acknowledged key %s is not in metadata", k))
@@ -90,14 +88,14 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ac
 		}
 	}
 	rep.MetaKeys = len(keys)
-	st, err := parts.Buckets.Stats()
+	st, err := n.Buckets().Stats()
 	if err != nil {
 		return rep, err
 	}
 	if st.LiveBytes != live {
 		errs = append(errs, fmt.Errorf("I12: live bytes %d but metadata references %d", st.LiveBytes, live))
 	}
-	err = parts.Buckets.Scan(func(ext bucketstore.Extent, h bucketstore.Header, err error) error {
+	err = n.Buckets().Scan(func(ext bucketstore.Extent, h bucketstore.Header, err error) error {
 		if err != nil {
 			return nil
 		}

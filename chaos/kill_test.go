@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
-	"github.com/kvoffload/kvoffload/internal/nodehook"
-	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 )
 
@@ -96,7 +94,7 @@ func (h *harness) verify() {
 	}
 	totals.recoveries++
 	h.checkMonotonic(n)
-	rec := nodehook.Of(n).Recovery
+	_, rec := n.Recovery()
 	acked := h.acked()
 	w := Workload{Seed: h.seed, BlockSize: childBlock}
 	var rep Report
@@ -167,7 +165,7 @@ func (h *harness) ackedGens() map[string]uint64 {
 func TestKillAtEveryStep(t *testing.T) {
 	for _, fp := range failpoint.WritePath {
 		t.Run(fp, func(t *testing.T) {
-			h := newHarness(t, testkit.Seed(t))
+			h := newHarness(t, testSeed(t))
 			if !h.wait(h.start(fp+"=crash@3", 4)) {
 				t.Fatalf("the child was not killed at %s", fp)
 			}
@@ -187,7 +185,7 @@ func TestKillAtEveryStep(t *testing.T) {
 // acknowledged key reads back or is absent with its removal recorded, and the bucket files
 // hold exactly the records the metadata references (I4, I12). A clean run follows.
 func TestKillDuringEviction(t *testing.T) {
-	seed := testkit.Seed(t)
+	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for _, fp := range failpoint.EvictPath {
 		t.Run(fp, func(t *testing.T) {
@@ -209,7 +207,7 @@ func TestKillDuringEviction(t *testing.T) {
 // TestKillAtRandomMoments SIGKILLs the child at a random moment, five times on one
 // directory, checking after each recovery.
 func TestKillAtRandomMoments(t *testing.T) {
-	seed := testkit.Seed(t)
+	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 4))
 	h := newHarness(t, seed)
 	for range 5 {
@@ -224,7 +222,7 @@ func TestKillAtRandomMoments(t *testing.T) {
 // TestKillDuringRecovery: the child dies with unresolved intents, the next child dies in the
 // middle of recovering them, and a third recovery converges.
 func TestKillDuringRecovery(t *testing.T) {
-	h := newHarness(t, testkit.Seed(t))
+	h := newHarness(t, testSeed(t))
 	if !h.wait(h.start(failpoint.DataSynced+"=crash@4", 4)) {
 		t.Fatal("first child not killed")
 	}
@@ -239,7 +237,7 @@ func TestKillDuringRecovery(t *testing.T) {
 // unacknowledged entries, which the corruption tier does on purpose.)
 func (h *harness) checkMonotonic(n *node.Node) {
 	h.t.Helper()
-	applied := nodehook.Of(n).Raft.AppliedIndex()
+	applied := n.Raft().AppliedIndex()
 	if applied < h.lastApplied {
 		h.t.Fatalf("I9: the applied index went backwards after recovery: %d, was %d", applied, h.lastApplied)
 	}

@@ -14,10 +14,8 @@ import (
 	"github.com/kvoffload/kvoffload"
 )
 
-// The registration protocol of a node's local socket (node/local_listen.go has the server):
-// "KVR1" + size (8 bytes, little endian) with the memfd as SCM_RIGHTS registers a region and
-// is answered 0 + ID (16 bytes) + token (16 bytes); "KVU1" + ID unregisters it, answered 0;
-// an error is 1 + length (2 bytes, little endian) + message.
+// The registration messages of a node's local socket, whose bytes node/local_listen.go
+// specifies beside the server.
 const (
 	magicRegister   = "KVR1"
 	magicUnregister = "KVU1"

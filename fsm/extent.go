@@ -9,7 +9,7 @@ import (
 	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
-// The record format of bucketstore (bucketstore/record.go, docs/format.md), restated here
+// The record format of bucketstore (bucketstore/doc.go, "Record format"), restated here
 // because this package is pure and imports no I/O package; txn's tests check that the two
 // agree. An extent that breaks them cannot hold a record, so an entry naming it is corrupt
 // metadata, whoever proposed it.

@@ -16,13 +16,21 @@ import (
 //
 //	fullEntry: cmdEntry (see codec.go) | owner str | txn [16]byte
 //
-// It is the snapshot's result record (snapshot.go) with KeyOutcome.Shared added. There is no
-// checksum: the bytes travel inside a gRPC message, as commands do. Encoding is
-// deterministic; decoding rejects trailing bytes, a type or an outcome this binary does not
-// know, and never panics.
+// type is the CommandType of the command that made the result, index the Raft index at which
+// it was first applied, outcome an Outcome (types.go: 1 stored to 8 invalid), shared and the
+// entry those of KeyOutcome (the entry is zero for stale, absent and invalid). It is the
+// snapshot's result record (snapshot.go) with KeyOutcome.Shared added. There is no checksum:
+// the bytes travel inside a gRPC message, as commands do. Encoding is deterministic.
+// Decoding rejects a bad magic or version, a type or an outcome this binary does not know (a
+// value a newer binary added is an error, not a misread), a bool byte other than 0 or 1, a
+// count that cannot fit, a truncated field and trailing bytes, every error wrapping
+// ErrBadResult, and never panics (FuzzDecodeResult). A result without key outcomes decodes
+// with nil Keys, as ApplyCommand returns it. TestResultGolden holds the bytes to
+// testdata/result-v1.golden.
 //
 // Binaries before this format sent the Result as encoding/json of the struct, which always
-// begins with '{'. DecodeResult still reads that form, so a node of this binary accepts
+// begins with '{' (testdata/result-json.golden, result-member-json.golden). DecodeResult
+// still reads that form, so a node of this binary accepts
 // Results from a leader of the old one; the old binary cannot read this format, so a rolling
 // upgrade replaces followers first and the leader last (docs/format.md).
 const (

@@ -34,11 +34,17 @@ import (
 //	           n uvarint | n x (key str | outcome byte | fullEntry)
 //	member:    node str | raft addr str | api addr str | peer addr str   (see codec.go)
 //
-// Derived counters (Stats.Bytes, Owners) are not encoded: Restore recomputes
-// them from the live entries.
+// The generations section lists every key with a generation, live keys included, and every
+// txn result carries its full entries, however compactly the state holds them (record.go).
+// Derived counters (Stats.Bytes, Owners) are not encoded: Restore recomputes them from the
+// live entries. Restore checks the sum, the ordering and what else the bytes could make wrong
+// (checkDecoded) before it swaps the new state in, and never panics (FuzzRestore).
 //
 // Hash() is the xxhash64 of the same bytes (everything before sum), so equal
 // Hash means byte-identical snapshots.
+//
+// TestSnapshotGolden holds the bytes to testdata/snapshot-v4.golden; testdata/snapshot-v3.golden,
+// written by a version 3 binary, must still restore (TestSnapshotV3Restores).
 const (
 	snapshotMagic   = "KVFS"
 	snapshotVersion = 4

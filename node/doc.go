@@ -17,10 +17,16 @@
 // GOMAXPROCS=4, as storenode does (64-byte commits ~25% faster on 2 cores; Open logs a hint
 // below 4; docs/operations.md).
 //
-// Data directory layout:
+// Data directory layout (each subdirectory's own is its package's doc):
 //
-//	DIR/LOCK      exclusive flock: one process per data directory
-//	DIR/wal/      intent log (tidwall/wal segments in the kvoffload envelope)
-//	DIR/buckets/  bucket files of self-describing records
-//	DIR/raft/     raft.db (raft-boltdb/v2 log and stable store) and snapshots/
+//	DIR/LOCK        exclusive flock: one process per data directory
+//	DIR/CLUSTER_ID  a member's cluster ID; DIR/NODE_ID: the node ID the directory belongs to.
+//	                Each is one line, the ID and "\n" (1 to 255 bytes without it), written
+//	                through NAME.tmp, fsync, rename and a directory fsync, and not again
+//	                while it holds the same ID (identity.go)
+//	DIR/wal/        intent log: tidwall/wal segments of kvoffload envelopes (wal/doc.go)
+//	DIR/buckets/    bucket-%010d.kvb files of self-describing records, and the bucket
+//	                store's LOCK (bucketstore/doc.go)
+//	DIR/raft/       raft.db (raft-boltdb/v2 log and stable store) and snapshots/
+//	                (raftmeta/doc.go)
 package node

@@ -22,8 +22,10 @@ import (
 //	unregister: "KVU1", region ID (16 bytes)
 //
 // each answered by one status byte: 0 and, for register, the region ID and token (16 bytes
-// each); or 1, a length (2 bytes, little endian) and an error message. Every region of a
-// registration connection is unregistered when it closes (docs/design.md "The local path").
+// each); or 1, a length (2 bytes, little endian) and an error message of at most maxErrMsg
+// bytes. Every region of a registration connection is unregistered when it closes
+// (docs/design.md "The local path"). This is the one statement of these bytes: the Go client
+// (client/region.go) and the Python one (python/src/kvoffload/local.py) speak them.
 const (
 	magicRegister   = "KVR1"
 	magicUnregister = "KVU1"

@@ -50,7 +50,9 @@
 //
 // An envelope is 34+n bytes. It is invalid if it is shorter than 34 bytes, if
 // magic, version or type is unknown, if payloadLen disagrees with the entry
-// size, or if the checksum does not match.
+// size, or if the checksum does not match. TestEnvelopeGolden holds the bytes
+// to testdata/envelope.golden; decoding never panics (FuzzDecode, FuzzScan).
+// The INTENT payload is txn's (txn/intent.go).
 //
 // Around the envelope, tidwall's binary segment format applies: a segment file
 // is named by the 20-digit decimal index of its first entry (for example

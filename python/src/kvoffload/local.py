@@ -2,11 +2,9 @@
 (a client address "unix:///PATH"), values move through a memfd the client registers once,
 and LocalKVOffload.Offload / Get carry descriptors (key, offset, length) into it.
 
-The registration protocol is the Go client's (client/region.go; the server is
-node/local_listen.go): on a connection to the same socket, "KVR1" + size (8 bytes, little
-endian) with the memfd as SCM_RIGHTS registers a region, answered 0 + ID (16 bytes) + token
-(16 bytes); "KVU1" + ID unregisters it, answered 0; a refusal is 1 + length (2 bytes, little
-endian) + message. The memfd is sealed with F_SEAL_SHRINK (the node refuses one that could
+The registration protocol is the Go client's (client/region.go), made on another
+connection to the same socket; node/local_listen.go, the server, specifies its bytes (the
+memfd goes as SCM_RIGHTS with the register message). The memfd is sealed with F_SEAL_SHRINK (the node refuses one that could
 be truncated under its mapping, node/local_region.go checkMemfd). A region lives while its
 registration connection is open, and only this process (the node checks SO_PEERCRED uid and
 pid, docs/security.md) holding its token can name it.
