@@ -30,7 +30,7 @@ type node struct {
 	line    int
 }
 
-var pkgName = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.]+)*$`)
+var pkgName = regexp.MustCompile(`^[a-z0-9_][a-z0-9_.-]*(/[a-z0-9_.-]+)*$`)
 
 // parseGraph reads the package graph of an architecture document: the first indented block
 // (four spaces) after graphHeading. An entry starts at the block's indent and names one or
