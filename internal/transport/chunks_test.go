@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bytes"
-	"flag"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -13,18 +12,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
-
-var seedFlag = flag.Uint64("seed", 0, "seed of the randomized tests (0: time-based)")
-
-func seed(t *testing.T) *rand.Rand {
-	s := *seedFlag
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun: go test ./internal/transport -run %s -seed %d)", s, t.Name(), s)
-	return rand.New(rand.NewPCG(s, 1))
-}
 
 // frames cuts b into buffers of random sizes, as HTTP/2 frames arrive.
 func frames(rng *rand.Rand, b []byte) mem.BufferSlice {
@@ -49,7 +38,7 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 // survive the codec both ways, cut into random frames, and the codec's bytes decode with
 // proto.Unmarshal to the same message (the wire format is protobuf's).
 func TestChunksRoundTrip(t *testing.T) {
-	rng := seed(t)
+	rng := testkit.Rand(t)
 	sizes := []int{0, 1, zeroCopyBytes - 1, zeroCopyBytes, zeroCopyBytes + 1, 256 << 10, 1 << 20}
 	for i := 0; i < 60; i++ {
 		n := sizes[i%len(sizes)]
@@ -81,7 +70,7 @@ func TestChunksRoundTrip(t *testing.T) {
 // TestChunksUnusual: encodings the split path does not take (the value twice, an unknown
 // field, a truncated value) decode as proto.Unmarshal decodes them, errors included.
 func TestChunksUnusual(t *testing.T) {
-	rng := seed(t)
+	rng := testkit.Rand(t)
 	value := randomBytes(rng, 64<<10)
 	head, _ := proto.Marshal(&pb.OffloadChunk{Key: "k", Size: 7})
 	withValue := func(b, v []byte) []byte {
