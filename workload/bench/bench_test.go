@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-var seedFlag = flag.Uint64("seed", 0, "seed of the smoke run (0: time-based)")
+	"github.com/kvoffload/kvoffload/internal/testkit"
+)
 
 func TestMain(m *testing.M) {
 	MaybeChild() // the start-up measurement re-executes this binary as its writer
@@ -27,11 +27,7 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the smoke run writes to the disk for several seconds")
 	}
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun: go test ./workload/bench -run TestSmoke -seed %d)", seed, seed)
+	seed := testkit.Seed(t)
 	o := Options{Dir: t.TempDir(), Rounds: 1, Seed: seed,
 		LimitBytes: 8 << 20, ReadFileBytes: 8 << 20, IOPSFileBytes: 4 << 20, IOPSOps: 1024,
 		OffloadBytes: 8 << 20, Offload2MBytes: 16 << 20, SmallKeys: 1024, CommitKeys: 1024,
