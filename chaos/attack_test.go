@@ -19,6 +19,7 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/devca"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // The attack tier (docs/security.md): callers that send what they should not, against
@@ -95,7 +96,7 @@ func TestAttackTier(t *testing.T) {
 		p.extraArgs = append(p.extraArgs, "--tls-ca", filepath.Join(dir, "ca.crt"),
 			"--tls-cert", filepath.Join(dir, p.id+".crt"), "--tls-key", filepath.Join(dir, p.id+".key"))
 	})
-	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	w := Workload{Seed: testkit.Seed(t), BlockSize: 64 << 10}
 	keys := keysNamed("attack", 24)
 	for i, p := range c.procs { // every node owns some keys
 		cl := c.dial(ctx, p.api)

@@ -10,6 +10,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/wal"
 	"github.com/kvoffload/kvoffload/workload/trace"
@@ -59,7 +60,8 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ac
 	entries := map[string]fsm.Entry{}
 	var keys []string
 	var live int64
-	n.FSM().ForEach(func(e fsm.Entry) bool {
+	parts := nodehook.Of(n)
+	parts.FSM.ForEach(func(e fsm.Entry) bool {
 		entries[e.Key] = e
 		keys = append(keys, e.Key)
 		live += e.Extent.Length
@@ -68,7 +70,7 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ac
 	for _, k := range acked {
 		switch _, ok := entries[k]; {
 		case ok:
-		case ackedGen != nil && n.FSM().Generation(k) > ackedGen[k]:
+		case ackedGen != nil && parts.FSM.Generation(k) > ackedGen[k]:
 			rep.Evicted++
 		default:
 			errs = append(errs, fmt.Errorf("I2: acknowledged key %s is not in metadata", k))
@@ -88,14 +90,14 @@ func checkNode(ctx context.Context, n *node.Node, w Workload, acked []string, ac
 		}
 	}
 	rep.MetaKeys = len(keys)
-	st, err := n.Buckets().Stats()
+	st, err := parts.Buckets.Stats()
 	if err != nil {
 		return rep, err
 	}
 	if st.LiveBytes != live {
 		errs = append(errs, fmt.Errorf("I12: live bytes %d but metadata references %d", st.LiveBytes, live))
 	}
-	err = n.Buckets().Scan(func(ext bucketstore.Extent, h bucketstore.Header, err error) error {
+	err = parts.Buckets.Scan(func(ext bucketstore.Extent, h bucketstore.Header, err error) error {
 		if err != nil {
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/node"
 )
 
@@ -109,8 +110,8 @@ func childMain() int {
 // if an eviction already removed it, the generation before its removal's tombstone:
 // CheckNodeEvicting accepts the key's absence only with a later generation recorded.
 func ackedGen(n *node.Node, key string) uint64 {
-	if e, ok := n.FSM().Lookup(key); ok {
+	if e, ok := nodehook.Of(n).FSM.Lookup(key); ok {
 		return e.Gen
 	}
-	return max(n.FSM().Generation(key), 1) - 1
+	return max(nodehook.Of(n).FSM.Generation(key), 1) - 1
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/workload/replay"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
@@ -77,7 +78,7 @@ func TestClusterAnyNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := startCluster(t, 3, "")
-	w := Workload{Seed: testSeed(t), BlockSize: 256 << 10}
+	w := Workload{Seed: testkit.Seed(t), BlockSize: 256 << 10}
 	keys := keysNamed("any", 30)
 	via2 := c.dial(ctx, c.procs[1].api)
 	defer via2.Close()
@@ -134,7 +135,7 @@ func TestC3NeverPublishBeforeServable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c := startCluster(t, 3, failpoint.MetaCommitted+"=sleep(500)")
-	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	w := Workload{Seed: testkit.Seed(t), BlockSize: 64 << 10}
 	writer := c.dial(ctx, c.procs[0].api)
 	reader := c.dial(ctx, c.procs[1].api)
 	defer writer.Close()
@@ -194,7 +195,7 @@ func TestC8LeaderFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := startCluster(t, 3, "")
-	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	w := Workload{Seed: testkit.Seed(t), BlockSize: 64 << 10}
 	leader := c.leader(ctx, c.procs[0])
 	var followers []*proc
 	for _, p := range c.procs {
@@ -238,7 +239,7 @@ func TestC9DeadOwnerFastMiss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := startCluster(t, 3, "")
-	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	w := Workload{Seed: testkit.Seed(t), BlockSize: 64 << 10}
 	doomed, alive := keysNamed("c9dead", 20), keysNamed("c9live", 20)
 	viaDoomed := c.dial(ctx, c.procs[2].api)
 	mustOffloadVia(t, ctx, viaDoomed, w, doomed)
@@ -356,7 +357,7 @@ func TestKillLeaderDuringReplay(t *testing.T) {
 	addrs := append([]string{leader.api}, c.addrs(leader)...)
 	cl := c.dial(ctx, addrs...)
 	defer cl.Close()
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	target := cl
 	opt := replay.Options{Writers: 8, BlockSize: 64 << 10, Model: "kill", Seed: seed}
 	reqs := trace.Sample()[:80]

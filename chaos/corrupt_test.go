@@ -21,6 +21,8 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/wal"
@@ -108,7 +110,7 @@ const corruptSeeds = 2
 
 // TestCorruptionBetweenRuns is the L4 tier: see the comment at the top of this file.
 func TestCorruptionBetweenRuns(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	t.Cleanup(failpoint.Reset) // in-process hits must not shift the @N of later tiers
 	for mi, m := range mutations {
 		for s := range corruptSeeds {
@@ -166,7 +168,7 @@ func recoverCorrupted(t *testing.T, h *harness, c corruption) *wal.CorruptError 
 		t.Fatalf("start-up accepted %s; want a wal.CorruptError for %s at offset %d", c.what, c.refuse.File, c.refuse.Offset)
 	}
 	totals.recoveries++
-	repair, _ := n.Recovery()
+	repair := nodehook.Of(n).Repair
 	t.Logf("recovered; WAL repair: %+v", repair)
 	if err := checkLost(ctx, n, h, c.lost); err != nil {
 		n.Close()

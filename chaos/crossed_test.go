@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // TestCrossedClusters: two clusters on one host never take each other's keys or members
@@ -19,7 +21,7 @@ import (
 func TestCrossedClusters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	w := Workload{Seed: testSeed(t), BlockSize: 64 << 10}
+	w := Workload{Seed: testkit.Seed(t), BlockSize: 64 << 10}
 	a := startClusterWith(t, 1, "", func(p *proc) { p.id = "a1" })
 	a1 := a.procs[0]
 	keysA, keysB := keysNamed("crossA", 12), keysNamed("crossB", 8)

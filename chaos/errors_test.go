@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/internal/tmpfs"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/txn"
@@ -344,7 +345,7 @@ func (r *errorRun) noteOpen(f *fault, err error) {
 // first counts the operations of each kind, so the later hit (a seeded one of the 3rd to
 // 10th) is one the workload reaches.
 func TestErrorPaths(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	t.Cleanup(failpoint.Reset) // in-process hits must not shift the @N of later tiers
 	rng := rand.New(rand.NewPCG(seed, 5))
 	base := &fault{}
@@ -417,7 +418,7 @@ func runErrorCases(t *testing.T, seed uint64, faults []*fault) {
 // stay readable, and after space is freed (a filler file made first is deleted) recovery must
 // pass the checkers and the node must store again.
 func TestRealENOSPC(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	t.Cleanup(failpoint.Reset) // in-process hits must not shift the @N of later tiers
 	mnt := tmpfs.Mount(t, "40m")
 	filler := filepath.Join(mnt, "filler")

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 )
 
@@ -94,7 +96,7 @@ func (h *harness) verify() {
 	}
 	totals.recoveries++
 	h.checkMonotonic(n)
-	_, rec := n.Recovery()
+	rec := nodehook.Of(n).Recovery
 	acked := h.acked()
 	w := Workload{Seed: h.seed, BlockSize: childBlock}
 	var rep Report
@@ -165,7 +167,7 @@ func (h *harness) ackedGens() map[string]uint64 {
 func TestKillAtEveryStep(t *testing.T) {
 	for _, fp := range failpoint.WritePath {
 		t.Run(fp, func(t *testing.T) {
-			h := newHarness(t, testSeed(t))
+			h := newHarness(t, testkit.Seed(t))
 			if !h.wait(h.start(fp+"=crash@3", 4)) {
 				t.Fatalf("the child was not killed at %s", fp)
 			}
@@ -185,7 +187,7 @@ func TestKillAtEveryStep(t *testing.T) {
 // acknowledged key reads back or is absent with its removal recorded, and the bucket files
 // hold exactly the records the metadata references (I4, I12). A clean run follows.
 func TestKillDuringEviction(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for _, fp := range failpoint.EvictPath {
 		t.Run(fp, func(t *testing.T) {
@@ -207,7 +209,7 @@ func TestKillDuringEviction(t *testing.T) {
 // TestKillAtRandomMoments SIGKILLs the child at a random moment, five times on one
 // directory, checking after each recovery.
 func TestKillAtRandomMoments(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 4))
 	h := newHarness(t, seed)
 	for range 5 {
@@ -222,7 +224,7 @@ func TestKillAtRandomMoments(t *testing.T) {
 // TestKillDuringRecovery: the child dies with unresolved intents, the next child dies in the
 // middle of recovering them, and a third recovery converges.
 func TestKillDuringRecovery(t *testing.T) {
-	h := newHarness(t, testSeed(t))
+	h := newHarness(t, testkit.Seed(t))
 	if !h.wait(h.start(failpoint.DataSynced+"=crash@4", 4)) {
 		t.Fatal("first child not killed")
 	}
@@ -237,7 +239,7 @@ func TestKillDuringRecovery(t *testing.T) {
 // unacknowledged entries, which the corruption tier does on purpose.)
 func (h *harness) checkMonotonic(n *node.Node) {
 	h.t.Helper()
-	applied := n.Raft().AppliedIndex()
+	applied := nodehook.Of(n).Raft.AppliedIndex()
 	if applied < h.lastApplied {
 		h.t.Fatalf("I9: the applied index went backwards after recovery: %d, was %d", applied, h.lastApplied)
 	}

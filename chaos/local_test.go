@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -89,7 +90,7 @@ func localClientMain() int {
 // the server, and restart it; every key a client saw acknowledged reads back whole, and the
 // node unmapped the dead client's region (it accepts new registrations up to its limit).
 func TestLocalKill(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	sockDir, err := os.MkdirTemp("", "kvl")
 	if err != nil {

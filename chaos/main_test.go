@@ -9,12 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 )
-
-var seedFlag = flag.Uint64("seed", 0, "seed for randomized tiers (0 = time-based)")
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
@@ -74,14 +71,3 @@ func checkCoverage() error {
 }
 
 var totals struct{ crashes, recoveries, checks int }
-
-// testSeed returns the run's seed and logs a one-line reproduction command.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	s := *seedFlag
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d; reproduce: go test -tags chaos ./chaos -run '^%s$' -seed %d", s, t.Name(), s)
-	return s
-}

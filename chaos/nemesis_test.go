@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/third_party/raft"
 )
 
@@ -47,7 +48,7 @@ import (
 // failure. Snapshots are frequent and logs short, so lagging and restarted nodes
 // catch up by InstallSnapshot.
 func TestRaftNemesis(t *testing.T) {
-	base := testSeed(t)
+	base := testkit.Seed(t)
 	var failed []uint64
 	for i := range *nemesisSeeds {
 		seed := base + uint64(i)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // pausedLeaderWriters is the load of TestPausedLeaderWriters: two writers start on each member.
@@ -52,7 +53,7 @@ func (b leaderBatch) overlaps(from, to time.Time) bool {
 func TestPausedLeaderWriters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 27))
 	warmUp := 1500*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))
 	pause := 5500*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // The power-loss tier (docs/chaos.md, TestPowerCutExt4): the child's whole data directory (WAL, buckets,
@@ -192,7 +194,7 @@ func (im *ext4Image) release() {
 // The moment is measured in acknowledgements, not in time, where it must fall in the
 // workload: a fast disk would otherwise finish the workload before the cut.
 func TestPowerCutExt4(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	im := newImage(t)
 	var child *exec.Cmd

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
@@ -61,7 +62,7 @@ func TestPowerLossAtEveryStep(t *testing.T) {
 // powerLossMatrix runs powerLossAt for each failpoint in fps in each crash mode, with the
 // batches and quota of cell.
 func powerLossMatrix(t *testing.T, fps []string, cell powerLoss) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	modes := map[string]memfs.CrashMode{"drop": memfs.CrashDropAll, "prefix": memfs.CrashPrefix, "torn": memfs.CrashTorn}
 	for _, fp := range fps {
 		for name, mode := range modes {

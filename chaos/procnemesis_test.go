@@ -27,6 +27,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -316,7 +317,7 @@ var l7Faults = []l7Fault{
 
 // TestProcessNemesis runs each fault in its own three-node process cluster under client load.
 func TestProcessNemesis(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	for i, f := range l7Faults {
 		t.Run(f.name, func(t *testing.T) {
 			runL7(t, f, seed+uint64(i))

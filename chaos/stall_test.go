@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // stallWriters is the load under which a paused member must not stall the cluster: 32
@@ -28,7 +29,7 @@ func TestStalledMemberWriters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startCluster(t, 3, "")
-	w := Workload{Seed: testSeed(t), BlockSize: 16 << 10}
+	w := Workload{Seed: testkit.Seed(t), BlockSize: 16 << 10}
 	leader := c.leader(ctx, c.procs[0])
 	var paused *proc
 	for _, p := range c.procs {

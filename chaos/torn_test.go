@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // TestTornRecordWrite: the child writes half of a bucket write (whole 4 KiB blocks: one record,
@@ -17,7 +18,7 @@ import (
 func TestTornRecordWrite(t *testing.T) {
 	for _, nth := range []int{1, 4, 9} {
 		t.Run(fmt.Sprintf("write-%d", nth), func(t *testing.T) {
-			h := newHarness(t, testSeed(t))
+			h := newHarness(t, testkit.Seed(t))
 			if !h.wait(h.start(fmt.Sprintf("%s=torn@%d", failpoint.BucketWrite, nth), 4)) {
 				t.Fatalf("the child was not killed by the torn write #%d", nth)
 			}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
@@ -437,7 +438,7 @@ func (c *watchConsumer) resets() int {
 
 // TestWatchThroughFaults is the watch tier (the comment at the top of this file).
 func TestWatchThroughFaults(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 32))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -91,17 +91,46 @@ func (e *encoder) member(m Member) {
 	e.str(m.PeerAddr)
 }
 
+// entries writes a node and its entries (no Owner, no TxnID): a COMMIT's body after its txn.
+func (e *encoder) entries(node string, xs []Entry) {
+	e.str(node)
+	e.uvarint(uint64(len(xs)))
+	for _, x := range xs {
+		e.cmdEntry(x)
+	}
+}
+
 // EncodeCommit encodes c for raft. Deterministic.
 func EncodeCommit(c Commit) []byte {
 	e := encoder{buf: make([]byte, 0, 32+len(c.Node)+len(c.Entries)*64)}
 	e.header(CmdCommit)
 	e.txn(c.TxnID)
-	e.str(c.Node)
-	e.uvarint(uint64(len(c.Entries)))
-	for _, x := range c.Entries {
-		e.cmdEntry(x)
-	}
+	e.entries(c.Node, c.Entries)
 	return e.buf
+}
+
+// AppendEntries appends node and entries to b as a COMMIT carries them after its txn ID
+// (node str | n uvarint | n x cmdEntry; Owner and TxnID are not written). It is the body a
+// WAL INTENT shares with the COMMIT it becomes (txn/intent.go), versioned apart from it, so
+// the one Entry and the one reader (DecodeEntries) serve both. Deterministic.
+func AppendEntries(b []byte, node string, entries []Entry) []byte {
+	e := encoder{buf: b}
+	e.entries(node, entries)
+	return e.buf
+}
+
+// DecodeEntries reads all of b as AppendEntries wrote it; the entries' Owner and TxnID are
+// zero. It never panics: a malformed b is an error wrapping ErrShortCommand or ErrBadCommand.
+func DecodeEntries(b []byte) (node string, entries []Entry, err error) {
+	d := &decoder{mem: b}
+	node, entries = d.entries()
+	if d.err == nil && len(d.mem) != 0 {
+		d.fail(fmt.Errorf("%w: entries have %d trailing bytes", ErrBadCommand, len(d.mem)))
+	}
+	if d.err != nil {
+		return "", nil, d.err
+	}
+	return node, entries, nil
 }
 
 // EncodeAbort encodes a for raft. Deterministic.
@@ -535,15 +564,23 @@ func Decode(data []byte) (CommandType, any, error) {
 }
 
 func (d *decoder) commit() Commit {
-	c := Commit{TxnID: d.txn("txn"), Node: d.str("node")}
-	n, hint := d.count("entry count", minCmdEntry)
-	c.Entries = make([]Entry, 0, hint)
-	for i := 0; i < n && d.err == nil; i++ {
-		x := d.cmdEntry()
-		x.Owner, x.TxnID = c.Node, c.TxnID
-		c.Entries = append(c.Entries, x)
+	c := Commit{TxnID: d.txn("txn")}
+	c.Node, c.Entries = d.entries()
+	for i := range c.Entries {
+		c.Entries[i].Owner, c.Entries[i].TxnID = c.Node, c.TxnID
 	}
 	return c
+}
+
+// entries reads what encoder.entries wrote.
+func (d *decoder) entries() (string, []Entry) {
+	node := d.str("node")
+	n, hint := d.count("entry count", minCmdEntry)
+	xs := make([]Entry, 0, hint)
+	for i := 0; i < n && d.err == nil; i++ {
+		xs = append(xs, d.cmdEntry())
+	}
+	return node, xs
 }
 
 func (d *decoder) remove() Remove {

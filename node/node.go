@@ -23,6 +23,8 @@ import (
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/forward"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
+	"github.com/kvoffload/kvoffload/internal/watch"
 	"github.com/kvoffload/kvoffload/raftmeta"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/wal"
@@ -87,11 +89,7 @@ type Node struct {
 	closing       chan struct{}
 	repair        wal.RepairReport
 	recovery      txn.RecoveryReport
-
-	// ring is the retained window of key events and watchers the WatchEvents streams
-	// (watch.go); the ring watches the FSM from before Raft restores or replays it.
-	ring     *eventRing
-	watchers *watchers
+	watch         *watch.Service // the WatchEvents streams (watch.go)
 }
 
 // Open opens (or creates) the node in cfg.DataDir, joins or bootstraps its cluster, and runs
@@ -164,8 +162,7 @@ func newNode(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), tls: tm,
 		ready: make(chan struct{}), closing: make(chan struct{})}
 	n.peers = forward.NewPeers(n.peerCreds, n.peerDialOptions()...)
-	n.ring = newEventRing(cmp.Or(cfg.WatchRetain, DefaultWatchRetain))
-	n.watchers = newWatchers(cmp.Or(cfg.MaxWatchers, DefaultMaxWatchers))
+	n.watch = watch.New(cfg.ID, cmp.Or(cfg.WatchRetain, DefaultWatchRetain), cmp.Or(cfg.MaxWatchers, DefaultMaxWatchers), watchNode{n})
 	n.metrics = newMetrics(cfg.Registry, n)
 	return n, nil
 }
@@ -247,7 +244,7 @@ func (n *Node) raftConfig() raftmeta.Config {
 // openRaft opens the metadata: a new FSM, and Raft over it with rcfg.
 func (n *Node) openRaft(rcfg raftmeta.Config) error {
 	n.fsm = fsm.New()
-	n.fsm.WatchChanges(n.ring)
+	n.watch.Attach(n.fsm)
 	var err error
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -255,6 +252,15 @@ func (n *Node) openRaft(rcfg raftmeta.Config) error {
 	n.raftAdmit.Store(n.raft)
 	return nil
 }
+
+// streamIdleTimeout is the longest an offload stream may go without a message, and a
+// BatchGet stream without its client taking one. A stream that announces objects and then
+// stops sending, or a reader that stops reading, would otherwise hold its share of the buffer
+// budget (budget.go) for as long as its client keeps the connection open, and a few such
+// streams would hold all of it (TestIdleOffloadStreamEnds, TestIdleReaderLosesItsStream). A
+// client streams values it already has and reads what it asked for, so a live client is
+// never this slow.
+const streamIdleTimeout = 30 * time.Second
 
 // streamIdle is the idle limit of an offload stream (streamIdleTimeout; tests shorten it).
 func (n *Node) streamIdle() time.Duration {
@@ -359,17 +365,12 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// Recovery returns what start-up repaired in the WAL and resolved in recovery.
-func (n *Node) Recovery() (wal.RepairReport, txn.RecoveryReport) { return n.repair, n.recovery }
-
-// FSM exposes the metadata state (read-only use: checks and tools).
-func (n *Node) FSM() *fsm.FSM { return n.fsm }
-
-// Buckets exposes the bucket store (read-only use: checks and tools).
-func (n *Node) Buckets() *bucketstore.Store { return n.buckets }
-
-// Raft exposes the Raft node (status, tests).
-func (n *Node) Raft() *raftmeta.Node { return n.raft }
+func init() {
+	nodehook.Of = func(x any) nodehook.Parts {
+		n := x.(*Node)
+		return nodehook.Parts{FSM: n.fsm, Buckets: n.buckets, Raft: n.raft, Repair: n.repair, Recovery: n.recovery}
+	}
+}
 
 // Snapshot forces a Raft snapshot (and log compaction).
 func (n *Node) Snapshot() error { return n.raft.Snapshot() }

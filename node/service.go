@@ -14,6 +14,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/transport"
 	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/txn"
 )
@@ -71,7 +72,7 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 	tooLarge := map[int]string{}
 	var remaining, total, keyBytes uint64
 	lim := s.n.cfg.Txn
-	recv := idleRecv(stream.Context(), stream.Recv, s.n.streamIdle())
+	recv := transport.IdleRecv(stream.Context(), stream.Recv, s.n.streamIdle())
 	for first := true; ; first = false {
 		ch, err := recv()
 		if errors.Is(err, io.EOF) {
@@ -189,7 +190,7 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 		cancel() // the reads left stop at once
 		q.wait() // and nothing is visited after this
 	}()
-	send := idleSend(ctx, stream.Send, s.n.streamIdle())
+	send := transport.IdleSend(ctx, stream.Send, s.n.streamIdle())
 	sent := make([]kvoffload.GetResult, 0, len(req.Keys)) // what was sent, without values, for the metrics
 	defer func() { s.n.metrics.observeGets(sent, time.Since(start)) }()
 	for i := range req.Keys {

@@ -18,6 +18,7 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/watch"
 )
 
 // watchAll returns the events Watch yields after from until it has caught up, through the
@@ -296,8 +297,8 @@ func TestWatchEvictionAndSlowConsumer(t *testing.T) {
 // TestWatchRefusals: a member serving its most watchers refuses one more, naming the limit;
 // a position beyond every member's log is refused OUT_OF_RANGE, not waited for forever.
 func TestWatchRefusals(t *testing.T) {
-	defer func(d time.Duration) { watchCatchUp = d }(watchCatchUp)
-	watchCatchUp = 100 * time.Millisecond
+	defer func(d time.Duration) { watch.CatchUp = d }(watch.CatchUp)
+	watch.CatchUp = 100 * time.Millisecond
 	cfg := testConfig(t.TempDir())
 	cfg.APIAddr = freeAddr(t)
 	cfg.MaxWatchers = 1
@@ -319,7 +320,7 @@ func TestWatchRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if k, _ := n.watchers.lag(0); k == 1 {
+		if n.watch.Streams() == 1 {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatal("the first stream was never admitted")
@@ -336,7 +337,7 @@ func TestWatchRefusals(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if k, _ := n.watchers.lag(0); k == 0 {
+		if n.watch.Streams() == 0 {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatal("the first stream was never released")

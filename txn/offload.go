@@ -186,7 +186,7 @@ func (c *Coordinator) reserve(ctx context.Context, p *plan) []*write {
 }
 
 func intentOf(node string, ws []*write) intent {
-	in := intent{Node: node, Entries: make([]intentEntry, len(ws))}
+	in := intent{Node: node, Entries: make([]fsm.Entry, len(ws))}
 	for i, w := range ws {
 		in.Entries[i] = w.entry()
 	}
@@ -205,7 +205,7 @@ func (c *Coordinator) logIntent(id fsm.TxnID, ws []*write) (uint64, error) {
 func (c *Coordinator) writeData(id fsm.TxnID, ws []*write) ([]*write, error) {
 	recs := make([]bucketstore.RecordWrite, len(ws))
 	for i, w := range ws {
-		recs[i] = bucketstore.RecordWrite{Ext: w.ext, Header: w.header(id), Payload: w.value}
+		recs[i] = bucketstore.RecordWrite{Ext: w.ext, Header: recordHeader(w.entry(), id), Payload: w.value}
 	}
 	var buckets []uint32
 	var written []*write

@@ -38,13 +38,9 @@ type joinRef struct {
 
 type dupRef struct{ idx, first int }
 
-func (w *write) header(id fsm.TxnID) bucketstore.Header {
-	return bucketstore.Header{Key: w.key, TxnID: id, Generation: w.gen, PayloadLen: uint32(len(w.value)), PayloadSum: w.sum}
-}
-
-func (w *write) entry() intentEntry {
-	return intentEntry{Key: w.key, Bucket: w.ext.Bucket, Offset: w.ext.Offset, Length: w.ext.Length,
-		Size: uint32(len(w.value)), Sum: w.sum, Gen: w.gen}
+// entry is the metadata entry w writes (Owner and TxnID are the transaction's).
+func (w *write) entry() fsm.Entry {
+	return fsm.Entry{Key: w.key, Extent: w.ext, Size: uint32(len(w.value)), Sum: w.sum, Gen: w.gen}
 }
 
 // plan classifies every object of b, whose keys lookUp has read. The caller holds

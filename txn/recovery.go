@@ -159,12 +159,12 @@ func (c *Coordinator) verifyIntent(id fsm.TxnID, p pendingIntent) string {
 	var buckets []uint32
 	seen := map[uint32]bool{}
 	for _, e := range p.in.Entries {
-		if _, err := c.data.Read(e.extent(), e.header(id)); err != nil {
+		if _, err := c.data.Read(e.Extent, recordHeader(e, id)); err != nil {
 			return fmt.Sprintf("record of %q: %v", e.Key, err)
 		}
-		if !seen[e.Bucket] {
-			seen[e.Bucket] = true
-			buckets = append(buckets, e.Bucket)
+		if !seen[e.Extent.Bucket] {
+			seen[e.Extent.Bucket] = true
+			buckets = append(buckets, e.Extent.Bucket)
 		}
 	}
 	if err := c.data.Sync(buckets...); err != nil {
@@ -339,8 +339,7 @@ func (c *Coordinator) ownSorted(corrupt func(fsm.Entry)) []fsm.Entry {
 // can be the record on disk. It is kept if it verifies; the others are corrupt metadata.
 func (c *Coordinator) verifyOverlapping(group []fsm.Entry) (good, bad []fsm.Entry) {
 	for _, e := range group {
-		want := bucketstore.Header{Key: e.Key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
-		_, err := c.data.Read(e.Extent, want)
+		_, err := c.data.Read(e.Extent, recordHeader(e, e.TxnID))
 		if err == nil && len(good) == 0 {
 			good = append(good, e)
 			continue

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/internal/devca"
 	"github.com/kvoffload/kvoffload/internal/freeport"
+	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/node"
 )
 
@@ -78,7 +79,7 @@ func TestMembersListAndRemove(t *testing.T) {
 	ask := statusFlags{addr: nodes[1].APIAddr(), timeout: 10 * time.Second}
 	rows := memberRows(t, ask)
 	for i, n := range nodes {
-		want := []string{n.Raft().Addr(), n.APIAddr(), n.PeerAddr(), "voter", yesNo(i == 0)}
+		want := []string{nodehook.Of(n).Raft.Addr(), n.APIAddr(), n.PeerAddr(), "voter", yesNo(i == 0)}
 		if got := rows[ids[i]]; len(got) != 6 || strings.Join(got[1:], " ") != strings.Join(want, " ") {
 			t.Errorf("row of %s: %v, want %v", ids[i], got, want)
 		}

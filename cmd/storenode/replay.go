@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/workload/diskbench"
@@ -150,7 +151,7 @@ func openTarget(ctx context.Context, f replayFlags) (replay.Target, func(), erro
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, rec := n.Recovery(); rec.Unresolved > 0 || rec.OrphanBytes > 0 {
+	if rec := nodehook.Of(n).Recovery; rec.Unresolved > 0 || rec.OrphanBytes > 0 {
 		fmt.Fprintf(os.Stderr, "recovery: %d unresolved intents (%d already decided, %d rolled forward, %d aborted), %d orphan bytes freed\n",
 			rec.Unresolved, rec.AlreadyDone, rec.RolledFwd, rec.Aborted, rec.OrphanBytes)
 	}

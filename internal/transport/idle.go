@@ -1,4 +1,4 @@
-package node
+package transport
 
 import (
 	"context"
@@ -8,19 +8,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// streamIdleTimeout is the longest an offload stream may go without a message, and a
-// BatchGet stream without its client taking one. A stream that announces objects and then
-// stops sending, or a reader that stops reading, would otherwise hold its share of the buffer
-// budget (budget.go) for as long as its client keeps the connection open, and a few such
-// streams would hold all of it (TestIdleOffloadStreamEnds, TestIdleReaderLosesItsStream). A
-// client streams values it already has and reads what it asked for, so a live client is
-// never this slow.
-const streamIdleTimeout = 30 * time.Second
-
-// idleRecv wraps a stream's Recv so that a call returns DeadlineExceeded when no message
+// IdleRecv wraps a stream's Recv so that a call returns DeadlineExceeded when no message
 // arrives within idle. The messages are received by one goroutine that ends with the
 // stream (ctx): the handler may return while a Recv is pending, and gRPC then cancels it.
-func idleRecv[T any](ctx context.Context, recv func() (*T, error), idle time.Duration) func() (*T, error) {
+func IdleRecv[T any](ctx context.Context, recv func() (*T, error), idle time.Duration) func() (*T, error) {
 	type result struct {
 		msg *T
 		err error
@@ -53,11 +44,11 @@ func idleRecv[T any](ctx context.Context, recv func() (*T, error), idle time.Dur
 	}
 }
 
-// idleSend wraps a stream's Send so that a call returns DeadlineExceeded when the message is
+// IdleSend wraps a stream's Send so that a call returns DeadlineExceeded when the message is
 // not taken within idle (the client reads nothing and the stream's flow-control window is
 // full). The messages are sent by one goroutine that ends with the stream (ctx): the handler
 // returns while a Send is pending, and gRPC then resets the stream, which ends the Send.
-func idleSend[T any](ctx context.Context, send func(*T) error, idle time.Duration) func(*T) error {
+func IdleSend[T any](ctx context.Context, send func(*T) error, idle time.Duration) func(*T) error {
 	in := make(chan *T)
 	out := make(chan error)
 	go func() {
