@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/invariants"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -37,6 +38,13 @@ func (t *intentTable) append(log IntentLog, rec wal.Record) (uint64, error) {
 		return 0, err
 	}
 	t.mu.Lock()
+	if invariants.Enabled {
+		if prev, dup := t.unresolved[idx]; dup {
+			t.mu.Unlock()
+			invariants.Failf("txn: an intent is registered once, at a WAL index no other unresolved intent holds",
+				"index %d: txn %s, already txn %s", idx, fsm.TxnID(rec.TxnID), prev)
+		}
+	}
 	t.unresolved[idx] = fsm.TxnID(rec.TxnID)
 	t.mu.Unlock()
 	return idx, nil
@@ -45,6 +53,12 @@ func (t *intentTable) append(log IntentLog, rec wal.Record) (uint64, error) {
 // resolved drops the intent at WAL index idx.
 func (t *intentTable) resolved(idx uint64) {
 	t.mu.Lock()
+	if invariants.Enabled {
+		if _, ok := t.unresolved[idx]; !ok {
+			t.mu.Unlock()
+			invariants.Failf("txn: an intent is resolved once, after it was registered", "index %d is not unresolved", idx)
+		}
+	}
 	delete(t.unresolved, idx)
 	t.mu.Unlock()
 }
@@ -68,6 +82,10 @@ func (t *intentTable) maybeTruncate(log IntentLog, every uint64) error {
 	}
 	t.mu.Lock()
 	for idx := range t.unresolved {
+		if invariants.Enabled && idx < first {
+			t.mu.Unlock()
+			invariants.Failf("txn: the WAL is never truncated past an unresolved intent", "intent at index %d, the log starts at %d", idx, first)
+		}
 		target = min(target, idx)
 	}
 	t.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
 // lru orders the keys whose bytes this node owns by last use (offload or read), oldest
@@ -101,6 +102,9 @@ func clampBytes(n int64) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) 
 // unlink takes node i out of the order.
 func (l *lru) unlink(i uint32) {
 	n := l.node(i)
+	if invariants.Enabled && (i == 0 || l.node(n.prev).next != i || l.node(n.next).prev != i) {
+		invariants.Failf("txn: the LRU's order is a ring of its tracked keys", "node %d (%q) is not in it: prev %d, next %d", i, n.key, n.prev, n.next)
+	}
 	l.node(n.prev).next, l.node(n.next).prev = n.next, n.prev
 }
 
@@ -203,6 +207,41 @@ func (l *lru) load(entries []fsm.Entry) {
 		}
 	}
 	l.loading, l.journal = false, nil
+	if invariants.Enabled {
+		l.checkLocked()
+	}
+}
+
+// checkLocked asserts the LRU's structure by walking all of it (load runs it, which is as
+// long, under -tags invariants): the order is a ring through the sentinel of nodes each of
+// which the index finds by its key, as many as the index has keys; the free nodes hold no
+// key; the two are every node but the sentinel; and no key tracked has a lease pending.
+func (l *lru) checkLocked() {
+	linked, last := 0, uint32(0)
+	for i := l.node(0).next; i != 0; last, i = i, l.node(i).next {
+		n := l.node(i)
+		if j, ok := l.find(n.key); !ok || j != i || n.prev != last || linked >= int(l.n) {
+			invariants.Failf("txn: the LRU's order is a ring of its tracked keys, each found by the index",
+				"node %d (%q): index %d (%v), prev %d after %d, %d of %d nodes", i, n.key, j, ok, n.prev, last, linked, l.n)
+		}
+		linked++
+	}
+	free := 0
+	for i := l.free; i != 0; i = l.node(i).next {
+		if l.node(i).key != "" || free >= int(l.n) {
+			invariants.Failf("txn: the LRU's free nodes hold no key", "node %d (%q), %d of %d nodes", i, l.node(i).key, free, l.n)
+		}
+		free++
+	}
+	if l.node(0).prev != last || linked != l.byKey.Len() || linked+free != int(l.n)-1 {
+		invariants.Failf("txn: every LRU node but the sentinel is tracked or free, and the index has the tracked keys",
+			"%d linked (last %d, the sentinel's prev %d), %d free, %d nodes, %d keys indexed", linked, last, l.node(0).prev, free, l.n, l.byKey.Len())
+	}
+	for key := range l.pending {
+		if _, ok := l.find(key); ok {
+			invariants.Failf("txn: a pending lease is of a key not tracked yet", "key %q", key)
+		}
+	}
 }
 
 // touchAll marks the tracked ones of keys as just used, in order (the last the most recent),
@@ -262,7 +301,9 @@ func (l *lru) drop(key string, gen uint64) {
 func (l *lru) dropLocked(key string, gen uint64) {
 	if i, ok := l.find(key); ok && (gen == 0 || l.node(i).gen == gen) {
 		l.unlink(i)
-		l.byKey.Remove(key, l.keyAt)
+		if j, ok := l.byKey.Remove(key, l.keyAt); invariants.Enabled && (!ok || j != i) {
+			invariants.Failf("txn: the LRU's index finds each tracked key's node", "key %q: node %d, the index had %d (%v)", key, i, j, ok)
+		}
 		*l.node(i) = lruNode{next: l.free} // drops the key string too
 		l.free = i
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
 // reclaimer gives back the bytes of extents no metadata references any more. It owns the
@@ -76,6 +77,10 @@ func (r *reclaimer) pin(ext bucketstore.Extent) {
 // unpin drops a pin; the last pin of a doomed extent frees it, on the reader's goroutine.
 func (r *reclaimer) unpin(ext bucketstore.Extent) {
 	r.mu.Lock()
+	if invariants.Enabled && r.pins[ext] <= 0 {
+		r.mu.Unlock()
+		invariants.Failf("txn: a pin is dropped only while held", "extent %+v has %d pins", ext, r.pins[ext])
+	}
 	r.pins[ext]--
 	free := r.pins[ext] == 0 && r.doomed[ext]
 	if r.pins[ext] == 0 {
@@ -214,6 +219,10 @@ func (r *reclaimer) run() {
 		}
 		r.mu.Lock()
 		r.done += uint64(len(batch))
+		if invariants.Enabled && r.done > r.queued {
+			r.mu.Unlock()
+			invariants.Failf("txn: the reclaimer finishes only records it was given", "%d done, %d queued", r.done, r.queued)
+		}
 		r.cond.Broadcast()
 		r.mu.Unlock()
 	}
