@@ -18,15 +18,15 @@ type plan struct {
 
 // write is one key this transaction writes.
 type write struct {
-	idx     int
-	key     string
-	value   []byte
-	sum     uint64
-	gen     uint64
-	ext     bucketstore.Extent
-	fl      *flight
-	err     error   // the record could not be written: this key fails, its siblings go on
-	v       verdict // set when the write ends (resolve.go)
+	idx   int
+	key   string
+	value []byte
+	sum   uint64
+	gen   uint64
+	ext   bucketstore.Extent
+	fl    *flight
+	err   error   // the record could not be written: this key fails, its siblings go on
+	v     verdict // set when the write ends (resolve.go)
 }
 
 type joinRef struct {
