@@ -14,23 +14,33 @@ import (
 // transaction's records and re-propose its COMMIT. The WAL envelope around it carries the
 // magic, the txn ID and the checksum (wal/doc.go).
 //
-// INTENT body wire format (version 1). The constants are on-disk format.
+// INTENT body wire format (version 1), fields in order, no padding. The constants are
+// on-disk format.
 //
 //	byte 0    intentVersion (1)
-//	node str | n uvarint | n x entry
+//	node str | n uvarint | n x entry            node: the COMMIT's, which wrote the records
 //
-//	entry:    key str | bucket uvarint | offset varint | length varint |
-//	          size uvarint | sum uint64 little-endian | gen uvarint
+//	entry:    key str | bucket uvarint (< 2^32) | offset varint | length varint |
+//	          size uvarint (< 2^32) | sum uint64 little-endian | gen uvarint
 //	str:      uvarint length | bytes
 //
-// After the version byte it is a COMMIT command's body after its txn ID, written and read by
-// fsm.AppendEntries and fsm.DecodeEntries, but versioned apart from it. An entry's Owner and
-// TxnID are not encoded (the node and the WAL record's txn ID name them). Encoding is
-// deterministic; decoding rejects trailing bytes and never panics.
+// varint is zigzag. After the version byte it is a COMMIT command's body after its txn ID,
+// written and read by fsm.AppendEntries and fsm.DecodeEntries, but versioned apart from it.
+// An entry's Owner and TxnID are not encoded (the node and the WAL record's txn ID name
+// them). Node n1, one entry k in bucket 1 at offset 0, length 4096, size 4, sum
+// 0x0102030405060708, gen 1:
+//
+//	01 | 02 6e 31 | 01 | 01 6b  01  00  80 40  04  08 07 06 05 04 03 02 01  01
+//
+// Encoding is deterministic. Decoding rejects a count that cannot fit in the bytes left, a
+// bucket or size over 2^32 - 1, a truncated field and trailing bytes, every error wrapping
+// errBadIntent, and never panics (FuzzDecodeIntent). TestIntentGolden holds the bytes to
+// testdata/intent-v1.golden.
 //
 // Binaries before version 1 wrote encoding/json of an intent (jsonIntent), which begins
-// with '{'; decodeIntent still reads it, so a data directory they wrote opens and recovers.
-// Those binaries cannot read version 1.
+// with '{' (testdata/intent-json.golden); decodeIntent still reads it, so a data directory
+// they wrote opens and recovers (TestRecoverJSONIntent), and refuses any other first byte
+// but 1. Those binaries cannot read version 1 (docs/format.md: no downgrade).
 type intent struct {
 	Node    string
 	Entries []fsm.Entry
