@@ -82,6 +82,8 @@ var rules = []rule{
 		why: "the test filesystems (vfs/memfs, vfs/errorfs) are for tests and the chaos suite; code that ships runs on vfs.OSFS"},
 	{from: []string{"..."}, except: []string{testKit}, forbid: []string{testKit},
 		why: "internal/testkit is for _test.go files only"},
+	{from: []string{"..."}, except: []string{"chaos/...", "txn/txntest"}, forbid: []string{"txn/txntest"},
+		why: "txn/txntest is txn.Meta's test double: for tests and the chaos suite"},
 	{from: []string{"txn/..."}, tests: true, forbid: []string{"raftmeta/...", "node/...", raftFork, upstreamRaft},
 		why: "txn holds no Raft types: it reaches consensus through its Meta seam (txn/seams.go)"},
 	{from: product, except: append([]string{"raftmeta/...", raftFork}, wings...),
@@ -128,7 +130,7 @@ func TestImportRules(t *testing.T) {
 func TestImportRulesCatch(t *testing.T) {
 	bad := map[string]imports{
 		"fsm": {code: []string{module + "/internal/mutant", module + "/third_party/raft", module + "/internal/invariants"}},
-		"node": {code: []string{module + "/workload/trace", "github.com/hashicorp/raft", module + "/vfs/memfs"},
+		"node": {code: []string{module + "/workload/trace", "github.com/hashicorp/raft", module + "/vfs/memfs", module + "/txn/txntest"},
 			tests: []string{module + "/workload/trace", module + "/vfs/memfs", module + "/vfs/errorfs"}},
 		"chaos":            {tests: []string{"github.com/hashicorp/raft"}},
 		"raftmeta":         {code: []string{"github.com/hashicorp/raft", module + "/txn"}},
@@ -150,6 +152,7 @@ func TestImportRulesCatch(t *testing.T) {
 		"wal (test) imports txn",
 		"node imports workload/trace",
 		"node imports vfs/memfs",
+		"node imports txn/txntest",
 		"vfs/memfs imports bucketstore",
 		"txn (test) imports cmd/storenode",
 		"workload imports chaos",
