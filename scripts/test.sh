@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: the README names it and .ci/run calls it.
-#   unit and case tests (race detector on), then the crash suite built with -tags chaos
+#   unit and case tests (race detector on, built with -tags invariants: the core's assertions
+#   compiled in, internal/invariants), then the crash suite built with -tags chaos
 #   (failpoints compiled in; SIGKILLed child processes at every write-path step), then the
 #   mutation check, then the Python client and engine backends' tests (python/tests, pytest
 #   with Debian's /usr/bin/python3; their fixture builds storenode and starts it). gotestsum (a go.mod tool) runs go test and, when a test fails, repeats
@@ -11,8 +12,9 @@ unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
 go vet ./...
 go vet -tags chaos ./...
+go vet -tags invariants ./...
 gotest() { go tool gotestsum --format "$1" -- "${@:2}"; }
-gotest standard-quiet -race -count=1 -timeout 20m ./...
+gotest standard-quiet -race -tags invariants -count=1 -timeout 20m ./...
 gotest standard-verbose -tags chaos -count=1 -timeout 30m ./chaos/...
 gotest standard-verbose -count=1 -run TestMutants ./chaos
 /usr/bin/python3 -m pytest -q python/tests
