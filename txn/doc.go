@@ -30,7 +30,8 @@
 // # Concurrency
 //
 // A Coordinator is safe for concurrent use. Its state is split by job, each part a type with
-// its own lock; these seven are every mutex in the package (docs/architecture.md links here):
+// its own lock; these seven are every mutex in the package (docs/architecture.md links here;
+// internal/lint's TestTxnLocksListed holds this list to the code):
 //
 //	flightTable.mu        (coordinator.go) the in-flight table: the keys being written and the
 //	                      calls running by txn ID. With the FSM it decides, atomically, whether
