@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
+	"unicode"
 )
 
 // TxnID names one transaction (a batch offload): 128 bits the caller chooses, normally with
@@ -58,21 +60,19 @@ const (
 	Failed
 )
 
-func (o Outcome) String() string {
-	switch o {
-	case Stored:
-		return "Stored"
-	case AlreadyStored:
-		return "AlreadyStored"
-	case Conflict:
-		return "Conflict"
-	case Rejected:
-		return "Rejected"
-	case Failed:
-		return "Failed"
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
+// outcomeNames spells each outcome once; String and Label derive from it.
+var outcomeNames = names{Stored: "Stored", AlreadyStored: "AlreadyStored", Conflict: "Conflict", Rejected: "Rejected", Failed: "Failed"}
+
+var outcomeLabels = outcomeNames.labels()
+
+// String is the outcome's name ("AlreadyStored"), or "Outcome(N)" for one this build does not
+// know.
+func (o Outcome) String() string { return outcomeNames.name(int(o), "Outcome") }
+
+// Label is the outcome's name in snake_case ("already_stored"): the spelling of metric labels,
+// Stats.Counters and the FSM's outcomes (fsm.Outcome's String). It is "" for an outcome this
+// build does not know.
+func (o Outcome) Label() string { return outcomeLabels.name(int(o), "") }
 
 // OK reports whether the key is stored after the call (Stored or AlreadyStored).
 func (o Outcome) OK() bool { return o == Stored || o == AlreadyStored }
@@ -103,6 +103,10 @@ type GetStatus uint8
 
 // The statuses of BatchGet, per key. The values are wire format (the protocol's GetStatus
 // enum has the same numbers, InvalidKey and ShortBuffer excepted: they never travel).
+//
+// A status other than Found names the same fact as a Code (NotFound: CodeNotFound), which
+// its result carries too, so that errors.Is matches it; the pairs are written once, in
+// getStatuses, and GetStatus.Code reads them.
 const (
 	// Found: Value holds the verified bytes.
 	Found GetStatus = iota + 1
@@ -121,22 +125,46 @@ const (
 	ShortBuffer
 )
 
-func (s GetStatus) String() string {
-	switch s {
-	case Found:
-		return "Found"
-	case NotFound:
-		return "NotFound"
-	case Corrupt:
-		return "Corrupt"
-	case Unavailable:
-		return "Unavailable"
-	case InvalidKey:
-		return "InvalidKey"
-	case ShortBuffer:
-		return "ShortBuffer"
+// getStatuses spells each status once and gives the code a result of it carries; String,
+// Label and Code derive from it.
+var getStatuses = [...]struct {
+	name string
+	code Code
+}{
+	Found:       {"Found", CodeNone},
+	NotFound:    {"NotFound", CodeNotFound},
+	Corrupt:     {"Corrupt", CodeCorrupt},
+	Unavailable: {"Unavailable", CodeUnavailable},
+	InvalidKey:  {"InvalidKey", CodeInvalidKey},
+	ShortBuffer: {"ShortBuffer", CodeShortBuffer},
+}
+
+var getStatusNames, getStatusLabels = func() (names, names) {
+	n := make(names, len(getStatuses))
+	for i, s := range getStatuses {
+		n[i] = s.name
 	}
-	return fmt.Sprintf("GetStatus(%d)", uint8(s))
+	return n, n.labels()
+}()
+
+// String is the status's name ("NotFound"), or "GetStatus(N)" for one this build does not
+// know.
+func (s GetStatus) String() string { return getStatusNames.name(int(s), "GetStatus") }
+
+// Label is the status's name in snake_case ("not_found"), as metric labels spell it; "" for a
+// status this build does not know.
+func (s GetStatus) Label() string { return getStatusLabels.name(int(s), "") }
+
+// Code is the code a result of status s carries: CodeNone when Found, CodeNotFound when
+// NotFound, CodeCorrupt, CodeInvalidKey, CodeShortBuffer for the others of those names, and
+// CodeUnavailable when Unavailable, unless the reader knows a more specific reason
+// (CodeCanceled, CodeInternal). A status this build does not know reads as Unavailable, so
+// its code is CodeUnavailable.
+func (s GetStatus) Code() Code {
+	if int(s) < len(getStatuses) && getStatuses[s].name != "" {
+		return getStatuses[s].code
+	}
+	return CodeUnavailable
 }
 
 // GetResult is the outcome of reading one key, in request order.
@@ -148,7 +176,8 @@ type GetResult struct {
 	Value []byte
 	// Size is the value's length in bytes when Found or ShortBuffer, else 0.
 	Size int
-	// Code is why the key was not Found (CodeNone when Found; CodeNotFound when NotFound).
+	// Code is why the key was not Found: Status.Code(), or for Unavailable a more specific
+	// code (CodeNone when Found).
 	Code Code
 	// Reason is Code in words, with the details.
 	Reason string
@@ -177,18 +206,49 @@ const (
 	Unknown
 )
 
-func (p Presence) String() string {
-	switch p {
-	case Present:
-		return "Present"
-	case Absent:
-		return "Absent"
-	case InFlight:
-		return "InFlight"
-	case Unknown:
-		return "Unknown"
+// presenceNames spells each presence once; String and Label derive from it.
+var presenceNames = names{Present: "Present", Absent: "Absent", InFlight: "InFlight", Unknown: "Unknown"}
+
+var presenceLabels = presenceNames.labels()
+
+// String is the presence's name ("InFlight"), or "Presence(N)" for one this build does not
+// know.
+func (p Presence) String() string { return presenceNames.name(int(p), "Presence") }
+
+// Label is the presence's name in snake_case ("in_flight"), as metric labels spell it; "" for
+// a presence this build does not know.
+func (p Presence) Label() string { return presenceLabels.name(int(p), "") }
+
+// names holds the names of an enumeration's values, by value ("" for a number that names
+// none). Each name is CamelCase, as the Go constant is spelled.
+type names []string
+
+// name returns the name of value i; for a number that names none, "" when typ is "", else
+// "typ(i)".
+func (n names) name(i int, typ string) string {
+	if i >= 0 && i < len(n) && n[i] != "" {
+		return n[i]
 	}
-	return fmt.Sprintf("Presence(%d)", uint8(p))
+	if typ == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s(%d)", typ, i)
+}
+
+// labels returns the names in snake_case: "AlreadyStored" is "already_stored".
+func (n names) labels() names {
+	out := make(names, len(n))
+	for i, name := range n {
+		var b strings.Builder
+		for j, r := range name {
+			if unicode.IsUpper(r) && j > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(r))
+		}
+		out[i] = b.String()
+	}
+	return out
 }
 
 // ExistsResult answers BatchExists: one Presence per key, in request order, and the number of

@@ -305,11 +305,11 @@ func (s *Store) get(ctx context.Context, keys []string, bufs [][]byte) ([]kvoffl
 
 func (s *Store) getOne(k string, bufs [][]byte, i int) kvoffload.GetResult {
 	if why := kvoffload.CheckKey(k); why != "" {
-		return kvoffload.GetResult{Key: k, Status: kvoffload.InvalidKey, Code: kvoffload.CodeInvalidKey, Reason: why}
+		return kvoffload.GetResult{Key: k, Status: kvoffload.InvalidKey, Code: kvoffload.InvalidKey.Code(), Reason: why}
 	}
 	v, ok := s.data[k]
 	if !ok {
-		return kvoffload.GetResult{Key: k, Status: kvoffload.NotFound, Code: kvoffload.CodeNotFound}
+		return kvoffload.GetResult{Key: k, Status: kvoffload.NotFound, Code: kvoffload.NotFound.Code()}
 	}
 	if code, ok := s.fail[k]; ok {
 		delete(s.fail, k)
@@ -325,7 +325,7 @@ func (s *Store) getOne(k string, bufs [][]byte, i int) kvoffload.GetResult {
 	case bufs == nil:
 		r.Value = append([]byte(nil), v...)
 	case len(bufs[i]) < len(v):
-		r.Status, r.Code = kvoffload.ShortBuffer, kvoffload.CodeShortBuffer
+		r.Status, r.Code = kvoffload.ShortBuffer, kvoffload.ShortBuffer.Code()
 		r.Reason = fmt.Sprintf("buffer of %d bytes for a value of %d bytes", len(bufs[i]), len(v))
 	default:
 		r.Value = bufs[i][:copy(bufs[i], v)]

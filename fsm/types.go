@@ -138,25 +138,24 @@ const (
 	OutcomeInvalid                          // commit refused: the extent is out of bounds or overlaps a live entry's (extent.go)
 )
 
-// String returns the outcome's name.
+// outcomeNames are the outcomes' names, in the snake_case of kvoffload.Outcome's Label: the
+// three a KeyResult reports too are spelled by that one table.
+var outcomeNames = [...]string{
+	OutcomeStored:        kvoffload.Stored.Label(),
+	OutcomeAlreadyStored: kvoffload.AlreadyStored.Label(),
+	OutcomeConflict:      kvoffload.Conflict.Label(),
+	OutcomeStale:         "stale",
+	OutcomeAborted:       "aborted",
+	OutcomeRemoved:       "removed",
+	OutcomeAbsent:        "absent",
+	OutcomeInvalid:       "invalid",
+}
+
+// String returns the outcome's name ("already_stored"), or "Outcome(N)" for one this build
+// does not know.
 func (o Outcome) String() string {
-	switch o {
-	case OutcomeStored:
-		return "stored"
-	case OutcomeAlreadyStored:
-		return "already-stored"
-	case OutcomeConflict:
-		return "conflict"
-	case OutcomeStale:
-		return "stale"
-	case OutcomeAborted:
-		return "aborted"
-	case OutcomeRemoved:
-		return "removed"
-	case OutcomeAbsent:
-		return "absent"
-	case OutcomeInvalid:
-		return "invalid"
+	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
+		return outcomeNames[o]
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }

@@ -8,46 +8,30 @@ import (
 	"github.com/kvoffload/kvoffload"
 )
 
-// Label values of the per-key metrics, snake_case like kvoffload_txn_events_total's kinds.
+// Label values of the per-key metrics: the vocabulary's own (kvoffload's Label methods,
+// snake_case like kvoffload_txn_events_total's kinds), over a fixed set of values each.
 
 func outcomeLabel(o kvoffload.Outcome) string {
-	switch o {
-	case kvoffload.Stored:
-		return "stored"
-	case kvoffload.AlreadyStored:
-		return "already_stored"
-	case kvoffload.Conflict:
-		return "conflict"
-	case kvoffload.Rejected:
-		return "rejected"
-	case kvoffload.Failed:
-		return "failed"
+	if l := o.Label(); l != "" {
+		return l
 	}
 	return "unspecified"
 }
 
 func statusLabel(s kvoffload.GetStatus) string {
 	switch s {
-	case kvoffload.Found:
-		return "found"
-	case kvoffload.NotFound:
-		return "not_found"
-	case kvoffload.Corrupt:
-		return "corrupt"
+	case kvoffload.Found, kvoffload.NotFound, kvoffload.Corrupt:
+		return s.Label()
 	}
-	return "unavailable" // what wire.StatusToPB sends for any other status
+	return kvoffload.Unavailable.Label() // InvalidKey, ShortBuffer and unknown statuses too
 }
 
 func presenceLabel(p kvoffload.Presence) string {
 	switch p {
-	case kvoffload.Present:
-		return "present"
-	case kvoffload.Absent:
-		return "absent"
-	case kvoffload.InFlight:
-		return "in_flight"
+	case kvoffload.Present, kvoffload.Absent, kvoffload.InFlight:
+		return p.Label()
 	}
-	return "unknown" // what wire.PresenceToPB sends for any other presence
+	return kvoffload.Unknown.Label() // what wire.PresenceToPB sends for any other presence
 }
 
 // reasonClass names a class of per-key reasons: a reason containing any of subs.
@@ -68,11 +52,11 @@ var failureKinds = []struct {
 	op, outcome string
 	classes     []reasonClass
 }{
-	{"offload", "conflict", []reasonClass{
+	{"offload", kvoffload.Conflict.Label(), []reasonClass{
 		{"duplicate_in_batch", []string{"twice with different bytes"}},
 		{"different_bytes", []string{"different bytes"}},
 	}},
-	{"offload", "rejected", []reasonClass{
+	{"offload", kvoffload.Rejected.Label(), []reasonClass{
 		{"invalid_key", []string{"invalid key"}},
 		{"invalid_value", []string{"invalid value"}},
 		{"too_large", []string{"too large"}},
@@ -82,7 +66,7 @@ var failureKinds = []struct {
 		{"removed_concurrently", []string{"removed concurrently"}},
 		{"refused_by_metadata", []string{"refused by the metadata"}},
 	}},
-	{"offload", "failed", []reasonClass{
+	{"offload", kvoffload.Failed.Label(), []reasonClass{
 		{"write_error", []string{"write:"}},
 		{"data_sync_failed", []string{"data:"}},
 		{"wal_error", []string{"wal:"}},
@@ -93,10 +77,10 @@ var failureKinds = []struct {
 		{"aborted", []string{"aborted"}},
 		{"reserve_error", []string{"reserve:"}},
 	}},
-	{"get", "corrupt", []reasonClass{
+	{"get", kvoffload.Corrupt.Label(), []reasonClass{
 		{"corrupt_record", []string{""}},
 	}},
-	{"get", "unavailable", []reasonClass{
+	{"get", kvoffload.Unavailable.Label(), []reasonClass{
 		{"read_index_failed", []string{"could not be brought up to date"}},
 		{"owner_unavailable", []string{"owner", "owned by node"}},
 		{"canceled", []string{"context canceled", "deadline exceeded"}},

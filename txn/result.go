@@ -58,26 +58,13 @@ func fromFSM(o fsm.Outcome) verdict {
 	return failed(kvoffload.CodeInternal, "unexpected FSM outcome "+o.String())
 }
 
-// fillGetCode completes a read result: Size from a Found value, and for a status without a
-// code the status's own (NotFound: CodeNotFound, Corrupt: CodeCorrupt, Unavailable:
-// CodeUnavailable).
+// fillGetCode completes a read result: Size from a Found value, and for a result without a
+// code its status's own (GetStatus.Code).
 func fillGetCode(r *kvoffload.GetResult) {
 	if r.Status == kvoffload.Found {
 		r.Size = len(r.Value)
 	}
-	if r.Code != kvoffload.CodeNone || r.Status == kvoffload.Found {
-		return
-	}
-	switch r.Status {
-	case kvoffload.NotFound:
-		r.Code = kvoffload.CodeNotFound
-	case kvoffload.Corrupt:
-		r.Code = kvoffload.CodeCorrupt
-	case kvoffload.InvalidKey:
-		r.Code = kvoffload.CodeInvalidKey
-	case kvoffload.ShortBuffer:
-		r.Code = kvoffload.CodeShortBuffer
-	default:
-		r.Code = kvoffload.CodeUnavailable
+	if r.Code == kvoffload.CodeNone {
+		r.Code = r.Status.Code()
 	}
 }
