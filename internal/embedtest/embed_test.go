@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/mod/modfile"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 const forkPath = modulePath + "/third_party/raft"
@@ -37,7 +39,7 @@ func TestEmbedderBuildsThePatchedRaft(t *testing.T) {
 		t.Logf("%-12s %v", name, time.Since(start).Round(time.Millisecond))
 		start = time.Now()
 	}
-	root := moduleRoot(t)
+	root := testkit.ModuleRoot(t)
 	modCache := strings.TrimSpace(run(t, root, nil, goBin, "env", "GOMODCACHE"))
 	version := freshVersion(t)
 	proxy := t.TempDir()
@@ -142,7 +144,7 @@ func fileURL(dir string) string { return "file://" + filepath.ToSlash(dir) }
 
 func mainGoMod(t *testing.T) *modfile.File {
 	t.Helper()
-	path := filepath.Join(moduleRoot(t), "go.mod")
+	path := filepath.Join(testkit.ModuleRoot(t), "go.mod")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -152,23 +154,4 @@ func mainGoMod(t *testing.T) *modfile.File {
 		t.Fatal(err)
 	}
 	return f
-}
-
-// moduleRoot is the directory of go.mod above the test's working directory.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -5,12 +5,13 @@ import (
 	"go/token"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 const module = "github.com/kvoffload/kvoffload"
@@ -294,20 +295,4 @@ func readImports(t *testing.T, root string) map[string]imports {
 }
 
 // moduleRoot is the directory of go.mod above the test's working directory.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
+var moduleRoot = testkit.ModuleRoot

@@ -16,6 +16,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -104,6 +105,24 @@ var goTest = sync.OnceValue(func() string {
 	}
 	return cmd + " " + pkg
 })
+
+// ModuleRoot returns the directory of the go.mod above the test's working directory: the
+// module's root, where a test reads the repository's files.
+func ModuleRoot(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	Must(tb, err, "the working directory")
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatal("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
 
 // Eventually waits up to timeout for cond, calling it every few milliseconds, and fails tb
 // if it is still false then; what names the condition in the failure.

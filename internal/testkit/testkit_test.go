@@ -3,6 +3,8 @@ package testkit
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -135,5 +137,12 @@ func TestCloseAtEnd(t *testing.T) {
 		if got := len(r.errs) > 0; got != tc.fails {
 			t.Errorf("Close returning %v: reported %q", tc.c.err, r.errs)
 		}
+	}
+}
+
+func TestModuleRoot(t *testing.T) {
+	root := ModuleRoot(t)
+	if _, err := os.Stat(filepath.Join(root, "internal", "testkit", "testkit.go")); err != nil {
+		t.Errorf("ModuleRoot %s: %v", root, err)
 	}
 }
