@@ -42,6 +42,9 @@ func (m *Meta) FailNext(n int64) { m.failNext.Store(n) }
 // node proposed, or one applied behind the coordinator's back.
 func (m *Meta) Apply(cmd []byte) *fsm.Result { return m.FSM.ApplyCommand(m.index.Add(1), cmd) }
 
+// LastIndex returns the log index of the last command applied through Apply or Propose.
+func (m *Meta) LastIndex() uint64 { return m.index.Load() }
+
 // Propose applies cmd and returns its result, or loses it (FailNext).
 func (m *Meta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) {
 	if m.failNext.Add(-1) >= 0 {

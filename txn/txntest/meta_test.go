@@ -37,5 +37,8 @@ func TestFailNext(t *testing.T) {
 		if _, ok := m.Lookup("b"); !ok {
 			t.Errorf("ApplyAnyway %v: the second proposal did not apply", anyway)
 		}
+		if want := map[bool]uint64{false: 1, true: 2}[anyway]; m.LastIndex() != want {
+			t.Errorf("ApplyAnyway %v: last index %d, want %d", anyway, m.LastIndex(), want)
+		}
 	}
 }
