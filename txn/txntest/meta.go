@@ -40,9 +40,13 @@ func (m *Meta) FailNext(n int64) { m.failNext.Store(n) }
 
 // Apply applies cmd to FSM at the next log index whatever FailNext says: a command another
 // node proposed, or one applied behind the coordinator's back.
-func (m *Meta) Apply(cmd []byte) *fsm.Result { return m.FSM.ApplyCommand(m.index.Add(1), cmd) }
+func (m *Meta) Apply(cmd []byte) *fsm.Result { return m.FSM.ApplyCommand(m.NextIndex(), cmd) }
 
-// LastIndex returns the log index of the last command applied through Apply or Propose.
+// NextIndex takes the next log index for a command applied elsewhere (another replica's FSM,
+// whose snapshot this one restores later).
+func (m *Meta) NextIndex() uint64 { return m.index.Add(1) }
+
+// LastIndex returns the last log index Apply, Propose or NextIndex took.
 func (m *Meta) LastIndex() uint64 { return m.index.Load() }
 
 // Propose applies cmd and returns its result, or loses it (FailNext).
