@@ -106,7 +106,7 @@ func (a *assembler) add(ch *pb.GetChunk) error {
 	case a.bufs == nil:
 		a.buf = make([]byte, 0, min(a.want, maxPrealloc))
 	case uint64(len(a.bufs[i])) < a.want:
-		*r = kvoffload.GetResult{Key: r.Key, Status: kvoffload.ShortBuffer, Size: int(a.want), Code: kvoffload.CodeShortBuffer,
+		*r = kvoffload.GetResult{Key: r.Key, Status: kvoffload.ShortBuffer, Size: int(a.want), Code: kvoffload.ShortBuffer.Code(),
 			Reason: fmt.Sprintf("buffer of %d bytes for a value of %d bytes", len(a.bufs[i]), a.want)}
 		a.bad = r.Reason
 		return nil
@@ -154,6 +154,6 @@ func (a *assembler) finish() {
 // fail reports the current key Unavailable because its bytes did not add up.
 func (a *assembler) fail(why string) {
 	r := &a.res[a.cur]
-	r.Status, r.Value, r.Size, r.Code, r.Reason = kvoffload.Unavailable, nil, 0, kvoffload.CodeUnavailable, why
+	r.Status, r.Value, r.Size, r.Code, r.Reason = kvoffload.Unavailable, nil, 0, kvoffload.Unavailable.Code(), why
 	a.buf, a.bad = nil, why
 }
