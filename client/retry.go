@@ -46,7 +46,7 @@ func unsendable(s *status.Status) bool {
 }
 
 // leaderChange reports a FailedPrecondition that says the member was not (or no longer) the
-// leader (raftmeta.ErrNotLeader, "raftmeta: not the leader", as node/cluster_service.go maps
+// leader (raftmeta.ErrNotLeader, "raftmeta: not the leader", as internal/cluster/service.go maps
 // it): another member, or the same one later, may accept the request.
 func leaderChange(s *status.Status) bool {
 	return strings.Contains(s.Message(), "not the leader")

@@ -3,22 +3,8 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
-	"slices"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
-
-	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
-	"github.com/kvoffload/kvoffload/internal/devca"
-	"github.com/kvoffload/kvoffload/internal/transport"
+	"github.com/kvoffload/kvoffload/internal/cluster"
 )
 
 // An operator's calls to the peer service, for tools (storenode members remove).
@@ -29,15 +15,7 @@ import (
 // As with members' calls to each other, members are dialed by address (a redirect names one),
 // so the chain is verified, not the host name.
 func OperatorTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("loading the certificate: %w", err)
-	}
-	pool, err := devca.CAPool(caFile)
-	if err != nil {
-		return nil, err
-	}
-	return (&tlsMaterial{cert: cert, ca: pool}).peerClient("", ""), nil
+	return cluster.OperatorTLS(certFile, keyFile, caFile)
 }
 
 // Removal is what RemoveMember did.
@@ -52,58 +30,14 @@ type Removal struct {
 // RemoveMember removes node id from the cluster (Cluster/Leave) through the member at peer
 // address addr: over TLS with tlsConfig (OperatorTLS), or plaintext when it is nil. A member
 // that is not the leader forwards the call, or, with TLS, answers with the leader's peer
-// address, where RemoveMember follows it (at most maxRedirects times). A member that knows no
+// address, where RemoveMember follows it (a bounded number of times). A member that knows no
 // leader yet answers Unavailable, and the call is tried again until ctx ends. An address
 // where no gRPC server answers fails at once, saying what answered there; any other refusal
 // is returned as it came (NotFound: id is no member and owns no keys).
 func RemoveMember(ctx context.Context, addr, id string, tlsConfig *tls.Config) (Removal, error) {
-	creds := insecure.NewCredentials()
-	if tlsConfig != nil {
-		creds = credentials.NewTLS(tlsConfig)
-	}
-	visited := []string{addr}
-	for {
-		resp, to, err := leaveAt(ctx, addr, id, creds)
-		switch {
-		case err == nil:
-			return Removal{At: addr, KeysDropped: resp.KeysDropped}, nil
-		case to != "" && status.Code(err) == codes.FailedPrecondition:
-			if slices.Contains(visited, to) || len(visited) > maxRedirects {
-				return Removal{}, fmt.Errorf("%s redirects to the leader at %s, visited already (%v): %w", addr, to, visited, err)
-			}
-			addr, visited = to, append(visited, to)
-			continue
-		case status.Code(err) == codes.Unimplemented:
-			return Removal{}, fmt.Errorf("%s serves no peer service (a member's --api-addr?): give a member's --peer-addr: %w", addr, err)
-		case status.Code(err) != codes.Unavailable:
-			return Removal{}, fmt.Errorf("%s: %w", addr, err)
-		}
-		select {
-		case <-ctx.Done():
-			return Removal{}, fmt.Errorf("%s: %w (last answer: %w)", addr, ctx.Err(), err)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// leaveAt makes one Leave call for id at addr; to is the leader's peer address of a redirect.
-func leaveAt(ctx context.Context, addr, id string, creds credentials.TransportCredentials) (*pb.LeaveResponse, string, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	at, dropped, err := cluster.Leave(ctx, addr, id, tlsConfig)
 	if err != nil {
-		return nil, "", fmt.Errorf("dialing %s: %w", addr, err)
+		return Removal{}, err
 	}
-	defer conn.Close()
-	var trailer metadata.MD
-	var at peer.Peer
-	resp, err := pb.NewClusterClient(conn).Leave(ctx, &pb.LeaveRequest{NodeId: id}, grpc.Trailer(&trailer), grpc.Peer(&at))
-	if err != nil && at.Addr == nil {
-		return nil, "", fmt.Errorf("no member's peer service answered (%s): %w", transport.WhatAnswered(ctx, addr, err), errUnanswered)
-	}
-	if to := trailer.Get(leaderTrailer); len(to) == 1 {
-		return resp, to[0], err
-	}
-	return resp, "", err
+	return Removal{At: at, KeysDropped: dropped}, nil
 }
-
-// errUnanswered marks a call that reached no gRPC server.
-var errUnanswered = errors.New("give a member's --peer-addr")

@@ -4,12 +4,12 @@
 //
 // Open is a sequence of steps (node.go): newNode builds the node, openStores opens the data
 // directory, then the steps of the mode run, startEmbedded for a single node or startMember
-// for a cluster member (membership.go); Config.cluster is the one test of the mode. A
-// member opens its cluster ID, Raft, the coordinator and both listeners, then decides from
-// its Raft state whether it joins, restarts as a member or was removed (standing, join,
-// checkJoinIgnored, waitLeader), and runs recovery. A member's coordinator reaches the Raft
-// leader and the owners of other keys through internal/forward; the Cluster
-// service that answers them is cluster_service.go.
+// for a cluster member (member.go); Config.cluster is the one test of the mode. A member
+// opens its cluster ID, Raft, the coordinator and both listeners, then decides from its Raft
+// state whether it joins, restarts as a member or was removed (cluster.Member.Start), and
+// runs recovery. Membership, cluster and node identity, peer security and the Cluster
+// service are internal/cluster; a member's coordinator reaches the Raft leader and the
+// owners of other keys through internal/forward; the event stream is internal/watch.
 //
 // Go Ps: the store's goroutines spend milliseconds in blocking fsync, fdatasync and O_DIRECT
 // write calls, and each keeps its P (GOMAXPROCS) until the runtime retakes it, up to 10 ms
@@ -23,7 +23,7 @@
 //	DIR/CLUSTER_ID  a member's cluster ID; DIR/NODE_ID: the node ID the directory belongs to.
 //	                Each is one line, the ID and "\n" (1 to 255 bytes without it), written
 //	                through NAME.tmp, fsync, rename and a directory fsync, and not again
-//	                while it holds the same ID (identity.go)
+//	                while it holds the same ID (internal/cluster/identity.go)
 //	DIR/wal/        intent log: tidwall/wal segments of kvoffload envelopes (wal/doc.go)
 //	DIR/buckets/    bucket-%010d.kvb files of self-describing records, and the bucket
 //	                store's LOCK (bucketstore/doc.go)

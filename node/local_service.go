@@ -14,6 +14,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/cluster"
 	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/txn"
 )
@@ -28,15 +29,15 @@ func (n *Node) serveLocal() error {
 		return err
 	}
 	n.localListener = lis
-	opts := append(n.serverOptions(), grpc.Creds(local.NewCredentials()))
+	opts := append(cluster.ServerOptions(maxMsgBytes(n.cfg.Txn)), grpc.Creds(local.NewCredentials()))
 	if tokens := n.cfg.Security.APITokens; len(tokens) > 0 {
-		opts = append(opts, tokenCheck(tokens)...)
+		opts = append(opts, cluster.TokenCheck(tokens)...)
 	}
 	n.localServer = grpc.NewServer(opts...)
 	pb.RegisterKVOffloadServer(n.localServer, kvService{n: n})
 	pb.RegisterLocalKVOffloadServer(n.localServer, localService{n: n})
 	registerHealth(n.localServer, n.health)
-	go n.runServer(n.localServer, lis, "local")
+	go runServer(n.log, n.localServer, lis, "local")
 	return nil
 }
 

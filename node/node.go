@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/cluster"
 	"github.com/kvoffload/kvoffload/internal/forward"
 	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/internal/watch"
@@ -36,7 +36,15 @@ var ErrLocked = errors.New("node: data directory is in use by another process")
 // ErrRemoved is returned by Open for a node that was removed from its cluster (Leave): its
 // data directory belongs to a former member and is not reused, and the node does not join
 // again (docs/operations.md).
-var ErrRemoved = errors.New("node: removed from the cluster")
+var ErrRemoved = cluster.ErrRemoved
+
+// ErrClusterMismatch is returned by Open for a node asked to join another cluster than the
+// one its data directory belongs to.
+var ErrClusterMismatch = cluster.ErrClusterMismatch
+
+// ErrNodeIDMismatch is returned by Open for a node ID other than the one its data directory
+// belongs to.
+var ErrNodeIDMismatch = cluster.ErrNodeIDMismatch
 
 // Node is one running kvoffload node.
 type Node struct {
@@ -47,27 +55,14 @@ type Node struct {
 	buckets *bucketstore.Store
 	fsm     *fsm.FSM
 	raft    *raftmeta.Node
-	// raftAdmit is raft for the Raft listener's admission check, which runs on connections
-	// accepted while raftmeta.Open is still returning.
-	raftAdmit atomic.Pointer[raftmeta.Node]
-	// joinAdmit, set by join from the cluster's Status before this fresh node sends Join, is
-	// the members whose Raft connections it admits while its configuration is still empty.
-	joinAdmit atomic.Pointer[[]string]
-	// clusterID is the cluster ID of the data directory (identity.go); nil until known.
-	clusterID atomic.Pointer[string]
-	adoptMu   sync.Mutex // serializes adoptClusterID's check and write of CLUSTER_ID
-	// joining is the ID of the cluster a fresh node asked to join (pinned before its Join):
-	// the only cluster whose Raft traffic it accepts until the Join reply is recorded.
-	joining atomic.Pointer[string]
-	// legacy: the node has Raft state but no cluster ID anywhere (data from before cluster
-	// IDs): it accepts Raft traffic from any cluster until the leader records an ID.
-	legacy    atomic.Bool
+	// raftOpened is raft, for Healthy, which may run while Open is still opening it.
+	raftOpened atomic.Pointer[raftmeta.Node]
+	member     *cluster.Member // membership, identity and peer security
 	idleLimit atomic.Int64 // streamIdle for tests; 0: streamIdleTimeout
 	coord     *txn.Coordinator
 	peers     *forward.Peers
 	leader    *forward.Leader // cluster mode only
 	metrics   *metrics
-	tls       *tlsMaterial // nil without TLS
 	server    *grpc.Server // the client API
 	listener  net.Listener
 	health    *health.Server
@@ -97,7 +92,7 @@ type Node struct {
 // recovery has finished). On error everything opened so far is closed again.
 //
 // The steps: construction (newNode), the data directory (openStores), then the steps of the
-// mode, startEmbedded or startMember (membership.go), each ending with recovery; then the
+// mode, startEmbedded or startMember (member.go), each ending with recovery; then the
 // node is ready.
 func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n, err := newNode(cfg)
@@ -121,7 +116,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if n.nodeIDPending {
-		if err := n.recordNodeID(); err != nil {
+		if err := cluster.RecordNodeID(n.cfg.DataDir, n.cfg.ID); err != nil {
 			n.log.Warn("could not record the node ID in the data directory; the next start tries again", "err", err)
 		}
 	}
@@ -136,10 +131,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go n.spaceLoop()
 	n.warnSpace()
 	if n.cfg.cluster() {
-		go n.watchRemoval()
+		go n.member.WatchRemoval()
 	}
 	procs := runtime.GOMAXPROCS(0)
-	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", n.tls != nil, "cluster", n.ClusterID(), "gomaxprocs", procs)
+	n.log.Info("node ready", "api", n.APIAddr(), "peer", n.PeerAddr(), "raft", cfg.RaftAddr, "tls", n.member.TLS(), "cluster", n.ClusterID(), "gomaxprocs", procs)
 	if procs < MinProcs {
 		n.log.Info("few Go Ps for the store's blocking disk I/O: on 2 cores, 4 Ps made commits ~25% faster (docs/operations.md); set GOMAXPROCS=4", "gomaxprocs", procs)
 	}
@@ -148,20 +143,23 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 // newNode checks cfg, loads the TLS material and builds the node's parts that open nothing.
 func newNode(cfg Config) (*Node, error) {
-	if err := errors.Join(cfg.Validate(), checkJoinAddrs(cfg.Join)); err != nil {
+	if err := errors.Join(cfg.Validate(), cluster.CheckJoinAddrs(cfg.Join)); err != nil {
 		return nil, err
 	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	tm, err := loadTLS(cfg.Security, cfg.ID)
+	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), ready: make(chan struct{}), closing: make(chan struct{})}
+	sec := cfg.Security
+	var err error
+	n.member, err = cluster.New(cluster.Config{ID: cfg.ID, DataDir: cfg.DataDir, Join: cfg.Join, RaftAdvertise: cfg.raftAdvertise(),
+		CertFile: sec.CertFile, KeyFile: sec.KeyFile, CAFile: sec.CAFile, MaxMsgBytes: maxMsgBytes(cfg.Txn),
+		MaxRecordLen: cfg.Txn.MaxRecordLen(), Build: ReadBuild().String(), Logger: n.log, Closing: n.closing}, memberHost{n})
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: lg.With("node", cfg.ID), tls: tm,
-		ready: make(chan struct{}), closing: make(chan struct{})}
-	n.peers = forward.NewPeers(n.peerCreds, n.peerDialOptions()...)
+	n.peers = n.member.Peers()
 	n.watch = watch.New(cfg.ID, cmp.Or(cfg.WatchRetain, DefaultWatchRetain), cmp.Or(cfg.MaxWatchers, DefaultMaxWatchers), watchNode{n})
 	n.metrics = newMetrics(cfg.Registry, n)
 	return n, nil
@@ -211,8 +209,8 @@ func (n *Node) openStores() (fresh bool, err error) {
 	}
 	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "raft", "raft.db"))
 	fresh = errors.Is(statErr, os.ErrNotExist)
-	n.removeUnfinishedIDWrites()
-	recorded, err := n.checkNodeID(fresh) // before anything in the directory is opened
+	cluster.RemoveUnfinishedIDWrites(cfg.DataDir, n.log)
+	recorded, err := cluster.CheckNodeID(cfg.DataDir, cfg.ID, fresh) // before anything in the directory is opened
 	if err != nil {
 		return false, err
 	}
@@ -249,7 +247,8 @@ func (n *Node) openRaft(rcfg raftmeta.Config) error {
 	if n.raft, err = raftmeta.Open(rcfg, n.fsm); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.raftAdmit.Store(n.raft)
+	n.raftOpened.Store(n.raft)
+	n.member.Attach(n.raft, n.fsm)
 	return nil
 }
 

@@ -231,7 +231,7 @@ func (s kvService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.Statu
 	if err := s.n.coord.Usable(); err != nil {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.RefusingHeader, err.Error()))
 	}
-	return clusterService{n: s.n}.Status(ctx, req)
+	return s.n.member.Service().Status(ctx, req)
 }
 
 func (s kvService) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.RemoveResponse, error) {

@@ -129,7 +129,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 // checkServer accepts a TLS connection to address only from a server that the latest Raft
 // configuration lists at that address: the answering certificate's Common Name must be that
 // server's ID (a member's certificate names its node ID, as the listening side checks,
-// node/security.go). Raft's messages carry no proof of their sender, so without it any holder
+// internal/cluster/security.go). Raft's messages carry no proof of their sender, so without it any holder
 // of a certificate of the cluster CA who answered at a voter's address (a removed member,
 // until the CA is rotated) could grant votes and acknowledge entries in the voter's place,
 // and a leader would commit with a quorum of one real voter (node's

@@ -1,8 +1,9 @@
 // Package forward carries a cluster member's metadata calls to the Raft leader. Only the
 // leader can append a command, run a barrier or give a read index; a follower's coordinator
 // makes the same calls (txn.Meta) and Leader sends them on, over the leader's Cluster service
-// (node/cluster_service.go), then waits until this node has applied what the leader did, so
-// the local metadata shows it on return.
+// (internal/cluster/service.go), then waits until this node has applied what the leader did,
+// so the local metadata shows it on return. Owners reads keys from the members that own
+// their bytes (owners.go).
 //
 // Errors keep their meaning across the hop: a leader that moved between lookup and call
 // answers FailedPrecondition and the leader is looked up again; a forwarded proposal the
@@ -57,7 +58,7 @@ type Leader struct {
 }
 
 // ErrorDomain and ReasonNotAMember are the google.rpc.ErrorInfo the leader attaches to its
-// PermissionDenied for a node outside the Raft configuration (node/cluster_service.go
+// PermissionDenied for a node outside the Raft configuration (internal/cluster/service.go
 // refuseNonMember): the one refusal that means this node was removed.
 const (
 	ErrorDomain      = "kvoffload.v1.Cluster" // the service that answers it

@@ -28,7 +28,7 @@ type peerKey struct{ addr, member string }
 // connection to member at addr (mutual TLS that checks the answering certificate is member's, or
 // plaintext; member "" for a connection by address only); opts are every connection's other
 // options: keepalive, message-size limits and the interceptors that stamp this node's cluster
-// ID on every call (node/cluster.go peerDialOptions).
+// ID on every call (internal/cluster, peerDialOptions).
 func NewPeers(creds func(member, addr string) grpc.DialOption, opts ...grpc.DialOption) *Peers {
 	return &Peers{opts: opts, creds: creds, conns: map[peerKey]*grpc.ClientConn{}}
 }

@@ -4,81 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
-	"github.com/kvoffload/kvoffload/internal/transport"
+	"github.com/kvoffload/kvoffload/internal/cluster"
 	"github.com/kvoffload/kvoffload/txn"
 )
-
-// Keepalive on both listeners: a connection whose peer stops answering (SIGSTOP, a hung VM,
-// a dead link without a FIN) is closed within about keepaliveTime+keepaliveTimeout, and
-// clients may ping as often as every keepaliveMinPing to detect a stalled member themselves
-// (client.Options.StallTimeout).
-const (
-	keepaliveTime    = 2 * time.Second
-	keepaliveTimeout = 2 * time.Second
-	keepaliveMinPing = 500 * time.Millisecond
-)
-
-// serverOptions are the options of each of the node's gRPC servers: the transport's tuning,
-// the message limit (maxMsgBytes) and keepalive.
-func (n *Node) serverOptions() []grpc.ServerOption {
-	limit := maxMsgBytes(n.cfg.Txn)
-	return append(transport.ServerOptions(),
-		grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
-	)
-}
-
-// peerCreds are the transport credentials of a connection to member ("": whoever answers)
-// at addr (forward.Peers): mutual TLS when configured (tlsMaterial.peerClient), plaintext
-// otherwise.
-func (n *Node) peerCreds(member, addr string) grpc.DialOption {
-	if n.tls == nil {
-		return grpc.WithTransportCredentials(insecure.NewCredentials())
-	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(n.tls.peerClient(member, addr)))
-}
-
-// peerDialOptions are the other options of every call to another member (forward.Peers):
-// the same keepalive and message limit (maxMsgBytes) as the listeners, and this node's
-// cluster ID stamped on every call (clusterIDInterceptors).
-func (n *Node) peerDialOptions() []grpc.DialOption {
-	unary, stream := clusterIDInterceptors(n.ClusterID)
-	limit := maxMsgBytes(n.cfg.Txn)
-	return append(transport.DialOptions(),
-		grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerBackoff, MinConnectTimeout: peerConnectTimeout}),
-	)
-}
-
-// peerBackoff paces the reconnection to a member that cannot be reached: gRPC's default
-// (backoff.DefaultConfig) doubles up to two minutes, so a member back from a long outage
-// would stay unreachable from the others for as long, its keys Unavailable through them
-// (TestOwnerServesSoonAfterAnOutage). Members are few, and an attempt at a dead address
-// costs one refused connection, so it is capped at a second.
-var peerBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
-
-// peerConnectTimeout bounds one connection attempt to a member (gRPC's default is 20 s).
-const peerConnectTimeout = 5 * time.Second
 
 // serve starts the client API (KVOffload, gRPC health, server reflection) on cfg.APIAddr
 // and, in cluster mode, the peer service (Cluster) on cfg.PeerAddr: two listeners, so that
@@ -102,18 +45,18 @@ func (n *Node) serve() error {
 	if !loopback(n.cfg.APIAddr) && !n.cfg.Security.APITLS && len(n.cfg.Security.APITokens) == 0 {
 		n.log.Warn("the client API is open: not on loopback, no TLS, no token; anyone who can reach it can read, offload and remove keys (docs/security.md)", "addr", lis.Addr().String())
 	}
-	opts := n.serverOptions()
+	opts := cluster.ServerOptions(maxMsgBytes(n.cfg.Txn))
 	if n.cfg.Security.APITLS {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.apiServer())))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.member.APITLS())))
 	}
 	if tokens := n.cfg.Security.APITokens; len(tokens) > 0 {
-		opts = append(opts, tokenCheck(tokens)...)
+		opts = append(opts, cluster.TokenCheck(tokens)...)
 	}
 	n.server = grpc.NewServer(opts...)
 	pb.RegisterKVOffloadServer(n.server, kvService{n: n})
 	registerHealth(n.server, n.health)
 	reflection.Register(n.server)
-	go n.runServer(n.server, lis, "API")
+	go runServer(n.log, n.server, lis, "API")
 	if n.cfg.PeerAddr == "" {
 		return nil
 	}
@@ -122,23 +65,18 @@ func (n *Node) serve() error {
 		return fmt.Errorf("node: peer listener: %w", err)
 	}
 	n.peerListener = plis
-	unary, stream := clusterIDCheck(n.ClusterID, n.log)
-	popts := append(n.serverOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
-	if n.tls != nil {
-		popts = append(popts, grpc.Creds(credentials.NewTLS(n.tls.peerServer())))
-	}
-	n.peerServer = grpc.NewServer(popts...)
-	pb.RegisterClusterServer(n.peerServer, clusterService{n: n})
+	n.peerServer = grpc.NewServer(n.member.PeerServerOptions()...)
+	n.member.Register(n.peerServer)
 	reflection.Register(n.peerServer) // for operators' grpcurl (Leave); behind mTLS when TLS is on
-	go n.runServer(n.peerServer, plis, "peer")
+	go runServer(n.log, n.peerServer, plis, "peer")
 	return nil
 }
 
 func registerHealth(s *grpc.Server, h *health.Server) { healthpb.RegisterHealthServer(s, h) }
 
-func (n *Node) runServer(s *grpc.Server, lis net.Listener, name string) {
+func runServer(lg *slog.Logger, s *grpc.Server, lis net.Listener, name string) {
 	if err := s.Serve(lis); err != nil {
-		n.log.Error(name+" server stopped", "err", err)
+		lg.Error(name+" server stopped", "err", err)
 	}
 }
 
@@ -180,7 +118,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 // Raft is stopped, and the error says whether the filesystem is full), it accepts nothing
 // more and only a restart recovers it, so a liveness probe (/healthz) must see it.
 func (n *Node) Healthy() error {
-	if r := n.raftAdmit.Load(); r != nil && r.LogFault() != nil {
+	if r := n.raftOpened.Load(); r != nil && r.LogFault() != nil {
 		return fmt.Errorf("node %s: fail-stopped, restart the process to recover: %w", n.cfg.ID, r.LogFault())
 	}
 	if n.coord == nil {
@@ -212,22 +150,6 @@ func (n *Node) Ready() error {
 		}
 	}
 	return nil
-}
-
-// announce records this node's addresses in the member directory when it becomes leader
-// (the bootstrap node has no one else to do it; a restarted leader may have moved), and the
-// cluster ID in the metadata if it has none.
-func (n *Node) announce() {
-	me := fsm.Member{NodeID: n.cfg.ID, RaftAddr: n.cfg.raftAdvertise(), APIAddr: n.APIAddr(), PeerAddr: n.PeerAddr()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if cur, ok := n.fsm.Member(n.cfg.ID); !ok || cur != me {
-		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: me})
-		if _, err := n.raft.Propose(ctx, cmd); err != nil {
-			n.log.Warn("could not record this node in the member directory", "err", err)
-		}
-	}
-	n.recordClusterID(ctx)
 }
 
 // Shutdown stops the node gracefully: no new requests are accepted, requests in flight

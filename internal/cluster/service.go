@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"context"
@@ -14,15 +14,15 @@ import (
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/devca"
 	"github.com/kvoffload/kvoffload/internal/forward"
-	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/raftmeta"
 )
 
 // clusterService implements the node-to-node Cluster gRPC service.
 type clusterService struct {
 	pb.UnimplementedClusterServer
-	n *Node
+	m *Member
 }
 
 // Join adds a node; a member that is not the leader forwards the request to the leader, or,
@@ -32,20 +32,20 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 	if req.NodeId == "" || req.RaftAddr == "" || req.ApiAddr == "" || req.PeerAddr == "" {
 		return nil, status.Error(codes.InvalidArgument, "join needs node_id, raft_addr, api_addr and peer_addr")
 	}
-	if mine := s.n.ClusterID(); req.ClusterId != "" && mine != "" && req.ClusterId != mine {
-		s.n.log.Warn("join refused: another cluster's node", "id", req.NodeId, "its_cluster", req.ClusterId, "cluster", mine)
+	if mine := s.m.ClusterID(); req.ClusterId != "" && mine != "" && req.ClusterId != mine {
+		s.m.log.Warn("join refused: another cluster's node", "id", req.NodeId, "its_cluster", req.ClusterId, "cluster", mine)
 		return nil, status.Errorf(codes.FailedPrecondition, "cluster ID mismatch: node %s belongs to cluster %s, this is cluster %s: a node with state never joins another cluster (start it with an empty data directory to join this one)", req.NodeId, req.ClusterId, mine)
 	}
 	caller := callerOf(ctx)
-	if s.n.tls != nil && (caller.name != req.NodeId || caller.operator) {
-		s.n.log.Warn("join refused: the certificate is not the joining node's", "id", req.NodeId, "by", caller)
+	if s.m.tls != nil && (caller.name != req.NodeId || caller.operator) {
+		s.m.log.Warn("join refused: the certificate is not the joining node's", "id", req.NodeId, "by", caller)
 		return nil, status.Errorf(codes.PermissionDenied, "join of node %q by %s: a node joins only with its own certificate", req.NodeId, caller)
 	}
-	if !s.n.raft.IsLeader() {
-		if s.n.tls != nil {
+	if !s.m.raft.IsLeader() {
+		if s.m.tls != nil {
 			return nil, s.redirect(ctx)
 		}
-		cl, err := s.n.leader.Client(ctx)
+		cl, err := s.m.leader.Client(ctx)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
@@ -55,7 +55,7 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 	// so a known ID asking again is a node whose disk was lost or wiped (or an impostor), and
 	// admitting it would let its empty recovery drop the keys the real node owns. The
 	// procedure is Leave, then join under a new ID (docs/operations.md).
-	if m, ok := s.n.fsm.Member(req.NodeId); ok {
+	if m, ok := s.m.fsm.Member(req.NodeId); ok {
 		return nil, status.Errorf(codes.AlreadyExists,
 			"node ID %s is already a member (raft %s, api %s): a node joins only with an empty data directory; remove the old member with Leave and join under a new ID",
 			req.NodeId, m.RaftAddr, m.APIAddr)
@@ -63,21 +63,21 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 	// A removed ID is refused too: its certificate stays valid until the CA is rotated, and
 	// Leave must keep its holder out (a removed node rejoining with its old certificate and an
 	// empty data directory could read and remove any key; TestRemovedIDNeverJoinsAgain).
-	if s.n.fsm.WasRemoved(req.NodeId) {
-		s.n.log.Warn("join refused: the ID was removed from the cluster", "id", req.NodeId, "by", callerOf(ctx))
+	if s.m.fsm.WasRemoved(req.NodeId) {
+		s.m.log.Warn("join refused: the ID was removed from the cluster", "id", req.NodeId, "by", callerOf(ctx))
 		return nil, status.Errorf(codes.AlreadyExists,
 			"node ID %s was removed from this cluster (Leave), and a removed ID never joins again: start the node with a new --id (and, with TLS, a certificate for it)", req.NodeId)
 	}
-	voter, err := s.n.raft.AddMember(ctx, req.NodeId, req.RaftAddr)
+	voter, err := s.m.raft.AddMember(ctx, req.NodeId, req.RaftAddr)
 	if err != nil {
 		return nil, raftError(err)
 	}
 	mem := fsm.Member{NodeID: req.NodeId, RaftAddr: req.RaftAddr, APIAddr: req.ApiAddr, PeerAddr: req.PeerAddr}
-	if _, err := s.n.raft.Propose(ctx, fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: mem})); err != nil {
+	if _, err := s.m.raft.Propose(ctx, fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: mem})); err != nil {
 		return nil, raftError(err)
 	}
-	s.n.log.Info("member joined", "id", req.NodeId, "raft", req.RaftAddr, "api", req.ApiAddr, "peer", req.PeerAddr, "voter", voter, "by", callerOf(ctx))
-	return &pb.JoinResponse{Voter: voter, ClusterId: s.n.ClusterID()}, nil
+	s.m.log.Info("member joined", "id", req.NodeId, "raft", req.RaftAddr, "api", req.ApiAddr, "peer", req.PeerAddr, "voter", voter, "by", callerOf(ctx))
+	return &pb.JoinResponse{Voter: voter, ClusterId: s.m.ClusterID()}, nil
 }
 
 // leaveRemoveBatch is the most keys one REMOVE command of Leave names.
@@ -88,40 +88,40 @@ const leaveRemoveBatch = 4096
 // leadership over first, so the new leader records the removal. A node that is no longer a
 // member but still owns keys (an earlier Leave cut short) gets its keys dropped again.
 //
-// With TLS, only the node itself or an operator (OperatorUnit) may ask, and a member that is
+// With TLS, only the node itself or an operator (devca.OperatorUnit) may ask, and a member that is
 // not the leader redirects the caller to it instead of forwarding (forwarding would put this
 // member's identity in place of the caller's).
 func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
 	caller := callerOf(ctx)
-	if s.n.tls != nil && caller.name != req.NodeId && !caller.operator {
-		s.n.log.Warn("leave refused", "id", req.NodeId, "by", caller)
-		return nil, status.Errorf(codes.PermissionDenied, "leave of node %q by %s: only the node itself or an operator certificate (OU %s) may remove a member", req.NodeId, caller, OperatorUnit)
+	if s.m.tls != nil && caller.name != req.NodeId && !caller.operator {
+		s.m.log.Warn("leave refused", "id", req.NodeId, "by", caller)
+		return nil, status.Errorf(codes.PermissionDenied, "leave of node %q by %s: only the node itself or an operator certificate (OU %s) may remove a member", req.NodeId, caller, devca.OperatorUnit)
 	}
-	_, member := s.n.fsm.Member(req.NodeId)
-	if !member && s.n.fsm.Owners()[req.NodeId].Keys == 0 {
+	_, member := s.m.fsm.Member(req.NodeId)
+	if !member && s.m.fsm.Owners()[req.NodeId].Keys == 0 {
 		return nil, status.Errorf(codes.NotFound, "node ID %s is not a member", req.NodeId)
 	}
-	if req.NodeId == s.n.cfg.ID && s.n.raft.IsLeader() {
-		if err := s.n.raft.TransferLeadership(ctx); err != nil {
+	if req.NodeId == s.m.cfg.ID && s.m.raft.IsLeader() {
+		if err := s.m.raft.TransferLeadership(ctx); err != nil {
 			return nil, raftError(err)
 		}
 	}
-	if !s.n.raft.IsLeader() {
-		if s.n.tls != nil {
+	if !s.m.raft.IsLeader() {
+		if s.m.tls != nil {
 			return nil, s.redirect(ctx)
 		}
-		cl, err := s.n.leader.Client(ctx)
+		cl, err := s.m.leader.Client(ctx)
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 		return cl.Leave(ctx, req)
 	}
 	if member {
-		if err := s.n.raft.RemoveMember(ctx, req.NodeId); err != nil {
+		if err := s.m.raft.RemoveMember(ctx, req.NodeId); err != nil {
 			return nil, raftError(err)
 		}
 		cmd := fsm.EncodeSetMember(fsm.SetMember{TxnID: kvoffload.NewTxnID(), Member: fsm.Member{NodeID: req.NodeId}, Remove: true})
-		if _, err := s.n.raft.Propose(ctx, cmd); err != nil {
+		if _, err := s.m.raft.Propose(ctx, cmd); err != nil {
 			return nil, raftError(err)
 		}
 	}
@@ -129,7 +129,7 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 	if err != nil {
 		return nil, err
 	}
-	s.n.log.Info("member left", "id", req.NodeId, "keys_dropped", dropped, "by", caller)
+	s.m.log.Info("member left", "id", req.NodeId, "keys_dropped", dropped, "by", caller)
 	return &pb.LeaveResponse{KeysDropped: dropped}, nil
 }
 
@@ -138,7 +138,7 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 // saw, so a key stored again since (by another node) stays.
 func (s clusterService) dropOwnerKeys(ctx context.Context, owner string) (uint64, error) {
 	var keys []fsm.KeyGen
-	s.n.fsm.ForEach(func(e fsm.Entry) bool {
+	s.m.fsm.ForEach(func(e fsm.Entry) bool {
 		if e.Owner == owner {
 			keys = append(keys, fsm.KeyGen{Key: e.Key, Gen: e.Gen})
 		}
@@ -148,7 +148,7 @@ func (s clusterService) dropOwnerKeys(ctx context.Context, owner string) (uint64
 	for len(keys) > 0 {
 		n := min(len(keys), leaveRemoveBatch)
 		cmd := fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: keys[:n], Reason: "owner " + owner + " left the cluster"})
-		res, err := s.n.raft.Propose(ctx, cmd)
+		res, err := s.m.raft.Propose(ctx, cmd)
 		if err != nil {
 			return dropped, raftError(fmt.Errorf("dropping the keys of %s (%d done; retry Leave to finish): %w", owner, dropped, err))
 		}
@@ -164,21 +164,21 @@ func (s clusterService) dropOwnerKeys(ctx context.Context, owner string) (uint64
 
 // Status describes the cluster as this node sees it.
 func (s clusterService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	leader, _ := s.n.raft.Leader()
-	servers, err := s.n.raft.Servers()
+	leader, _ := s.m.raft.Leader()
+	servers, err := s.m.raft.Servers()
 	if err != nil {
 		return nil, raftError(err)
 	}
-	owners := s.n.fsm.Owners()
-	st := s.n.fsm.Stats()
-	out := &pb.StatusResponse{LeaderId: leader, AppliedIndex: s.n.raft.AppliedIndex(), Keys: uint64(st.Keys), Bytes: uint64(st.Bytes), ClusterId: s.n.ClusterID(),
-		Build: ReadBuild().String(), FreeBytes: -1}
-	if bs, err := s.n.buckets.Stats(); err == nil {
-		out.FreeBytes, out.ReserveBytes = bs.FreeBytes, bs.Reserve
+	owners := s.m.fsm.Owners()
+	st := s.m.fsm.Stats()
+	out := &pb.StatusResponse{LeaderId: leader, AppliedIndex: s.m.raft.AppliedIndex(), Keys: uint64(st.Keys), Bytes: uint64(st.Bytes), ClusterId: s.m.ClusterID(),
+		Build: s.m.cfg.Build, FreeBytes: -1}
+	if free, reserve, err := s.m.host.Space(); err == nil {
+		out.FreeBytes, out.ReserveBytes = free, reserve
 	}
 	dir := map[string]fsm.Member{}
-	for _, m := range s.n.fsm.Members() {
-		dir[m.NodeID] = m
+	for _, mem := range s.m.fsm.Members() {
+		dir[mem.NodeID] = mem
 	}
 	for _, sv := range servers {
 		m := dir[sv.ID]
@@ -202,13 +202,13 @@ func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*p
 	if err := s.authorize(ctx, typ, cmd); err != nil {
 		return nil, err
 	}
-	if c, ok := cmd.(fsm.Commit); ok && s.n.raft.IsLeader() {
-		if err := s.n.fsm.CheckCommit(c, callerOf(ctx).name, s.n.cfg.Txn.MaxRecordLen()); err != nil {
-			s.n.log.Warn("forwarded commit refused", "node", c.Node, "by", callerOf(ctx), "err", err)
+	if c, ok := cmd.(fsm.Commit); ok && s.m.raft.IsLeader() {
+		if err := s.m.fsm.CheckCommit(c, callerOf(ctx).name, s.m.cfg.MaxRecordLen); err != nil {
+			s.m.log.Warn("forwarded commit refused", "node", c.Node, "by", callerOf(ctx), "err", err)
 			return nil, status.Errorf(codes.InvalidArgument, "propose: %v", err)
 		}
 	}
-	res, err := s.n.raft.Propose(ctx, req.Command)
+	res, err := s.m.raft.Propose(ctx, req.Command)
 	if err != nil {
 		return nil, raftError(err)
 	}
@@ -217,23 +217,23 @@ func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*p
 
 // Barrier runs a Raft barrier on the leader and returns its applied index.
 func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.BarrierResponse, error) {
-	if err := s.n.raft.Barrier(ctx); err != nil {
+	if err := s.m.raft.Barrier(ctx); err != nil {
 		return nil, raftError(err)
 	}
-	return &pb.BarrierResponse{AppliedIndex: s.n.raft.AppliedIndex()}, nil
+	return &pb.BarrierResponse{AppliedIndex: s.m.raft.AppliedIndex()}, nil
 }
 
 // ReadIndex returns the leader's read index (raftmeta.Node.ReadIndex). A node that is not in
 // the Raft configuration (removed, but still running) is refused: it would wait for entries
 // it no longer receives.
 func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
-	if caller := callerOf(ctx); s.n.tls != nil && caller.name != req.NodeId {
+	if caller := callerOf(ctx); s.m.tls != nil && caller.name != req.NodeId {
 		return nil, status.Errorf(codes.PermissionDenied, "read index for node %q asked by %s", req.NodeId, caller)
 	}
 	if err := s.refuseNonMember(req.NodeId); err != nil {
 		return nil, err
 	}
-	index, err := s.n.raft.ReadIndex(ctx)
+	index, err := s.m.raft.ReadIndex(ctx)
 	if err != nil {
 		return nil, raftError(err)
 	}
@@ -259,11 +259,11 @@ func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd 
 	case fsm.CmdRemove:
 		return s.requireMember(caller)
 	default:
-		s.n.log.Warn("forwarded command refused", "type", typ, "by", caller)
+		s.m.log.Warn("forwarded command refused", "type", typ, "by", caller)
 		return status.Errorf(codes.PermissionDenied, "a %s command is not accepted from peers (membership changes go through Join and Leave)", typ)
 	}
-	if s.n.tls != nil && (caller.name != node || caller.operator) {
-		s.n.log.Warn("forwarded command refused: not in the caller's name", "type", typ, "node", node, "by", caller)
+	if s.m.tls != nil && (caller.name != node || caller.operator) {
+		s.m.log.Warn("forwarded command refused: not in the caller's name", "type", typ, "node", node, "by", caller)
 		return status.Errorf(codes.PermissionDenied, "a %s in the name of node %q from %s: a node proposes only its own transactions", typ, node, caller)
 	}
 	return nil
@@ -273,35 +273,35 @@ func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd 
 // Raft configuration (a removed member whose certificate is still valid): REMOVE and
 // ReadLocal are for members only.
 func (s clusterService) requireMember(caller identity) error {
-	if s.n.tls == nil {
+	if s.m.tls == nil {
 		return nil
 	}
 	if caller.operator {
 		return status.Errorf(codes.PermissionDenied, "%s: operators may not remove keys or read a node's bytes", caller)
 	}
-	member, err := s.n.raft.HasServer(caller.name)
+	member, err := s.m.raft.HasServer(caller.name)
 	if err != nil {
 		return raftError(err)
 	}
 	if !member {
-		s.n.log.Warn("peer call refused: not a member", "by", caller)
+		s.m.log.Warn("peer call refused: not a member", "by", caller)
 		return status.Errorf(codes.PermissionDenied, "%s is not in the cluster configuration", caller)
 	}
 	return nil
 }
 
-// leaderTrailer is the trailer key of a redirect: the leader's peer address.
-const leaderTrailer = "kvoffload-leader-peer"
+// LeaderTrailer is the trailer key of a redirect: the leader's peer address.
+const LeaderTrailer = "kvoffload-leader-peer"
 
 // redirect answers a call this member will not forward: FailedPrecondition naming the
-// leader's peer address, which is also sent in the leaderTrailer trailer for programs.
+// leader's peer address, which is also sent in the LeaderTrailer trailer for programs.
 func (s clusterService) redirect(ctx context.Context) error {
-	id, _ := s.n.raft.Leader()
-	mem, ok := s.n.fsm.Member(id)
+	id, _ := s.m.raft.Leader()
+	mem, ok := s.m.fsm.Member(id)
 	if id == "" || !ok || mem.PeerTarget() == "" {
 		return status.Error(codes.Unavailable, "this member is not the leader and knows no leader yet: retry")
 	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(leaderTrailer, mem.PeerTarget()))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, mem.PeerTarget()))
 	return status.Errorf(codes.FailedPrecondition, "not the leader: call the leader %s at its peer address %s", id, mem.PeerTarget())
 }
 
@@ -311,10 +311,10 @@ func (s clusterService) redirect(ctx context.Context) error {
 // was removed (forward.Leader.OnRemoved) and refuses every call until it is stopped; a removal
 // not yet committed could still be lost to a leader change, so it refuses only this call.
 func (s clusterService) refuseNonMember(id string) error {
-	if !s.n.raft.IsLeader() {
+	if !s.m.raft.IsLeader() {
 		return nil
 	}
-	outside, committed, err := s.n.raft.Outside(id)
+	outside, committed, err := s.m.raft.Outside(id)
 	if err != nil {
 		return raftError(err)
 	}
@@ -330,25 +330,16 @@ func (s clusterService) refuseNonMember(id string) error {
 	return st.Err()
 }
 
-// ReadLocal serves a read forwarded by another node, for keys this node owns.
+// ReadLocal serves a read forwarded by another member, for keys this node owns
+// (Host.ReadLocal), once this node is ready.
 func (s clusterService) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
-	if err := s.n.waitReady(stream.Context()); err != nil {
+	if err := s.m.host.Ready(stream.Context()); err != nil {
 		return err
 	}
 	if err := s.requireMember(callerOf(stream.Context())); err != nil {
 		return err
 	}
-	// The values are held until the reply is sent: they take their bytes from a budget as
-	// BatchGet's do (a member asking for one 64 MiB key 48 times held 3 GiB), the one of
-	// forwarded reads (metrics.peerBuffers: not the API's, or two members reading each other's
-	// keys could deadlock until the owner deadline).
-	buf := s.n.metrics.peerBuffers.newHold()
-	defer buf.release()
-	res, err := s.n.coord.BatchGetLocal(stream.Context(), req.Keys, buf.reserver(stream.Context()))
-	if err != nil {
-		return grpcError(err)
-	}
-	return wire.SendGets(stream.Send, res)
+	return s.m.host.ReadLocal(req, stream)
 }
 
 // raftError maps raftmeta errors: FailedPrecondition means "not the leader, look again",

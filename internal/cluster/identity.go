@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"context"
@@ -34,8 +34,8 @@ const clusterIDFile = "CLUSTER_ID"
 // clusterIDHeader carries the caller's cluster ID on every peer call.
 const clusterIDHeader = "kvoffload-cluster-id"
 
-// ErrClusterMismatch is returned by Open for a node asked to join another cluster than the
-// one its data directory belongs to.
+// ErrClusterMismatch is node.ErrClusterMismatch: Open's error for a node asked to join
+// another cluster than the one its data directory belongs to.
 var ErrClusterMismatch = errors.New("node: cluster ID mismatch")
 
 // newClusterID returns a fresh random cluster ID.
@@ -105,45 +105,45 @@ func writeIDFile(dir, name, what, id string) error {
 	return nil
 }
 
-// removeUnfinishedIDWrites removes the temporary files of ID writes that did not finish (a
-// crash between create and rename): they are never read, and only take space, so one that
-// cannot be removed is logged and left.
-func (n *Node) removeUnfinishedIDWrites() {
+// RemoveUnfinishedIDWrites removes from data directory dir the temporary files of ID writes
+// that did not finish (a crash between create and rename): they are never read, and only
+// take space, so one that cannot be removed is logged and left.
+func RemoveUnfinishedIDWrites(dir string, lg *slog.Logger) {
 	for _, name := range []string{clusterIDFile, nodeIDFile} {
-		if err := os.Remove(filepath.Join(n.cfg.DataDir, name+".tmp")); err != nil && !errors.Is(err, os.ErrNotExist) {
-			n.log.Warn("could not remove an unfinished write of an ID file", "err", err)
+		if err := os.Remove(filepath.Join(dir, name+".tmp")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			lg.Warn("could not remove an unfinished write of an ID file", "err", err)
 		}
 	}
 }
 
-// openClusterID reads the data directory's cluster ID; a node that bootstraps a new cluster
-// (fresh, no Join) makes one.
-func (n *Node) openClusterID(fresh bool) error {
-	id, err := readClusterID(n.cfg.DataDir)
+// OpenClusterID reads the data directory's cluster ID; a node that bootstraps a new cluster
+// (fresh: no Raft state, and no Join) makes one. It runs before Raft opens.
+func (m *Member) OpenClusterID(fresh bool) error {
+	id, err := readClusterID(m.cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	if id == "" && fresh && len(n.cfg.Join) == 0 {
+	if id == "" && fresh && len(m.cfg.Join) == 0 {
 		id = newClusterID()
 	}
 	if id == "" {
 		return nil // learned from the Join reply, or from the metadata after catch-up
 	}
-	return n.adoptClusterID(id)
+	return m.adoptClusterID(id)
 }
 
 // ClusterID returns the ID of the cluster this node belongs to: the one in its data
 // directory, else the one it is joining, else the replicated one, else "" (a fresh node
 // that has not asked to join yet, data from before cluster IDs, or an embedded node).
-func (n *Node) ClusterID() string {
-	if id := n.clusterID.Load(); id != nil {
+func (m *Member) ClusterID() string {
+	if id := m.clusterID.Load(); id != nil {
 		return *id
 	}
-	if id := n.joining.Load(); id != nil {
+	if id := m.joining.Load(); id != nil {
 		return *id
 	}
-	if n.fsm != nil {
-		return n.fsm.ClusterID()
+	if m.fsm != nil {
+		return m.fsm.ClusterID()
 	}
 	return ""
 }
@@ -153,13 +153,13 @@ func (n *Node) ClusterID() string {
 // takes the ID from the restored snapshot or, failing that, from the first SetCluster in its
 // log, and records it, before any Raft traffic is judged by it. With no ID anywhere the node
 // is legacy: it accepts Raft traffic from any cluster until its leader records an ID.
-func (n *Node) recoverClusterID() error {
-	if n.clusterID.Load() != nil || !n.raft.HasState() {
+func (m *Member) recoverClusterID() error {
+	if m.clusterID.Load() != nil || !m.raft.HasState() {
 		return nil
 	}
-	id := n.fsm.ClusterID()
+	id := m.fsm.ClusterID()
 	if id == "" {
-		err := n.raft.LogCommands(func(data []byte) bool {
+		err := m.raft.LogCommands(func(data []byte) bool {
 			if typ, cmd, err := fsm.Decode(data); err == nil && typ == fsm.CmdCluster {
 				id = cmd.(fsm.SetCluster).ID
 				return false
@@ -171,78 +171,75 @@ func (n *Node) recoverClusterID() error {
 		}
 	}
 	if id == "" {
-		n.legacy.Store(true)
-		n.log.Warn("no cluster ID in this data directory, its snapshot or its log (data from before cluster IDs): accepting Raft traffic from any cluster until the leader records one")
+		m.legacy.Store(true)
+		m.log.Warn("no cluster ID in this data directory, its snapshot or its log (data from before cluster IDs): accepting Raft traffic from any cluster until the leader records one")
 		return nil
 	}
-	n.log.Info("cluster ID recovered from the Raft state", "cluster", id)
-	return n.adoptClusterID(id)
+	m.log.Info("cluster ID recovered from the Raft state", "cluster", id)
+	return m.adoptClusterID(id)
 }
 
 // pinJoining records, before a fresh node sends Join, the ID of the cluster it asks:
 // from then on its Raft listener takes only that cluster's traffic. A node that knows no
 // cluster and is not joining one refuses every Raft connection (a leader of another
 // cluster reaching it at an address it has for a stale member must not make it a member).
-func (n *Node) pinJoining(id string) {
-	if id != "" && n.clusterID.Load() == nil && n.joining.Load() == nil {
-		n.joining.Store(&id)
+func (m *Member) pinJoining(id string) {
+	if id != "" && m.clusterID.Load() == nil && m.joining.Load() == nil {
+		m.joining.Store(&id)
 	}
 }
 
-// clusterOpen is the Raft handshake's answer while this node knows no cluster ID.
-func (n *Node) clusterOpen() bool { return n.legacy.Load() }
-
 // watchClusterID, for a legacy node, records the cluster ID once the leader has recorded
 // one in the metadata, so the node's Raft traffic is checked from then on.
-func (n *Node) watchClusterID() {
+func (m *Member) watchClusterID() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for n.legacy.Load() {
+	for m.legacy.Load() {
 		select {
-		case <-n.closing:
+		case <-m.cfg.Closing:
 			return
 		case <-t.C:
 		}
-		if id := n.fsm.ClusterID(); id != "" {
-			if err := n.adoptClusterID(id); err != nil {
-				n.log.Error("cluster ID", "err", err)
+		if id := m.fsm.ClusterID(); id != "" {
+			if err := m.adoptClusterID(id); err != nil {
+				m.log.Error("cluster ID", "err", err)
 				return
 			}
-			n.legacy.Store(false)
-			n.log.Info("cluster ID recorded", "cluster", id)
+			m.legacy.Store(false)
+			m.log.Info("cluster ID recorded", "cluster", id)
 		}
 	}
 }
 
 // adoptClusterID records id as this node's cluster ID, in its data directory and in memory.
-func (n *Node) adoptClusterID(id string) error {
+func (m *Member) adoptClusterID(id string) error {
 	if id == "" {
 		return nil
 	}
-	n.adoptMu.Lock() // the start-up checks, the leader's announce and watchClusterID may race
-	defer n.adoptMu.Unlock()
-	if cur := n.clusterID.Load(); cur != nil {
+	m.adoptMu.Lock() // the start-up checks, the leader's announce and watchClusterID may race
+	defer m.adoptMu.Unlock()
+	if cur := m.clusterID.Load(); cur != nil {
 		if *cur != id {
 			return fmt.Errorf("%w: this data directory belongs to cluster %s, not %s", ErrClusterMismatch, *cur, id)
 		}
 		return nil
 	}
-	if err := writeClusterID(n.cfg.DataDir, id); err != nil {
+	if err := writeClusterID(m.cfg.DataDir, id); err != nil {
 		return err
 	}
-	n.clusterID.Store(&id)
+	m.clusterID.Store(&id)
 	return nil
 }
 
-// checkReplicatedClusterID, once the metadata has caught up, checks the replicated cluster
+// CheckReplicatedClusterID, once the metadata has caught up, checks the replicated cluster
 // ID against the data directory's, and records it there when the directory has none (a
 // member from before cluster IDs, or one whose file was lost).
-func (n *Node) checkReplicatedClusterID() error {
-	rep := n.fsm.ClusterID()
+func (m *Member) CheckReplicatedClusterID() error {
+	rep := m.fsm.ClusterID()
 	if rep == "" {
 		return nil // the leader records one when it announces itself
 	}
-	if err := n.adoptClusterID(rep); err != nil {
+	if err := m.adoptClusterID(rep); err != nil {
 		return fmt.Errorf("%w (the replicated metadata names cluster %s): refusing to start; see docs/operations.md", err, rep)
 	}
 	return nil
@@ -250,30 +247,30 @@ func (n *Node) checkReplicatedClusterID() error {
 
 // recordClusterID, on the leader, records the cluster ID in the metadata if it has none: the
 // bootstrap node's ID, or a new one for a cluster from before cluster IDs.
-func (n *Node) recordClusterID(ctx context.Context) {
-	if n.fsm.ClusterID() != "" {
+func (m *Member) recordClusterID(ctx context.Context) {
+	if m.fsm.ClusterID() != "" {
 		return
 	}
-	id := n.ClusterID()
+	id := m.ClusterID()
 	if id == "" {
-		if !n.legacy.Load() {
+		if !m.legacy.Load() {
 			return // not the bootstrap node's data, not legacy: the ID is on its way (Join reply)
 		}
 		id = newClusterID() // a cluster from before cluster IDs gets one
 	}
-	res, err := n.raft.Propose(ctx, fsm.EncodeSetCluster(fsm.SetCluster{TxnID: kvoffload.NewTxnID(), ID: id}))
+	res, err := m.raft.Propose(ctx, fsm.EncodeSetCluster(fsm.SetCluster{TxnID: kvoffload.NewTxnID(), ID: id}))
 	if err != nil {
-		n.log.Warn("could not record the cluster ID in the metadata", "err", err)
+		m.log.Warn("could not record the cluster ID in the metadata", "err", err)
 		return
 	}
 	if res.Aborted {
-		id = n.fsm.ClusterID()
+		id = m.fsm.ClusterID()
 	}
-	if err := n.adoptClusterID(id); err != nil {
-		n.log.Error("cluster ID", "err", err)
+	if err := m.adoptClusterID(id); err != nil {
+		m.log.Error("cluster ID", "err", err)
 		return
 	}
-	n.legacy.Store(false)
+	m.legacy.Store(false)
 }
 
 // clusterIDInterceptors stamp every outgoing peer call with this node's cluster ID.
@@ -323,15 +320,14 @@ func clusterIDCheck(id func() string, lg *slog.Logger) (grpc.UnaryServerIntercep
 // nodeIDFile holds the node ID in a data directory.
 const nodeIDFile = "NODE_ID"
 
-// ErrNodeIDMismatch is returned by Open for a node ID other than the one its data
-// directory belongs to.
+// ErrNodeIDMismatch is node.ErrNodeIDMismatch: Open's error for a node ID other than the one
+// its data directory belongs to.
 var ErrNodeIDMismatch = errors.New("node: node ID mismatch")
 
-// checkNodeID refuses a data directory that belongs to another node ID, and records the ID
-// of a directory without Raft state (fresh) that records none yet. It reports whether the
-// directory records the ID now.
-func (n *Node) checkNodeID(fresh bool) (recorded bool, err error) {
-	dir, id := n.cfg.DataDir, n.cfg.ID
+// CheckNodeID refuses data directory dir if it belongs to another node ID than id, and
+// records id in a directory without Raft state (fresh) that records none yet. It reports
+// whether the directory records the ID now.
+func CheckNodeID(dir, id string, fresh bool) (recorded bool, err error) {
 	cur, err := readIDFile(dir, nodeIDFile, "node ID")
 	if err != nil {
 		return false, err
@@ -347,8 +343,6 @@ func (n *Node) checkNodeID(fresh bool) (recorded bool, err error) {
 	return false, nil
 }
 
-// recordNodeID records the node ID in a data directory made before nodeIDFile, once the
+// RecordNodeID records node ID id in data directory dir, made before nodeIDFile, once the
 // node has opened under it.
-func (n *Node) recordNodeID() error {
-	return writeIDFile(n.cfg.DataDir, nodeIDFile, "node ID", n.cfg.ID)
-}
+func RecordNodeID(dir, id string) error { return writeIDFile(dir, nodeIDFile, "node ID", id) }
