@@ -1,7 +1,6 @@
 package bucketstore
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,8 +9,6 @@ import (
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
-
-var updateFlag = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 const testDir = "/data"
 

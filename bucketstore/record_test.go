@@ -3,7 +3,6 @@ package bucketstore
 import (
 	"bytes"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -151,18 +150,7 @@ func TestRecordGolden(t *testing.T) {
 	h := NewHeader("model/layer0/block7", [16]byte{0: 0xaa, 15: 0x55}, 42, payload)
 	buf := encodeTest(t, h, payload)
 	path := filepath.Join("testdata", "record.golden")
-	if *updateFlag {
-		if err := os.WriteFile(path, buf, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(buf, want) {
-		t.Fatalf("encoding differs from %s: the on-disk format changed", path)
-	}
+	want := testkit.Golden(t, path, buf, "the record")
 	if _, _, err := DecodeRecord(want); err != nil {
 		t.Fatalf("golden record does not decode: %v", err)
 	}

@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
-)
 
-var updateResult = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/kvoffload/kvoffload/internal/testkit"
+)
 
 var goldenTxn = TxnID{0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe}
 
@@ -33,18 +32,7 @@ func goldenResult() *Result {
 func TestResultGolden(t *testing.T) {
 	path := filepath.Join("testdata", "result-v1.golden")
 	got := EncodeResult(goldenResult())
-	if *updateResult {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("result bytes changed: the format is on the wire\n got %x\nwant %x", got, want)
-	}
+	want := testkit.Golden(t, path, got, "the result")
 	r, err := DecodeResult(want)
 	if err != nil || !reflect.DeepEqual(r, goldenResult()) {
 		t.Fatalf("golden decodes to %+v, %v", r, err)

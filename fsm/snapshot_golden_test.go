@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // goldenState applies a fixed log touching every section of a snapshot: live entries (one
@@ -44,18 +46,7 @@ func TestSnapshotGolden(t *testing.T) {
 	if _, err := f.Snapshot().WriteTo(&got); err != nil {
 		t.Fatal(err)
 	}
-	if *updateResult {
-		if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Fatalf("snapshot encoding changed: %d bytes, golden %d", got.Len(), len(want))
-	}
+	want := testkit.Golden(t, path, got.Bytes(), "the snapshot")
 	g := New()
 	if err := g.Restore(bytes.NewReader(want)); err != nil {
 		t.Fatal(err)

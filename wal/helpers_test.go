@@ -2,7 +2,6 @@ package wal
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/vfs"
 )
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // testConfig returns a Config for dir that logs to the test output.
 func testConfig(t *testing.T, dir string) Config {

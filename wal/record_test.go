@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 func goldenRecord() Record {
@@ -128,18 +129,7 @@ func TestDecodeRejectsEveryBadField(t *testing.T) {
 func TestEnvelopeGolden(t *testing.T) {
 	path := filepath.Join("testdata", "envelope.golden")
 	got := appendEnvelope(nil, goldenRecord())
-	if *updateGolden {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("envelope bytes changed: the format is on disk\n got %x\nwant %x", got, want)
-	}
+	want := testkit.Golden(t, path, got, "the envelope")
 	rec, err := decodeRecord(want)
 	if err != nil || !sameRecord(rec, goldenRecord()) {
 		t.Fatalf("golden decodes to %+v, %v", rec, err)

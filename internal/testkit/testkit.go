@@ -10,6 +10,7 @@
 package testkit
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +34,9 @@ const SeedEnv = "KVOFFLOAD_SEED"
 // seedFlag is -seed. The other names are the per-package flags that replay commands in older
 // logs name; each sets the same seed.
 var seedFlag uint64
+
+// updateFlag is -update: Golden rewrites the golden files instead of comparing.
+var updateFlag = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func init() {
 	flag.Uint64Var(&seedFlag, "seed", 0, "seed of the randomized tests (0: $"+SeedEnv+", else the clock)")
@@ -105,6 +109,33 @@ var goTest = sync.OnceValue(func() string {
 	}
 	return cmd + " " + pkg
 })
+
+// Golden holds got to the golden file at path (under testdata/) and returns the file's
+// bytes, for the test to decode them as well; with -update it first writes got to path. A
+// missing file or any difference fails tb at once, naming what the bytes are, with both
+// byte strings in hex when they are short. A golden file pins a format on disk or on the
+// wire: rewrite one only for a deliberate, versioned change.
+func Golden(tb testing.TB, path string, got []byte, what string) []byte {
+	tb.Helper()
+	if *updateFlag {
+		Must(tb, os.WriteFile(path, got, 0o644), "-update")
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < min(len(got), len(want)) && got[i] == want[i] {
+			i++
+		}
+		if len(got)+len(want) <= 512 {
+			tb.Fatalf("%s changed from %s at byte %d: the format is pinned\n got %x\nwant %x", what, path, i, got, want)
+		}
+		tb.Fatalf("%s changed from %s at byte %d: the format is pinned (%d bytes, golden %d)", what, path, i, len(got), len(want))
+	}
+	return want
+}
 
 // ModuleRoot returns the directory of the go.mod above the test's working directory: the
 // module's root, where a test reads the repository's files.

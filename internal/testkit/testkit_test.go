@@ -146,3 +146,27 @@ func TestModuleRoot(t *testing.T) {
 		t.Errorf("ModuleRoot %s: %v", root, err)
 	}
 }
+
+func TestGolden(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.golden")
+	if r := run(func(tb testing.TB) { Golden(tb, path, []byte("ab"), "x") }); !r.fatal {
+		t.Error("a missing golden file passed")
+	}
+	*updateFlag = true
+	r := run(func(tb testing.TB) { Golden(tb, path, []byte("ab"), "x") })
+	*updateFlag = false
+	if r.fatal {
+		t.Fatalf("-update: %q", r.errs)
+	}
+	if r := run(func(tb testing.TB) {
+		if got := Golden(tb, path, []byte("ab"), "x"); string(got) != "ab" {
+			tb.Errorf("Golden returned %q", got)
+		}
+	}); r.fatal || len(r.errs) > 0 {
+		t.Errorf("the same bytes: %q", r.errs)
+	}
+	r = run(func(tb testing.TB) { Golden(tb, path, []byte("ac"), "the x record") })
+	if !r.fatal || !strings.HasPrefix(r.errs[0], "the x record changed from "+path+" at byte 1:") {
+		t.Errorf("other bytes: %q", r.errs)
+	}
+}
