@@ -1,7 +1,8 @@
 // Package testkit is what the tests of every package share: the seed of a randomized test,
-// waiting for a condition, and failing on a setup error. Only _test.go files import it
-// (internal/lint's TestImportRules holds that); it imports nothing of this module, so a leaf
-// package's tests may use it too.
+// waiting for a condition, failing on a setup error, golden files and the module's root
+// directory. Only _test.go files import it (internal/lint's TestImportRules holds that); it
+// imports nothing of this module, so a leaf package's tests may use it too. It owns the test
+// flags -seed and -update, so a package that imports it registers neither.
 //
 // A randomized test takes its seed from Seed or Rand, never from the clock itself, so every
 // run logs the seed and a command that replays it:
