@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/kvoffload/kvoffload/vfs/errorfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
+)
+
+// errPowerOff is every operation's error once the power has failed.
+var errPowerOff = errors.New("sim: the power is off")
+
+// image is what a power loss leaves: the disk and the Raft log as they survive it, the model
+// of what had been acknowledged by then, and where the loss struck.
+type image struct {
+	fs    *memfs.FS
+	log   [][]byte
+	model *model
+	point string // the persistence point's kind (errorfs.Op name, or "raft")
+	n     int    // its number in this world
+}
+
+// disk is a world's simulated disk and Raft log. It numbers the persistence points and, at
+// the crashAt-th, captures the image and turns the power off. mu also guards the Raft log
+// and the model, so an image is one instant of all three.
+type disk struct {
+	mem *memfs.FS
+
+	mu      sync.Mutex
+	n       int        // persistence points passed
+	crashAt int        // the point the power fails at; 0: never
+	off     bool       // the power has failed: every later operation fails
+	img     *image     // captured when the power failed
+	log     [][]byte   // the Raft log: every appended command, in order
+	model   *model     // what the workload was told
+	rng     *rand.Rand // the crash's choices (mode, a Raft append kept or not)
+	onOff   func()     // called (under mu) when the power fails
+}
+
+// crashModes are the ways memfs.Crash may treat unsynced changes (memfs.CrashMode).
+var crashModes = [...]struct {
+	name string
+	mode memfs.CrashMode
+}{{"drop", memfs.CrashDropAll}, {"prefix", memfs.CrashPrefix}, {"torn", memfs.CrashTorn}}
+
+// inject is the errorfs.Injector of the world's filesystem.
+func (d *disk) inject(op errorfs.Op, name string) error {
+	switch op {
+	case errorfs.OpWrite, errorfs.OpSync, errorfs.OpSyncDir, errorfs.OpRename, errorfs.OpRemove,
+		errorfs.OpTruncate, errorfs.OpPunch:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.pointLocked(op.String(), nil)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.off {
+		return errPowerOff
+	}
+	return nil
+}
+
+// raftAppend appends cmd to the Raft log, a persistence point; it returns cmd's log index,
+// and lost: the seed has the answer lost after the entry committed (a leader that lost its
+// leadership as it applied: the caller must retry, and the FSM must not apply it twice).
+func (d *disk) raftAppend(cmd []byte) (index uint64, lost bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.pointLocked("raft", cmd); err != nil {
+		return 0, false, err
+	}
+	d.log = append(d.log, cmd)
+	return uint64(len(d.log)), d.rng.IntN(lostAnswerOdds) == 0, nil
+}
+
+// lostAnswerOdds: one Raft append in this many has its answer lost.
+const lostAnswerOdds = 24
+
+// pointLocked passes one persistence point. At the crashAt-th it captures the image (with
+// cmd, a Raft append, kept in the log or not, as the seed chooses) and fails the power.
+func (d *disk) pointLocked(kind string, cmd []byte) error {
+	if d.off {
+		return errPowerOff
+	}
+	d.n++
+	if d.n != d.crashAt {
+		return nil
+	}
+	log := d.log
+	if cmd != nil && d.rng.IntN(2) == 0 {
+		log = append(log[:len(log):len(log)], cmd)
+	}
+	m := crashModes[d.rng.IntN(len(crashModes))]
+	d.img = &image{
+		fs:    d.mem.Crash(m.mode, d.rng),
+		log:   log,
+		model: d.model.afterCrash(),
+		point: kind,
+		n:     d.n,
+	}
+	d.off = true
+	if d.onOff != nil {
+		d.onOff()
+	}
+	return errPowerOff
+}
+
+// powerOff reports whether the power has failed.
+func (d *disk) powerOff() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.off
+}

@@ -1,0 +1,64 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
+)
+
+var (
+	simSeconds = flag.Duration("sim.time", 0, "TestSimulate: run fresh seeds for this long (0: -sim.seeds seeds)")
+	simSeeds   = flag.Int("sim.seeds", 20, "TestSimulate: seeds to run when -sim.time is 0")
+	simJSON    = flag.String("sim.json", "", "TestSimulate: write the run's Stats as JSON to this file")
+	simTrace   = flag.Bool("sim.trace", false, "TestSimulate: log every operation and power loss")
+)
+
+// TestSimulate runs seeds from testkit.Seed (one seed replays exactly that seed with
+// -sim.seeds 1), each a chain of power losses and recoveries, and fails on the first
+// violated invariant with the command that replays its seed.
+func TestSimulate(t *testing.T) {
+	base := testkit.Seed(t)
+	ctx := context.Background()
+	start := time.Now()
+	var total Stats
+	total.CrashesByPoint = map[string]int{}
+	for i := 0; ; i++ {
+		if *simSeconds > 0 && time.Since(start) >= *simSeconds || *simSeconds == 0 && i >= *simSeeds {
+			break
+		}
+		seed := base + uint64(i)
+		opt := Options{Seed: seed}
+		if *simTrace {
+			opt.Trace = t.Logf
+		}
+		st, err := Run(ctx, opt)
+		total.Add(st)
+		var f *Failure
+		if errors.As(err, &f) {
+			t.Errorf("%v\nreplay: scripts/sim.sh --seed %d", f, f.Seed)
+			break
+		}
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+	}
+	secs := time.Since(start).Seconds()
+	out, _ := json.Marshal(struct {
+		Stats
+		Seconds float64 `json:"seconds"`
+	}{total, float64(int(secs*10)) / 10})
+	t.Logf("%s", out)
+	if *simJSON != "" {
+		if err := os.WriteFile(*simJSON, append(out, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Fprintln(os.Stderr, string(out))
+}

@@ -1,0 +1,140 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/vfs/errorfs"
+	"github.com/kvoffload/kvoffload/vfs/memfs"
+	"github.com/kvoffload/kvoffload/wal"
+)
+
+// The world's layout and sizes: small, so that buckets fill, WAL segments rotate and the
+// WAL is truncated within a few dozen operations.
+const (
+	bucketDir      = "/data/buckets"
+	walDir         = "/data/wal"
+	bucketSize     = 256 << 10
+	segmentSize    = 16 << 10
+	truncateEvery  = 16
+	simNodeID      = "n1"
+	proposeTimeout = time.Second
+)
+
+// world is one life of the node: from an open (a recovery) to a power loss or a clean stop.
+type world struct {
+	// ctx ends when the power fails, as the process would: nothing waits on a dead disk.
+	ctx    context.Context
+	cancel context.CancelFunc
+	disk   *disk
+	f      *fsm.FSM
+	meta   *meta
+	data   *bucketstore.Store
+	log    *wal.Log
+	coord  *txn.Coordinator
+}
+
+// meta is the single node's Raft: a Propose appends to the disk's Raft log (a persistence
+// point) and applies the command to the FSM, in log order.
+type meta struct {
+	disk    *disk
+	f       *fsm.FSM
+	applyMu sync.Mutex // one append-and-apply at a time: the FSM applies in log order
+}
+
+func (m *meta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) {
+	m.applyMu.Lock()
+	defer m.applyMu.Unlock()
+	index, lost, err := m.disk.raftAppend(cmd)
+	if err != nil {
+		// The process is dead: the coordinator must not retry (txn.ErrRefused still ends the
+		// batch indeterminate).
+		return nil, fmt.Errorf("%w: %w", txn.ErrRefused, err)
+	}
+	res := m.f.ApplyCommand(index, cmd)
+	if lost {
+		return nil, errAnswerLost
+	}
+	return res, nil
+}
+
+// errAnswerLost is a Propose whose command committed but whose answer was lost.
+var errAnswerLost = errors.New("sim: leadership lost after the entry committed")
+
+func (m *meta) Barrier(context.Context) error              { return nil }
+func (m *meta) ReadIndex(context.Context) error            { return nil }
+func (m *meta) Lookup(k string) (fsm.Entry, bool)          { return m.f.Lookup(k) }
+func (m *meta) Generation(k string) uint64                 { return m.f.Generation(k) }
+func (m *meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
+func (m *meta) LiveOf(owner string) []fsm.Entry            { return m.f.LiveOf(owner) }
+
+// openWorld recovers a node from fs and the Raft log, as a restart after a power loss: the
+// stores open (the WAL repairs its tail), the log is applied to a fresh FSM, and the
+// coordinator resolves every intent. d's power may fail during it (errPowerOff).
+func openWorld(ctx context.Context, d *disk) (w *world, err error) {
+	w = &world{disk: d, f: fsm.New()}
+	w.ctx, w.cancel = context.WithCancel(ctx)
+	d.mu.Lock()
+	d.onOff = w.cancel
+	d.mu.Unlock()
+	w.meta = &meta{disk: d, f: w.f}
+	fs := errorfs.Wrap(d.mem, d.inject)
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	bcfg := bucketstore.DefaultConfig(bucketDir)
+	bcfg.FS, bcfg.BucketSize = fs, bucketSize
+	if w.data, err = bucketstore.Open(bcfg); err != nil {
+		return w, fmt.Errorf("open buckets: %w", err)
+	}
+	if w.log, _, err = wal.Open(wal.Config{Dir: walDir, FS: fs, SegmentSize: segmentSize}); err != nil {
+		return w, fmt.Errorf("open WAL: %w", err)
+	}
+	tcfg := txn.DefaultConfig(simNodeID)
+	tcfg.TruncateEvery, tcfg.CommitTimeout = truncateEvery, proposeTimeout
+	if w.coord, err = txn.New(tcfg, w.log, w.data, w.meta); err != nil {
+		return w, fmt.Errorf("new coordinator: %w", err)
+	}
+	w.f.Watch(w.coord.OnApplied)
+	w.f.WatchRestore(w.coord.OnRestored)
+	d.mu.Lock()
+	log := d.log
+	d.mu.Unlock()
+	for i, cmd := range log { // Raft applies the committed log after a restart
+		w.f.ApplyCommand(uint64(i+1), cmd)
+	}
+	if _, err = w.coord.Recover(w.ctx); err != nil {
+		return w, fmt.Errorf("recover: %w", err)
+	}
+	return w, nil
+}
+
+// close stops the world; with the power off its errors are expected and dropped.
+func (w *world) close() error {
+	defer w.cancel()
+	var errs []error
+	if w.coord != nil {
+		errs = append(errs, w.coord.Close())
+	}
+	if w.log != nil {
+		errs = append(errs, w.log.Close())
+	}
+	if w.data != nil {
+		errs = append(errs, w.data.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// newDisk is the disk of a world that starts on mem with the Raft log and model of the
+// last, failing its power at the crashAt-th persistence point (0: never).
+func newDisk(mem *memfs.FS, log [][]byte, m *model, crashAt int, s *sim) *disk {
+	return &disk{mem: mem, log: log, model: m, crashAt: crashAt, rng: s.crashRng}
+}
