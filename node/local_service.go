@@ -116,10 +116,10 @@ func (s localService) Offload(ctx context.Context, req *pb.LocalOffloadRequest) 
 		}
 		pos = append(pos, i)
 	}
-	buf := s.n.metrics.buffers.newHold()
-	defer buf.release() // after the response: the coordinator may hold the values until then
-	if err := buf.acquire(ctx, int64(total)); err != nil {
-		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.limit, total, err))
+	buf := s.n.metrics.buffers.NewHold()
+	defer buf.Release() // after the response: the coordinator may hold the values until then
+	if err := buf.Acquire(ctx, int64(total)); err != nil {
+		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.Limit(), total, err))
 	}
 	objs, err := copyOut(r, req.Objects, pos, total)
 	if err == nil {
@@ -199,14 +199,14 @@ func (s localService) Get(ctx context.Context, req *pb.LocalGetRequest) (*pb.Loc
 		}
 		keys, pos = append(keys, d.Key), append(pos, i)
 	}
-	buf := s.n.metrics.buffers.newHold()
-	defer buf.release()
+	buf := s.n.metrics.buffers.NewHold()
+	defer buf.Release()
 	if !r.acquire() {
 		return nil, status.Errorf(codes.FailedPrecondition, "node: region %s was unregistered", r.name())
 	}
 	defer r.release()
 	res := make([]kvoffload.GetResult, len(keys)) // what was answered, without values, for the metrics
-	err = s.n.batchGetEach(ctx, keys, buf.reserver(ctx), func(j int, g kvoffload.GetResult) bool {
+	err = s.n.batchGetEach(ctx, keys, buf.Reserver(ctx), func(j int, g kvoffload.GetResult) bool {
 		i := pos[j]
 		out[i] = intoRegion(r, req.Keys[i], g)
 		g.Value = nil

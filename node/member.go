@@ -28,7 +28,7 @@ func (n *Node) startMember(ctx context.Context, fresh bool) (err error) {
 	if err := n.member.RaftOpened(n.leader); err != nil {
 		return err
 	}
-	if err := n.openCoordinator(clusterMeta{meta: meta{n.raft, n.fsm}, leader: n.leader}); err != nil {
+	if err := n.openCoordinator(forward.Meta(n.raft, n.fsm, n.leader)); err != nil {
 		return err
 	}
 	n.coord.SetRemote(forward.NewOwners(n.fsm, n.peers))
@@ -53,8 +53,8 @@ func (n *Node) ClusterID() string { return n.member.ClusterID() }
 // memberHost is what the membership needs of the node (cluster.Host).
 type memberHost struct{ n *Node }
 
-func (h memberHost) APIAddr() string                   { return h.n.APIAddr() }
-func (h memberHost) PeerAddr() string                  { return h.n.PeerAddr() }
+func (h memberHost) APIAddr() string                 { return h.n.APIAddr() }
+func (h memberHost) PeerAddr() string                { return h.n.PeerAddr() }
 func (h memberHost) Ready(ctx context.Context) error { return h.n.waitReady(ctx) }
 
 func (h memberHost) Space() (free, reserve int64, err error) {
@@ -79,9 +79,9 @@ func (h memberHost) Removed(why error) {
 // not the API's, or two members reading each other's keys could deadlock until the owner
 // deadline).
 func (h memberHost) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetChunk]) error {
-	buf := h.n.metrics.peerBuffers.newHold()
-	defer buf.release()
-	res, err := h.n.coord.BatchGetLocal(stream.Context(), req.Keys, buf.reserver(stream.Context()))
+	buf := h.n.metrics.peerBuffers.NewHold()
+	defer buf.Release()
+	res, err := h.n.coord.BatchGetLocal(stream.Context(), req.Keys, buf.Reserver(stream.Context()))
 	if err != nil {
 		return grpcError(err)
 	}

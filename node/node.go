@@ -58,14 +58,14 @@ type Node struct {
 	// raftOpened is raft, for Healthy, which may run while Open is still opening it.
 	raftOpened atomic.Pointer[raftmeta.Node]
 	member     *cluster.Member // membership, identity and peer security
-	idleLimit atomic.Int64 // streamIdle for tests; 0: streamIdleTimeout
-	coord     *txn.Coordinator
-	peers     *forward.Peers
-	leader    *forward.Leader // cluster mode only
-	metrics   *metrics
-	server    *grpc.Server // the client API
-	listener  net.Listener
-	health    *health.Server
+	idleLimit  atomic.Int64    // streamIdle for tests; 0: streamIdleTimeout
+	coord      *txn.Coordinator
+	peers      *forward.Peers
+	leader     *forward.Leader // cluster mode only
+	metrics    *metrics
+	server     *grpc.Server // the client API
+	listener   net.Listener
+	health     *health.Server
 	// peerServer serves the Cluster service on peerListener (cluster mode only).
 	peerServer   *grpc.Server
 	peerListener net.Listener
@@ -185,7 +185,7 @@ func (n *Node) startEmbedded(ctx context.Context, _ bool) (err error) {
 	if err := n.openRaft(rcfg); err != nil {
 		return err
 	}
-	if err := n.openCoordinator(meta{n.raft, n.fsm}); err != nil {
+	if err := n.openCoordinator(forward.Meta(n.raft, n.fsm, nil)); err != nil {
 		return err
 	}
 	if n.cfg.APIAddr != "" || n.cfg.Local.Socket != "" {
@@ -388,35 +388,3 @@ func (n *Node) Internals() (Internals, error) {
 	bs, err := n.buckets.Stats()
 	return Internals{Txn: n.coord.Stats(), Meta: n.fsm.Stats(), Buckets: bs, WAL: n.wal.Stats()}, err
 }
-
-// meta joins the Raft proposer and the local FSM into txn.Meta.
-type meta struct {
-	r *raftmeta.Node
-	f *fsm.FSM
-}
-
-func (m meta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	return m.r.Propose(ctx, cmd)
-}
-func (m meta) Barrier(ctx context.Context) error   { return m.r.Barrier(ctx) }
-func (m meta) ReadIndex(context.Context) error     { return nil } // the only replica
-func (m meta) Lookup(key string) (fsm.Entry, bool) { return m.f.Lookup(key) }
-func (m meta) Generation(key string) uint64        { return m.f.Generation(key) }
-func (m meta) LookupEach(n int, key func(int) string, fn func(int, fsm.Entry, bool, uint64)) {
-	m.f.LookupEach(n, key, fn)
-}
-func (m meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
-func (m meta) LiveOf(owner string) []fsm.Entry            { return m.f.LiveOf(owner) }
-
-// clusterMeta is txn.Meta for a cluster member: local FSM reads, and proposals, barriers
-// and read indexes forwarded to the leader when this node is not it.
-type clusterMeta struct {
-	meta
-	leader *forward.Leader
-}
-
-func (m clusterMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	return m.leader.Propose(ctx, cmd)
-}
-func (m clusterMeta) Barrier(ctx context.Context) error   { return m.leader.Barrier(ctx) }
-func (m clusterMeta) ReadIndex(ctx context.Context) error { return m.leader.ReadIndex(ctx) }

@@ -28,14 +28,15 @@ func TestCrossReadsAtTheBudget(t *testing.T) {
 	waitApplied(t, a, b)
 	waitApplied(t, b, a)
 	for _, n := range nodes {
-		n.metrics.buffers.limit, n.metrics.peerBuffers.limit = 4<<20, 4<<20
+		m := n.metrics
+		m.buffers, m.peerBuffers = newBudget(4<<20, m.bufferedBytes, m.bufferWaits), newBudget(4<<20, m.peerBuffered, m.peerWaits)
 	}
 	var held sync.WaitGroup // both reads hold their budget before either reaches its owner
 	held.Add(2)
 	read := func(n *Node, keys []string) []kvoffload.GetResult {
-		buf := n.metrics.buffers.newHold()
-		defer buf.release()
-		reserve := buf.reserver(ctx)
+		buf := n.metrics.buffers.NewHold()
+		defer buf.Release()
+		reserve := buf.Reserver(ctx)
 		out := make([]kvoffload.GetResult, len(keys))
 		err := n.batchGetEach(ctx, keys, func(bytes int64) error {
 			err := reserve(bytes)

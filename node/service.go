@@ -14,6 +14,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/membudget"
 	"github.com/kvoffload/kvoffload/internal/transport"
 	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/txn"
@@ -32,8 +33,8 @@ func (s kvService) BatchOffload(stream grpc.ClientStreamingServer[pb.OffloadChun
 		return err
 	}
 	start := time.Now()
-	buf := s.n.metrics.buffers.newHold()
-	defer buf.release() // after the response is sent: the coordinator may hold the values until then
+	buf := s.n.metrics.buffers.NewHold()
+	defer buf.Release() // after the response is sent: the coordinator may hold the values until then
 	id, objs, tooLarge, err := s.recvBatch(stream, buf)
 	if err != nil {
 		return err
@@ -66,7 +67,7 @@ const firstValueBytes = 64 << 10
 // as its bytes arrive, not when its size is announced (a stream announcing 64 MiB and sending
 // nothing reserves nothing), and each allocation is acquired from buf first, waiting while
 // the node's budget is taken (the stream is not read meanwhile: back-pressure on the client).
-func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, pb.OffloadResponse], buf *hold) (fsm.TxnID, []kvoffload.Object, map[int]string, error) {
+func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, pb.OffloadResponse], buf *membudget.Hold) (fsm.TxnID, []kvoffload.Object, map[int]string, error) {
 	var id fsm.TxnID
 	var objs []kvoffload.Object
 	tooLarge := map[int]string{}
@@ -135,8 +136,8 @@ func (s kvService) recvBatch(stream grpc.ClientStreamingServer[pb.OffloadChunk, 
 			if whole {
 				grown = need
 			}
-			if err := buf.acquire(stream.Context(), int64(grown-cap(o.Value))); err != nil {
-				return id, nil, nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) at key %q: %w", s.n.metrics.buffers.limit, o.Key, err))
+			if err := buf.Acquire(stream.Context(), int64(grown-cap(o.Value))); err != nil {
+				return id, nil, nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) at key %q: %w", s.n.metrics.buffers.Limit(), o.Key, err))
 			}
 			if whole {
 				o.Value = ch.Data
@@ -180,21 +181,21 @@ func (s kvService) BatchGet(req *pb.GetRequest, stream grpc.ServerStreamingServe
 		return err
 	}
 	start := time.Now()
-	buf := s.n.metrics.buffers.newHold()
-	defer buf.release()
-	q := newInOrder(len(req.Keys))
+	buf := s.n.metrics.buffers.NewHold()
+	defer buf.Release()
+	q := wire.NewInOrder(len(req.Keys))
 	go func() {
-		q.end(s.n.batchGetEach(ctx, req.Keys, buf.reserver(ctx), q.put))
+		q.End(s.n.batchGetEach(ctx, req.Keys, buf.Reserver(ctx), q.Put))
 	}()
 	defer func() {
 		cancel() // the reads left stop at once
-		q.wait() // and nothing is visited after this
+		q.Wait() // and nothing is visited after this
 	}()
 	send := transport.IdleSend(ctx, stream.Send, s.n.streamIdle())
 	sent := make([]kvoffload.GetResult, 0, len(req.Keys)) // what was sent, without values, for the metrics
 	defer func() { s.n.metrics.observeGets(sent, time.Since(start)) }()
 	for i := range req.Keys {
-		r, err := q.next(i)
+		r, err := q.Next(i)
 		if err != nil {
 			return grpcError(err)
 		}
