@@ -69,9 +69,9 @@ var outcomeLabels = outcomeNames.labels()
 // know.
 func (o Outcome) String() string { return outcomeNames.name(int(o), "Outcome") }
 
-// Label is the outcome's name in snake_case ("already_stored"): the spelling of metric labels,
-// Stats.Counters and the FSM's outcomes (fsm.Outcome's String). It is "" for an outcome this
-// build does not know.
+// Label is the outcome's name in snake_case ("already_stored"): the spelling of metric labels
+// and of the FSM's outcomes (fsm.Outcome's String). It is "" for an outcome this build does
+// not know.
 func (o Outcome) Label() string { return outcomeLabels.name(int(o), "") }
 
 // OK reports whether the key is stored after the call (Stored or AlreadyStored).
@@ -155,11 +155,10 @@ func (s GetStatus) String() string { return getStatusNames.name(int(s), "GetStat
 // status this build does not know.
 func (s GetStatus) Label() string { return getStatusLabels.name(int(s), "") }
 
-// Code is the code a result of status s carries: CodeNone when Found, CodeNotFound when
-// NotFound, CodeCorrupt, CodeInvalidKey, CodeShortBuffer for the others of those names, and
-// CodeUnavailable when Unavailable, unless the reader knows a more specific reason
-// (CodeCanceled, CodeInternal). A status this build does not know reads as Unavailable, so
-// its code is CodeUnavailable.
+// Code is the code a result of status s carries: CodeNone for Found, and for every other
+// status the Code of the same name (CodeNotFound for NotFound, ..., CodeUnavailable for
+// Unavailable, whose result may carry a more specific one instead: CodeCanceled,
+// CodeInternal). A status this build does not know reads as Unavailable: CodeUnavailable.
 func (s GetStatus) Code() Code {
 	if int(s) < len(getStatuses) && getStatuses[s].name != "" {
 		return getStatuses[s].code
