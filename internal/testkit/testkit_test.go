@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/internal/invariants"
 )
 
 // recorder is a testing.TB that keeps what a helper reports; Fatalf ends the goroutine as
@@ -63,6 +65,9 @@ func TestSeedOrder(t *testing.T) {
 		t.Fatalf("errors %q, logs %q", r.errs, r.logs)
 	}
 	want := "seed 42 (replay: go test ./internal/testkit -run '^TestX/sub$' -seed 42)"
+	if invariants.Enabled { // the replay builds as this binary was built (scripts/test.sh)
+		want = "seed 42 (replay: go test -tags invariants ./internal/testkit -run '^TestX/sub$' -seed 42)"
+	}
 	if r.logs[0] != want {
 		t.Errorf("log %q, want %q", r.logs[0], want)
 	}
