@@ -18,28 +18,9 @@ import (
 func (s *sim) check(ctx context.Context, w *world) (int, error) {
 	checks := 0
 	var errs []error
-	res, err := w.coord.BatchGet(ctx, s.keys)
-	if err != nil {
-		return checks, fmt.Errorf("read every key: %w", err)
-	}
-	w.disk.mu.Lock()
-	m := w.disk.model
-	for _, r := range res {
-		checks++
-		if err := s.judge(r, m.keys[r.Key]); err != nil {
-			errs = append(errs, err)
-		}
-		if m.keys[r.Key] == uncertain {
-			m.keys[r.Key] = absent
-			if r.Status == kvoffload.Found {
-				m.keys[r.Key] = present
-			}
-		}
-	}
-	w.disk.mu.Unlock()
 
-	// I1 and I12: metadata names only keys of the key space, each read above; the bytes it
-	// references are the store's live bytes.
+	// First what recovery left, before any read: a read that finds a damaged record drops
+	// its key, and the reclaimer frees its bytes in the background.
 	entries := map[string]fsm.Entry{}
 	var live int64
 	w.f.ForEach(func(e fsm.Entry) bool {
@@ -47,15 +28,11 @@ func (s *sim) check(ctx context.Context, w *world) (int, error) {
 		live += e.Extent.Length
 		return true
 	})
-	for _, r := range res {
-		if _, ok := entries[r.Key]; ok != (r.Status == kvoffload.Found) {
-			errs = append(errs, violation{"I1", r.Key, fmt.Sprintf("in metadata: %v, read %s (%s)", ok, r.Status, r.Reason)})
-		}
-	}
 	checks++
 	if len(entries) > len(s.keys) {
 		errs = append(errs, violation{"I1", "-", fmt.Sprintf("%d keys in metadata, the key space has %d", len(entries), len(s.keys))})
 	}
+	// I12: the bytes metadata references are the store's live bytes.
 	st, err := w.data.Stats()
 	if err != nil {
 		return checks, fmt.Errorf("bucket stats: %w", err)
@@ -64,7 +41,6 @@ func (s *sim) check(ctx context.Context, w *world) (int, error) {
 	if st.LiveBytes != live {
 		errs = append(errs, violation{"I12", "-", fmt.Sprintf("live bytes %d, metadata references %d", st.LiveBytes, live)})
 	}
-
 	// I4: every record on the disk is one metadata references.
 	err = w.data.Scan(func(ext bucketstore.Extent, h bucketstore.Header, err error) error {
 		if err != nil {
@@ -80,7 +56,6 @@ func (s *sim) check(ctx context.Context, w *world) (int, error) {
 	if err != nil {
 		return checks, fmt.Errorf("scan buckets: %w", err)
 	}
-
 	// I5: recovery resolved every intent.
 	open := map[[16]byte]bool{}
 	err = w.log.Replay(func(_ uint64, r wal.Record) error {
@@ -98,6 +73,30 @@ func (s *sim) check(ctx context.Context, w *world) (int, error) {
 	checks++
 	if len(open) > 0 {
 		errs = append(errs, violation{"I5", "-", fmt.Sprintf("%d intents unresolved after recovery", len(open))})
+	}
+
+	// I1, I2, I3 and no resurrection: every key of the key space, read.
+	res, err := w.coord.BatchGet(ctx, s.keys)
+	if err != nil {
+		return checks, fmt.Errorf("read every key: %w", err)
+	}
+	w.disk.mu.Lock()
+	defer w.disk.mu.Unlock()
+	m := w.disk.model
+	for _, r := range res {
+		checks += 2
+		if err := s.judge(r, m.keys[r.Key]); err != nil {
+			errs = append(errs, err)
+		}
+		if _, ok := entries[r.Key]; ok != (r.Status == kvoffload.Found) && r.Status != kvoffload.Corrupt {
+			errs = append(errs, violation{"I1", r.Key, fmt.Sprintf("in metadata: %v, read %s (%s)", ok, r.Status, r.Reason)})
+		}
+		if st := m.keys[r.Key]; st == uncertain || st == damaged {
+			m.keys[r.Key] = absent
+			if r.Status == kvoffload.Found {
+				m.keys[r.Key] = present
+			}
+		}
 	}
 	return checks, errors.Join(errs...)
 }

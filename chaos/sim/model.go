@@ -13,10 +13,11 @@ const (
 	absent    keyState = iota // its last acknowledged operation removed it, or none stored it
 	present                   // its last acknowledged operation stored it
 	uncertain                 // an operation on it failed or was cut off: either is right
+	damaged                   // stored, then a bit of its record flipped at rest
 )
 
 func (s keyState) String() string {
-	return [...]string{"absent", "present", "uncertain"}[s]
+	return [...]string{"absent", "present", "uncertain", "damaged"}[s]
 }
 
 // model is what the workload was told: each key's state, and the keys of the operation in

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 
 	"github.com/kvoffload/kvoffload"
@@ -48,7 +49,8 @@ func (o Options) withDefaults() Options {
 type Stats struct {
 	Seeds           int            `json:"seeds"`
 	CrashRecoveries int            `json:"crash_recoveries"`
-	Restarts        int            `json:"restarts"` // clean stops, then a recovery
+	Restarts        int            `json:"restarts"`  // clean stops, then a recovery
+	BitFlips        int            `json:"bit_flips"` // records damaged at rest
 	InvariantChecks int            `json:"invariant_checks"`
 	Violations      int            `json:"violations"`
 	CrashesByPoint  map[string]int `json:"crashes_by_point"`
@@ -59,6 +61,7 @@ func (s *Stats) Add(o Stats) {
 	s.Seeds += o.Seeds
 	s.CrashRecoveries += o.CrashRecoveries
 	s.Restarts += o.Restarts
+	s.BitFlips += o.BitFlips
 	s.InvariantChecks += o.InvariantChecks
 	s.Violations += o.Violations
 	if s.CrashesByPoint == nil {
@@ -147,6 +150,11 @@ func (s *sim) run(ctx context.Context) error {
 		switch img := d.img; {
 		case img != nil: // the power failed: the next world recovers from what it left
 			mem, log, m = img.fs, img.log, img.model
+			if s.crashRng.IntN(flipOdds) == 0 {
+				if err := s.flipBit(mem, log, m); err != nil {
+					return fail(err)
+				}
+			}
 			after = fmt.Sprintf("%s #%d", img.point, img.n)
 			s.stats.CrashRecoveries++
 			s.stats.CrashesByPoint[img.point]++
@@ -163,6 +171,51 @@ func (s *sim) run(ctx context.Context) error {
 			s.stats.Restarts++
 		}
 	}
+	return nil
+}
+
+// flipOdds: one power loss in this many also flips a bit of a stored record at rest.
+const flipOdds = 4
+
+// flipBit flips one bit of the record of a key m holds present, in the disk a power loss
+// left, and marks the key damaged: it may then read Corrupt or NotFound, never wrong bytes.
+func (s *sim) flipBit(mem *memfs.FS, log [][]byte, m *model) error {
+	f := fsm.New()
+	for i, cmd := range log {
+		f.ApplyCommand(uint64(i+1), cmd)
+	}
+	var live []fsm.Entry
+	for _, k := range s.keys {
+		if e, ok := f.Lookup(k); ok && m.keys[k] == present {
+			live = append(live, e)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	e := live[s.crashRng.IntN(len(live))]
+	// Bucket files are named as bucketstore/bucket.go's bucketName does (on-disk format).
+	name := fmt.Sprintf("%s/bucket-%010d.kvb", bucketDir, e.Extent.Bucket)
+	file, err := mem.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("flip a bit of %s: %w", e.Key, err)
+	}
+	defer file.Close()
+	off := e.Extent.Offset + s.crashRng.Int64N(e.Extent.Length)
+	b := make([]byte, 1)
+	if _, err := file.ReadAt(b, off); err != nil {
+		return fmt.Errorf("flip a bit of %s: %w", e.Key, err)
+	}
+	b[0] ^= 1 << s.crashRng.IntN(8)
+	if _, err := file.WriteAt(b, off); err != nil {
+		return fmt.Errorf("flip a bit of %s: %w", e.Key, err)
+	}
+	if err := file.Sync(); err != nil {
+		return fmt.Errorf("flip a bit of %s: %w", e.Key, err)
+	}
+	m.keys[e.Key] = damaged
+	s.stats.BitFlips++
+	s.trace("bit flipped in %s at %d", e.Key, off)
 	return nil
 }
 
@@ -320,6 +373,8 @@ func (s *sim) judge(r kvoffload.GetResult, st keyState) error {
 	switch {
 	case r.Status == kvoffload.Found && !bytes.Equal(r.Value, s.payload(r.Key)):
 		return violation{"I3", r.Key, fmt.Sprintf("read %d wrong bytes", len(r.Value))}
+	case st == damaged:
+		return nil // Found with its bytes, Corrupt, or NotFound (dropped by an earlier read)
 	case st == present && r.Status != kvoffload.Found:
 		return violation{"I2", r.Key, fmt.Sprintf("acknowledged stored, read %s (%s)", r.Status, r.Reason)}
 	case st == absent && r.Status == kvoffload.Found:
