@@ -255,10 +255,10 @@ func (n *Node) openRaft(rcfg raftmeta.Config) error {
 // streamIdleTimeout is the longest an offload stream may go without a message, and a
 // BatchGet stream without its client taking one. A stream that announces objects and then
 // stops sending, or a reader that stops reading, would otherwise hold its share of the buffer
-// budget (budget.go) for as long as its client keeps the connection open, and a few such
-// streams would hold all of it (TestIdleOffloadStreamEnds, TestIdleReaderLosesItsStream). A
-// client streams values it already has and reads what it asked for, so a live client is
-// never this slow.
+// budget (internal/membudget) for as long as its client keeps the connection open, and a few
+// such streams would hold all of it (TestIdleOffloadStreamEnds,
+// TestIdleReaderLosesItsStream). A client streams values it already has and reads what it
+// asked for, so a live client is never this slow.
 const streamIdleTimeout = 30 * time.Second
 
 // streamIdle is the idle limit of an offload stream (streamIdleTimeout; tests shorten it).

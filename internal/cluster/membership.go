@@ -263,11 +263,12 @@ func (m *Member) noteRemoved(why error) {
 // configuration (WatchRemoval).
 const removalCheckEvery = time.Second
 
-// WatchRemoval, run for a ready member's life, marks the node removed (Host.Removed) once its own Raft configuration no longer
-// lists it and that configuration is committed here: the change reached this node before the
-// leader stopped replicating to it. A committed entry is never undone, so no member is marked.
-// It covers the node that no call reaches while it still knows the leader, which the leader's
-// refusal (noteRemoved's other source) never reaches.
+// WatchRemoval, run for a ready member's life, marks the node removed (Host.Removed) once its
+// own Raft configuration no longer lists it and that configuration is committed here: the
+// change reached this node before the leader stopped replicating to it. A committed entry is
+// never undone, so no member is marked. It covers the node that no call reaches while it
+// still knows the leader, which the leader's refusal (noteRemoved's other source) never
+// reaches.
 func (m *Member) WatchRemoval() {
 	t := time.NewTicker(removalCheckEvery)
 	defer t.Stop()

@@ -67,7 +67,7 @@ func (m *tlsMaterial) apiServer() *tls.Config {
 // cluster CA. Members are dialed by address (often an IP, a proxy, a NAT), so host-name
 // verification is replaced by chain verification in VerifyConnection (the pattern of
 // crypto/tls's own ExampleConfig_verifyConnection). When member is not empty the answering
-// certificate must also be that member's: a node certificate (no devca.OperatorUnit) whose Common
+// certificate must also be that member's: a node certificate (no OperatorUnit) whose Common
 // Name is member; addr, the address dialed, is for the refusal's message. Otherwise any
 // holder of a cluster certificate who answered at a member's address (a removed member,
 // until the CA is rotated) would be taken for it: its refusal for the leader's (the removal

@@ -88,7 +88,7 @@ const leaveRemoveBatch = 4096
 // leadership over first, so the new leader records the removal. A node that is no longer a
 // member but still owns keys (an earlier Leave cut short) gets its keys dropped again.
 //
-// With TLS, only the node itself or an operator (devca.OperatorUnit) may ask, and a member that is
+// With TLS, only the node itself or an operator (OperatorUnit) may ask, and a member that is
 // not the leader redirects the caller to it instead of forwarding (forwarding would put this
 // member's identity in place of the caller's).
 func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
