@@ -23,6 +23,11 @@
 //   - A bucket whose fdatasync failed is never synced again nor reserved in (fsyncgate: a
 //     retried fsync can succeed without the data being on disk).
 //
+// Built with -tags invariants (internal/invariants; the race tests of scripts/test.sh), the
+// store asserts the accounting as it changes: the extents of a fresh bucket are handed out in
+// offset order below its tail, so no two overlap; no byte counter goes negative; a bucket
+// file is removed only when nothing in it is live; Close recounts LiveBytes from the extents.
+//
 // # Concurrency
 //
 // All Store methods are safe for concurrent use. WriteRecord and Read of different extents
