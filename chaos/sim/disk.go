@@ -78,6 +78,16 @@ func (d *disk) raftAppend(cmd []byte) (index uint64, lost bool, err error) {
 // lostAnswerOdds: one Raft append in this many has its answer lost.
 const lostAnswerOdds = 24
 
+// lagOdds: one TxnResult lookup in this many answers as a lagging member's would.
+const lagOdds = 8
+
+// lagging draws whether a TxnResult lookup lags.
+func (d *disk) lagging() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rng.IntN(lagOdds) == 0
+}
+
 // pointLocked passes one persistence point. At the crashAt-th it captures the image (with
 // cmd, a Raft append, kept in the log or not, as the seed chooses) and fails the power.
 func (d *disk) pointLocked(kind string, cmd []byte) error {

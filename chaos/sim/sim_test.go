@@ -15,10 +15,24 @@ import (
 
 var (
 	simSeconds = flag.Duration("sim.time", 0, "TestSimulate: run fresh seeds for this long (0: -sim.seeds seeds)")
-	simSeeds   = flag.Int("sim.seeds", 20, "TestSimulate: seeds to run when -sim.time is 0")
+	simSeeds   = flag.Int("sim.seeds", 20, "TestSimulate: seeds to run when -sim.time and -sim.crashes are 0")
+	simCrashes = flag.Int("sim.crashes", 0, "TestSimulate: run fresh seeds until this many crash recoveries (or -sim.time)")
 	simJSON    = flag.String("sim.json", "", "TestSimulate: write the run's Stats as JSON to this file")
 	simTrace   = flag.Bool("sim.trace", false, "TestSimulate: log every operation and power loss")
 )
+
+// budgetSpent reports whether TestSimulate has run its flags' worth after seeds seeds,
+// elapsed time and total counts.
+func budgetSpent(seeds int, elapsed time.Duration, total Stats) bool {
+	switch {
+	case *simSeconds > 0 && elapsed >= *simSeconds:
+		return true
+	case *simCrashes > 0:
+		return total.CrashRecoveries >= *simCrashes
+	default:
+		return *simSeconds == 0 && seeds >= *simSeeds
+	}
+}
 
 // TestSimulate runs seeds from testkit.Seed (one seed replays exactly that seed with
 // -sim.seeds 1), each a chain of power losses and recoveries, and fails on the first
@@ -29,10 +43,7 @@ func TestSimulate(t *testing.T) {
 	start := time.Now()
 	var total Stats
 	total.CrashesByPoint = map[string]int{}
-	for i := 0; ; i++ {
-		if *simSeconds > 0 && time.Since(start) >= *simSeconds || *simSeconds == 0 && i >= *simSeeds {
-			break
-		}
+	for i := 0; !budgetSpent(i, time.Since(start), total); i++ {
 		seed := base + uint64(i)
 		opt := Options{Seed: seed}
 		if *simTrace {

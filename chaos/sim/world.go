@@ -67,12 +67,21 @@ func (m *meta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) {
 // errAnswerLost is a Propose whose command committed but whose answer was lost.
 var errAnswerLost = errors.New("sim: leadership lost after the entry committed")
 
-func (m *meta) Barrier(context.Context) error              { return nil }
-func (m *meta) ReadIndex(context.Context) error            { return nil }
-func (m *meta) Lookup(k string) (fsm.Entry, bool)          { return m.f.Lookup(k) }
-func (m *meta) Generation(k string) uint64                 { return m.f.Generation(k) }
-func (m *meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
-func (m *meta) LiveOf(owner string) []fsm.Entry            { return m.f.LiveOf(owner) }
+func (m *meta) Barrier(context.Context) error     { return nil }
+func (m *meta) ReadIndex(context.Context) error   { return nil }
+func (m *meta) Lookup(k string) (fsm.Entry, bool) { return m.f.Lookup(k) }
+func (m *meta) Generation(k string) uint64        { return m.f.Generation(k) }
+
+// TxnResult sometimes answers as a member whose FSM has not applied the transaction yet
+// would, so that a retried batch is proposed again and the FSM's de-duplication by txn ID
+// decides (a client that retries on another member meets this).
+func (m *meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) {
+	if m.disk.lagging() {
+		return nil, false
+	}
+	return m.f.TxnResult(id)
+}
+func (m *meta) LiveOf(owner string) []fsm.Entry { return m.f.LiveOf(owner) }
 
 // openWorld recovers a node from fs and the Raft log, as a restart after a power loss: the
 // stores open (the WAL repairs its tail), the log is applied to a fresh FSM, and the
