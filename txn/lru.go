@@ -154,6 +154,11 @@ func (l *lru) addLocked(key string, gen uint64, bytes int64) {
 		l.byKey.Insert(key, i)
 	}
 	l.pushBack(i)
+	if invariants.Enabled {
+		if j, found := l.find(key); !found || j != i || l.node(0).prev != i {
+			invariants.Failf("txn: an added key is tracked once, as the most recently used", "key %q at node %d: index %d (%v), newest %d", key, i, j, found, l.node(0).prev)
+		}
+	}
 }
 
 // beginLoad queues add and drop from now until load (start-up collection calls it before
