@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
 	"github.com/kvoffload/kvoffload/internal/invariants"
+	"github.com/kvoffload/kvoffload/internal/mutant"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -30,7 +31,9 @@ func (s *Store) Free(ext Extent) error {
 	}
 	b.live.del(ext.Offset)
 	b.liveBytes -= ext.Length
-	s.live -= ext.Length
+	if !mutant.On(mutant.LeakFreedBytes) { // mutation test only
+		s.live -= ext.Length
+	}
 	s.settleLocked(ext)
 	if invariants.Enabled {
 		if b.live.length(ext.Offset) != 0 {

@@ -415,7 +415,9 @@ func (s *state) applyRemove(index uint64, r Remove) *Result {
 			// older write.
 			s.gens[kg.Key]++
 		case kg.Gen == 0 || kg.Gen == cur.Gen:
-			s.delLive(cur)
+			if !mutant.On(mutant.RemoveNotApplied) { // mutation test only
+				s.delLive(cur)
+			}
 			s.gens[kg.Key] = cur.Gen + 1
 			ko.Outcome, ko.Entry = OutcomeRemoved, cur
 			_, ko.Shared = s.overlapping(cur.Owner, cur.Extent, "")

@@ -4,6 +4,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/mutant"
 )
 
 // plan is step S0 of one transaction: what each input object becomes.
@@ -60,6 +61,9 @@ func (c *Coordinator) plan(id fsm.TxnID, b *batch) *plan {
 			p.dups = append(p.dups, dupRef{idx: i, first: k.first})
 		case k.live:
 			compare(k.entry, sum, size).set(r)
+			if mutant.On(mutant.PhantomRecord) && k.entry.Owner == c.cfg.NodeID { // mutation test only
+				_ = c.data.Free(k.entry.Extent) // a duplicate's clean-up frees the live copy's bytes
+			}
 		case c.inflight.flights[o.Key] != nil:
 			p.joins = append(p.joins, joinRef{idx: i, fl: c.inflight.flights[o.Key], sum: sum, size: size})
 		default:

@@ -12,6 +12,7 @@ import (
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/mutant"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -132,7 +133,7 @@ func (c *Coordinator) resolveIntent(ctx context.Context, p pendingIntent, rep *R
 	id := p.id
 	if _, ok := c.meta.TxnResult(id); ok {
 		rep.AlreadyDone++
-	} else if bad := c.verifyIntent(id, p); bad == "" {
+	} else if bad := c.verifyIntent(id, p); bad == "" || mutant.On(mutant.RollForwardUnverified) { // mutation test only
 		if _, err := c.propose(ctx, p.in.commitCmd(id), once); err != nil {
 			return fmt.Errorf("txn: recovery: re-proposing commit of %s: %w", id, err)
 		}
@@ -207,6 +208,9 @@ func (c *Coordinator) collect(ctx context.Context, rep *RecoveryReport) (adopted
 	onDisk := map[uint32]bool{}
 	for _, b := range c.data.Buckets() {
 		onDisk[b] = true
+		if mutant.On(mutant.SkipOrphanCollect) { // mutation test only
+			continue
+		}
 		freed, err := c.data.Collect(b, live[b])
 		if err != nil {
 			return nil, fmt.Errorf("txn: recovery: collecting bucket %d: %w", b, err)

@@ -66,6 +66,13 @@ func (c *Coordinator) RemoveTxn(ctx context.Context, id fsm.TxnID, keys []string
 			}
 		}
 	}
+	if mutant.On(mutant.RemoveAckBeforeCommit) { // mutation test only: answered, then proposed
+		go c.propose(context.WithoutCancel(ctx), fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "remove"}), once)
+		for i := range out {
+			out[i].Removed = true
+		}
+		return out, nil
+	}
 	res, err := c.propose(ctx, fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: kg, Reason: "remove"}), once)
 	if err != nil {
 		return nil, fmt.Errorf("txn: remove: %w", err)

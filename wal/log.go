@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/mutant"
 	tidwall "github.com/kvoffload/kvoffload/third_party/tidwall/wal"
 )
 
@@ -90,7 +91,7 @@ func Open(cfg Config) (*Log, RepairReport, error) {
 // LastIndex+1).
 func tidwallOptions(cfg Config, d disk) tidwall.Options {
 	return tidwall.Options{
-		NoSync:           false, // WriteBatch ends with an fsync: the commit point
+		NoSync:           mutant.On(mutant.SkipWALSync), // false: WriteBatch ends with an fsync, the commit point (mutation test only)
 		SegmentSize:      cfg.SegmentSize,
 		LogFormat:        tidwall.Binary,
 		SegmentCacheSize: 2,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
@@ -16,11 +17,45 @@ import (
 // recovered world shows was on the disk or in the Raft log, so it is durable. It returns the
 // number of checks made.
 func (s *sim) check(ctx context.Context, w *world) (int, error) {
-	checks := 0
-	var errs []error
-
 	// First what recovery left, before any read: a read that finds a damaged record drops
 	// its key, and the reclaimer frees its bytes in the background.
+	checks, entries, err := s.structure(w)
+	if err != nil {
+		return checks, err
+	}
+	n, err := s.intents(w)
+	checks += n
+	if err != nil {
+		return checks, err
+	}
+	n, err = s.readAll(ctx, w, entries)
+	return checks + n, err
+}
+
+// checkRunning checks, between two operations of a running world, what holds there: I1's
+// count, I4 and I12 once the reclaimer has freed what the last operations released (it
+// polls for up to settleTime). Intents may still be unresolved (their DONE is queued).
+func (s *sim) checkRunning(w *world) (int, error) {
+	deadline := time.Now().Add(settleTime)
+	for {
+		checks, _, err := s.structure(w)
+		if err == nil || w.disk.powerOff() {
+			return checks, nil
+		}
+		if time.Now().After(deadline) {
+			return checks, fmt.Errorf("running, %v after the last operation: %w", settleTime, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// settleTime bounds how long checkRunning waits for background frees.
+const settleTime = 200 * time.Millisecond
+
+// structure checks I1's key count, I12 and I4, and returns the live entries.
+func (s *sim) structure(w *world) (int, map[string]fsm.Entry, error) {
+	checks := 0
+	var errs []error
 	entries := map[string]fsm.Entry{}
 	var live int64
 	w.f.ForEach(func(e fsm.Entry) bool {
@@ -35,7 +70,7 @@ func (s *sim) check(ctx context.Context, w *world) (int, error) {
 	// I12: the bytes metadata references are the store's live bytes.
 	st, err := w.data.Stats()
 	if err != nil {
-		return checks, fmt.Errorf("bucket stats: %w", err)
+		return checks, nil, fmt.Errorf("bucket stats: %w", err)
 	}
 	checks++
 	if st.LiveBytes != live {
@@ -54,11 +89,15 @@ func (s *sim) check(ctx context.Context, w *world) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return checks, fmt.Errorf("scan buckets: %w", err)
+		return checks, nil, fmt.Errorf("scan buckets: %w", err)
 	}
-	// I5: recovery resolved every intent.
+	return checks, entries, errors.Join(errs...)
+}
+
+// intents checks I5: recovery resolved every intent.
+func (s *sim) intents(w *world) (int, error) {
 	open := map[[16]byte]bool{}
-	err = w.log.Replay(func(_ uint64, r wal.Record) error {
+	err := w.log.Replay(func(_ uint64, r wal.Record) error {
 		switch r.Type {
 		case wal.RecordIntent:
 			open[r.TxnID] = true
@@ -68,14 +107,19 @@ func (s *sim) check(ctx context.Context, w *world) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return checks, fmt.Errorf("replay WAL: %w", err)
+		return 1, fmt.Errorf("replay WAL: %w", err)
 	}
-	checks++
 	if len(open) > 0 {
-		errs = append(errs, violation{"I5", "-", fmt.Sprintf("%d intents unresolved after recovery", len(open))})
+		return 1, violation{"I5", "-", fmt.Sprintf("%d intents unresolved after recovery", len(open))}
 	}
+	return 1, nil
+}
 
-	// I1, I2, I3 and no resurrection: every key of the key space, read.
+// readAll checks I1, I2, I3 and no resurrection by reading every key of the key space, and
+// settles the model's uncertain and damaged keys.
+func (s *sim) readAll(ctx context.Context, w *world, entries map[string]fsm.Entry) (int, error) {
+	checks := 0
+	var errs []error
 	res, err := w.coord.BatchGet(ctx, s.keys)
 	if err != nil {
 		return checks, fmt.Errorf("read every key: %w", err)

@@ -225,9 +225,16 @@ const maxExits = 8
 // drive runs up to opt.Ops operations on w, until its power fails. An error other than the
 // power's is a failure.
 func (s *sim) drive(ctx context.Context, w *world) error {
-	for range s.opt.Ops {
+	for i := range s.opt.Ops {
 		if w.disk.powerOff() {
 			return nil
+		}
+		if i == s.opt.Ops/2 {
+			checks, err := s.checkRunning(w)
+			s.stats.InvariantChecks += checks
+			if err != nil {
+				return err
+			}
 		}
 		var err error
 		switch r := s.rng.IntN(10); {
