@@ -77,9 +77,11 @@ func (r *reclaimer) pin(ext bucketstore.Extent) {
 // unpin drops a pin; the last pin of a doomed extent frees it, on the reader's goroutine.
 func (r *reclaimer) unpin(ext bucketstore.Extent) {
 	r.mu.Lock()
-	if invariants.Enabled && r.pins[ext] <= 0 {
-		r.mu.Unlock()
-		invariants.Failf("txn: a pin is dropped only while held", "extent %+v has %d pins", ext, r.pins[ext])
+	if invariants.Enabled {
+		if n := r.pins[ext]; n <= 0 {
+			r.mu.Unlock()
+			invariants.Failf("txn: a pin is dropped only while held", "extent %+v has %d pins", ext, n)
+		}
 	}
 	r.pins[ext]--
 	free := r.pins[ext] == 0 && r.doomed[ext]
