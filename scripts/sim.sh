@@ -63,7 +63,7 @@ run)
   ;;
 mutants)
   budget=${seconds:-60}
-  mutants=$(sed -n 's/^\t[A-Za-z]* *= "\([a-z-]*\)".*/\1/p' internal/mutant/doc.go)
+  mutants=$(sed -n 's/^\t[A-Za-z]* *= "\([a-z0-9-]*\)".*/\1/p' internal/mutant/doc.go)
   caught=0 total=0 json=""
   printf '%-34s %-10s %s\n' mutant caught seconds
   for m in $mutants; do

@@ -280,6 +280,12 @@ func (s *sim) offload(ctx context.Context, w *world) error {
 	if b == nil || s.rng.IntN(2) == 0 {
 		keys := s.pick(1 + s.rng.IntN(6))
 		b = &batch{id: s.txnID(), keys: keys}
+	} else if s.rng.IntN(2) == 0 {
+		// Another client removes a key of the batch before the retry: the retry must not
+		// bring it back (its answer is its first attempt's).
+		if err := s.removeKeys(ctx, w, b.keys[:1]); err != nil || w.disk.powerOff() {
+			return err
+		}
 	}
 	s.retry = nil
 	objs := make([]kvoffload.Object, len(b.keys))
@@ -331,7 +337,11 @@ type batch struct {
 
 // remove removes 1-3 keys.
 func (s *sim) remove(ctx context.Context, w *world) error {
-	keys := s.pick(1 + s.rng.IntN(3))
+	return s.removeKeys(ctx, w, s.pick(1+s.rng.IntN(3)))
+}
+
+// removeKeys removes keys in one transaction.
+func (s *sim) removeKeys(ctx context.Context, w *world, keys []string) error {
 	w.begin(keys)
 	res, err := w.coord.RemoveTxn(ctx, s.txnID(), keys)
 	s.trace("remove %v: %v %v", keys, res, err)

@@ -21,7 +21,7 @@ const (
 	bucketDir      = "/data/buckets"
 	walDir         = "/data/wal"
 	bucketSize     = 256 << 10
-	segmentSize    = 16 << 10
+	segmentSize    = 4 << 10
 	truncateEvery  = 16
 	simNodeID      = "n1"
 	proposeTimeout = time.Second
