@@ -26,6 +26,9 @@ while [ $# -gt 0 ]; do
     *) echo "sim.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+# One P and no asynchronous preemption: with the simulator's worlds in a synctest bubble
+# (virtual time), a seed then makes the same choices in the same order on every run.
+export GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Built with -tags chaos so that a planted bug can be switched on (internal/mutant).

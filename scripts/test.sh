@@ -18,8 +18,9 @@ gotest() { go tool gotestsum --format "$1" -- "${@:2}"; }
 gotest standard-quiet -race -tags invariants -count=1 -timeout 20m ./...
 gotest standard-verbose -tags chaos -count=1 -timeout 30m ./chaos/...
 gotest standard-verbose -count=1 -run TestMutants ./chaos
-# The crash simulator (chaos/sim): at least 20,000 power losses with recovery and every
-# invariant checked, then each planted bug, which the simulator must catch within 60 s.
+# The crash simulator (chaos/sim): a seed replays exactly; at least 20,000 power losses with
+# recovery and every invariant checked; then each planted bug, caught within 60 s.
+GODEBUG=asyncpreemptoff=1 go test -count=5 -run TestSeedReplays ./chaos/sim
 ./scripts/sim.sh --crashes 20000
 ./scripts/sim.sh --mutants
 /usr/bin/python3 -m pytest -q python/tests
