@@ -152,7 +152,7 @@ func (n *Node) Stats(ctx context.Context) (kvoffload.Stats, error) {
 	if err := begun(ctx); err != nil {
 		return kvoffload.Stats{}, err
 	}
-	in, err := n.Internals()
+	in, err := n.layerStats()
 	if err != nil {
 		return kvoffload.Stats{}, fmt.Errorf("%w: %w", kvoffload.ErrUnavailable, err)
 	}

@@ -83,7 +83,7 @@ func TestC10FullDiskKeepsOffloading(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	s, _ := n.Internals()
+	s, _ := n.layerStats()
 	t.Logf("C10: %d keys evicted, %d live, max %d bytes allocated on disk (quota %d)", s.Txn.Evicted, s.Meta.Keys, maxAlloc, quota)
 	if s.Txn.Evicted == 0 || s.Meta.Keys == 0 || bad.Load() != 0 {
 		t.Fatalf("evicted %d, live %d, bad reads %d", s.Txn.Evicted, s.Meta.Keys, bad.Load())
@@ -109,7 +109,7 @@ func TestLeasePinsAgainstEviction(t *testing.T) {
 	for i := 1; i <= 40; i++ {
 		mustOffload(t, n, objects(3, block, keyOf("lease", i)))
 	}
-	if s, _ := n.Internals(); s.Txn.Evicted == 0 {
+	if s, _ := n.layerStats(); s.Txn.Evicted == 0 {
 		t.Fatal("nothing was evicted: the test did not fill the quota")
 	}
 	checkReadable(t, n, 3, block, first)
@@ -197,7 +197,7 @@ func TestC10SmallRecordsStayWithinQuota(t *testing.T) {
 		maxAlloc = max(maxAlloc, st.AllocatedBytes)
 	}
 	st, _ := n.Buckets().Stats()
-	s, _ := n.Internals()
+	s, _ := n.layerStats()
 	t.Logf("evicted %d, live keys %d, LiveBytes %d, max allocated %d, quota %d", s.Txn.Evicted, s.Meta.Keys, st.LiveBytes, maxAlloc, quota)
 	// st_blocks also counts the filesystem's own extent-tree blocks, which a bucket file with
 	// thousands of punched holes needs (ext4: 3 blocks here); 1/16 of the quota leaves room

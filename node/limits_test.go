@@ -60,7 +60,7 @@ func TestC6EveryKeyOneState(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for st, _ := n.Internals(); st.Txn.Waits == 0 && time.Now().Before(deadline); st, _ = n.Internals() {
+	for st, _ := n.layerStats(); st.Txn.Waits == 0 && time.Now().Before(deadline); st, _ = n.layerStats() {
 		time.Sleep(time.Millisecond)
 	}
 	close(gate)
@@ -86,7 +86,7 @@ func TestC6EveryKeyOneState(t *testing.T) {
 	if got := n.FSM().Stats().Keys; got != ok {
 		t.Fatalf("metadata holds %d keys, want the %d committed", got, ok)
 	}
-	if st, _ := n.Internals(); st.Txn.Waits == 0 {
+	if st, _ := n.layerStats(); st.Txn.Waits == 0 {
 		t.Fatal("no batch waited for an in-flight slot: back-pressure was not exercised or not counted")
 	}
 	checkConsistent(t, n)

@@ -217,7 +217,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if n.coord == nil || n.fsm == nil || n.raft == nil {
 		return
 	}
-	st, err := n.Internals()
+	st, err := n.layerStats()
 	if err != nil {
 		return
 	}

@@ -374,17 +374,18 @@ func init() {
 // Snapshot forces a Raft snapshot (and log compaction).
 func (n *Node) Snapshot() error { return n.raft.Snapshot() }
 
-// Internals is a point-in-time view of the node's layers, for tools and tests (Stats is the
+// layerStats is a point-in-time view of the node's layers, for the metrics and tests (Stats is the
 // Store's view).
-type Internals struct {
+type layerStats struct {
 	Txn     txn.Stats
 	Meta    fsm.Stats
 	Buckets bucketstore.Stats
 	WAL     wal.Stats
 }
 
-// Internals returns the counters and space accounting of the node's layers.
-func (n *Node) Internals() (Internals, error) {
+// layerStats returns the counters and space accounting of the node's layers (for Stats and
+// the metrics).
+func (n *Node) layerStats() (layerStats, error) {
 	bs, err := n.buckets.Stats()
-	return Internals{Txn: n.coord.Stats(), Meta: n.fsm.Stats(), Buckets: bs, WAL: n.wal.Stats()}, err
+	return layerStats{Txn: n.coord.Stats(), Meta: n.fsm.Stats(), Buckets: bs, WAL: n.wal.Stats()}, err
 }

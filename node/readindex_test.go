@@ -41,7 +41,7 @@ func TestReadAfterAckOnAnyNode(t *testing.T) {
 		}
 	}
 	for _, f := range followers {
-		st, err := f.Internals()
+		st, err := f.layerStats()
 		if err != nil || st.Txn.ReadIndexFailed != 0 {
 			t.Fatalf("%s: %d read indexes failed (%v)", f.cfg.ID, st.Txn.ReadIndexFailed, err)
 		}
