@@ -10,6 +10,13 @@
 // concurrent appends into one fsync, fsyncs the directory where tidwall does
 // not, and fail-stops on the first I/O error.
 //
+// tidwall/wal v1.2.1 is built from third_party/tidwall/wal, whose one patch
+// puts its file I/O behind an FS option. Every file operation of the log goes
+// through Config.FS (vfs.OSFS by default; disk.go): the same seam, and the
+// same durability contract, as the bucket store's, so tests can crash the log
+// at each of its persistence points on vfs/memfs (TestCrashAtEveryPersistencePoint,
+// and chaos/sim).
+//
 // # Invariants
 //
 //   - Indexes are consecutive, start at 1, and never change meaning: an index

@@ -312,7 +312,7 @@ func (l *Log) Close() error {
 }
 
 // startNotWritten reports a tidwall TruncateFront error from writing the .START
-// copy (atomicWrite, in github.com/tidwall/wal v1.2.1 wal.go truncateFront) for
+// copy (atomicWrite, in third_party/tidwall/wal/wal.go truncateFront) for
 // want of space (ENOSPC, EDQUOT), which comes before any change to the segments
 // or to tidwall's state: its temp file is removed, and the log is as it was. Any
 // other error there (EIO, EMFILE, EROFS) is a fault of the log's filesystem and
