@@ -143,4 +143,3 @@ func checkCrashPoint(p crashPoint, records []Record) error {
 	}
 	return nil
 }
-
