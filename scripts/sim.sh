@@ -3,7 +3,8 @@
 # kind of persistence point, recovery and every invariant, one seed per chain of crashes.
 #
 #   scripts/sim.sh [--seconds N | --crashes N] [--seed S]   run fresh seeds (default 60 s)
-#   scripts/sim.sh --seed S                                 replay exactly seed S
+#   scripts/sim.sh --seed S [--focus F]                     replay exactly seed S (a failure
+#                                                           prints this line, with its focus)
 #   scripts/sim.sh --mutants [--seconds N]                  each planted bug, time to catch
 #   scripts/sim.sh --soak [--seconds N]                     fresh seeds for N s (default 4 h),
 #                                                           printing only failing seeds
@@ -14,15 +15,16 @@
 # is 1. docs/chaos.md, "The crash simulator", explains the model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-seconds="" crashes="" seed="" mode=run
+seconds="" crashes="" seed="" focus="" mode=run
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --crashes) crashes=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --focus) focus=$2; shift 2 ;;
     --mutants) mode=mutants; shift ;;
     --soak) mode=soak; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "sim.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,8 +53,9 @@ simulate() {
 case $mode in
 run)
   args=()
+  [ -n "$focus" ] && args+=(-sim.focus "$focus")
   if [ -n "$seed" ] && [ -z "$seconds$crashes" ]; then
-    args=(-seed "$seed" -sim.seeds 1)
+    args+=(-seed "$seed" -sim.seeds 1)
   else
     [ -n "$seed" ] && args+=(-seed "$seed")
     [ -n "$crashes" ] && args+=(-sim.crashes "$crashes")

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
@@ -18,7 +19,8 @@ type image struct {
 	fs    *memfs.FS
 	log   [][]byte
 	model *model
-	point string // the persistence point's kind (errorfs.Op name, or "raft")
+	point string // the persistence point's kind (errorfs.Op name, or "append" to the Raft log)
+	sig   string // its signature (signature)
 	n     int    // its number in this world
 }
 
@@ -37,6 +39,31 @@ type disk struct {
 	model   *model     // what the workload was told
 	rng     *rand.Rand // the crash's choices (mode, a Raft append kept or not)
 	onOff   func()     // called (under mu) when the power fails
+	phase   string     // "recovery" while the world opens, then "run"
+	focus   string     // a signature to fail the power at (Options.Focus); "": crashAt
+	seen    map[string]int
+}
+
+// signature names a persistence point by kind, the file it touches and the phase, e.g.
+// "rename wal-start @recovery": the unit of the simulator's coverage.
+func signature(kind, name, phase string) string {
+	var class string
+	switch {
+	case name == "raft":
+		class = "raft-log"
+	case name == walDir || name == bucketDir:
+		class = strings.TrimPrefix(name, "/data/") + "-dir"
+	case strings.HasPrefix(name, walDir+"/"):
+		// A segment, or the copies TruncateFront writes: 00000000000000000001.START.TEMP
+		// is "wal-segment-start-temp".
+		base := strings.TrimLeft(strings.TrimPrefix(name, walDir+"/"), "0123456789")
+		class = "wal-segment" + strings.ToLower(strings.ReplaceAll(base, ".", "-"))
+	case strings.HasPrefix(name, bucketDir+"/"):
+		class = "bucket"
+	default:
+		class = "other"
+	}
+	return kind + " " + class + " @" + phase
 }
 
 // crashModes are the ways memfs.Crash may treat unsynced changes (memfs.CrashMode).
@@ -52,7 +79,7 @@ func (d *disk) inject(op errorfs.Op, name string) error {
 		errorfs.OpTruncate, errorfs.OpPunch:
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.pointLocked(op.String(), nil)
+		return d.pointLocked(op.String(), name, nil)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -68,7 +95,7 @@ func (d *disk) inject(op errorfs.Op, name string) error {
 func (d *disk) raftAppend(cmd []byte) (index uint64, lost bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.pointLocked("raft", cmd); err != nil {
+	if err := d.pointLocked("append", "raft", cmd); err != nil {
 		return 0, false, err
 	}
 	d.log = append(d.log, cmd)
@@ -88,14 +115,21 @@ func (d *disk) lagging() bool {
 	return d.rng.IntN(lagOdds) == 0
 }
 
-// pointLocked passes one persistence point. At the crashAt-th it captures the image (with
-// cmd, a Raft append, kept in the log or not, as the seed chooses) and fails the power.
-func (d *disk) pointLocked(kind string, cmd []byte) error {
+// pointLocked passes one persistence point, kind on the file name. The power fails at the
+// crashAt-th point or, with a focus, at an earlier point of the focus's signature from the
+// (crashAt/2)-th on; it then captures the image (with cmd, a Raft append, kept in the log or not,
+// as the seed chooses).
+func (d *disk) pointLocked(kind, name string, cmd []byte) error {
 	if d.off {
 		return errPowerOff
 	}
 	d.n++
-	if d.n != d.crashAt {
+	sig := signature(kind, name, d.phase)
+	d.seen[sig]++
+	switch {
+	case d.n == d.crashAt:
+	case d.focus != "" && d.n >= d.crashAt/2 && sig == d.focus:
+	default:
 		return nil
 	}
 	log := d.log
@@ -108,6 +142,7 @@ func (d *disk) pointLocked(kind string, cmd []byte) error {
 		log:   log,
 		model: d.model.afterCrash(),
 		point: kind,
+		sig:   sig,
 		n:     d.n,
 	}
 	d.off = true

@@ -25,6 +25,11 @@ type Options struct {
 	// Window bounds the persistence point a power loss strikes at, drawn uniformly from
 	// [1, Window]; default 3*Ops (a world of 40 operations passes 110-150 points).
 	Window int
+	// Focus, if set, is a persistence point's signature (kind, file class and phase, as
+	// "rename wal-segment-start @recovery"): each world's power fails at the first point
+	// of it in the second half of the points before the drawn one, else at the drawn one.
+	// Coverage guidance sets it.
+	Focus string
 	// Trace, if set, receives a line per operation and per power loss.
 	Trace func(format string, args ...any)
 }
@@ -54,6 +59,10 @@ type Stats struct {
 	InvariantChecks int            `json:"invariant_checks"`
 	Violations      int            `json:"violations"`
 	CrashesByPoint  map[string]int `json:"crashes_by_point"`
+	// Signatures counts, per persistence point signature (signature), the points passed;
+	// Crashed, the power losses at one.
+	Signatures map[string]int `json:"-"`
+	Crashed    map[string]int `json:"-"`
 }
 
 // Add adds o's counts to s.
@@ -64,24 +73,36 @@ func (s *Stats) Add(o Stats) {
 	s.BitFlips += o.BitFlips
 	s.InvariantChecks += o.InvariantChecks
 	s.Violations += o.Violations
-	if s.CrashesByPoint == nil {
-		s.CrashesByPoint = map[string]int{}
-	}
-	for k, v := range o.CrashesByPoint {
-		s.CrashesByPoint[k] += v
+	for _, m := range []struct {
+		dst *map[string]int
+		src map[string]int
+	}{
+		{&s.CrashesByPoint, o.CrashesByPoint}, {&s.Signatures, o.Signatures}, {&s.Crashed, o.Crashed},
+	} {
+		if *m.dst == nil {
+			*m.dst = map[string]int{}
+		}
+		for k, v := range m.src {
+			(*m.dst)[k] += v
+		}
 	}
 }
 
 // Failure is a violated invariant (or a recovery that failed), with where it happened.
 type Failure struct {
 	Seed  uint64
+	Focus string // Options.Focus of the run
 	Epoch int    // the world that found it, from 0
 	After string // the power loss that preceded it ("raft #12", "sync #40"), or "start"
 	Err   error
 }
 
 func (f *Failure) Error() string {
-	return fmt.Sprintf("seed %d, world %d, after a power loss before %s: %v", f.Seed, f.Epoch, f.After, f.Err)
+	focus := ""
+	if f.Focus != "" {
+		focus = fmt.Sprintf(" (focus %q)", f.Focus)
+	}
+	return fmt.Sprintf("seed %d%s, world %d, after a power loss before %s: %v", f.Seed, focus, f.Epoch, f.After, f.Err)
 }
 
 func (f *Failure) Unwrap() error { return f.Err }
@@ -104,7 +125,7 @@ func Run(ctx context.Context, opt Options) (Stats, error) {
 		opt:      opt,
 		rng:      rand.New(rand.NewPCG(opt.Seed, 1)),
 		crashRng: rand.New(rand.NewPCG(opt.Seed, 2)),
-		stats:    Stats{Seeds: 1, CrashesByPoint: map[string]int{}},
+		stats:    Stats{Seeds: 1, CrashesByPoint: map[string]int{}, Signatures: map[string]int{}, Crashed: map[string]int{}},
 	}
 	for i := range opt.Keys {
 		s.keys = append(s.keys, fmt.Sprintf("k%02d/%d", i, keySize(i)))
@@ -129,7 +150,9 @@ func (s *sim) run(ctx context.Context) error {
 			crashAt = 1 + s.crashRng.IntN(s.opt.Window)
 		}
 		d := newDisk(mem, log, m, crashAt, s)
-		fail := func(err error) error { return &Failure{Seed: s.opt.Seed, Epoch: epoch, After: after, Err: err} }
+		fail := func(err error) error {
+			return &Failure{Seed: s.opt.Seed, Focus: s.opt.Focus, Epoch: epoch, After: after, Err: err}
+		}
 		w, err := openWorld(ctx, d)
 		if err == nil {
 			var checks int
@@ -144,8 +167,12 @@ func (s *sim) run(ctx context.Context) error {
 			}
 			w.close()
 		}
+		for sig, n := range d.seen {
+			s.stats.Signatures[sig] += n
+		}
 		if d.img != nil {
-			s.trace("power loss before %s #%d", d.img.point, d.img.n)
+			s.trace("power loss before %s #%d (%s)", d.img.point, d.img.n, d.img.sig)
+			s.stats.Crashed[d.img.sig]++
 		}
 		switch img := d.img; {
 		case img != nil: // the power failed: the next world recovers from what it left

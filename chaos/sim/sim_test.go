@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,6 +22,7 @@ var (
 	simCrashes = flag.Int("sim.crashes", 0, "TestSimulate: run fresh seeds until this many crash recoveries (or -sim.time)")
 	simJSON    = flag.String("sim.json", "", "TestSimulate: write the run's Stats as JSON to this file")
 	simTrace   = flag.Bool("sim.trace", false, "TestSimulate: log every operation and power loss")
+	simFocus   = flag.String("sim.focus", "", "TestSimulate: Options.Focus of every seed (replays a guided seed); off: coverage guidance")
 )
 
 // budgetSpent reports whether TestSimulate has run its flags' worth after seeds seeds,
@@ -38,6 +41,11 @@ func budgetSpent(seeds int, elapsed time.Duration, total Stats) bool {
 // TestSimulate runs seeds from testkit.Seed (one seed replays exactly that seed with
 // -sim.seeds 1), each a chain of power losses and recoveries, and fails on the first
 // violated invariant with the command that replays its seed.
+//
+// Coverage guidance: every other seed is given the persistence point signature that has
+// had the fewest power losses so far (of those passed), as its Options.Focus, so that rare
+// points (a rename of a WAL copy during recovery, a directory sync) are crashed at too. The
+// choice depends on the seeds before, so a failure prints the focus with its seed.
 func TestSimulate(t *testing.T) {
 	base := testkit.Seed(t)
 	ctx := context.Background()
@@ -46,7 +54,10 @@ func TestSimulate(t *testing.T) {
 	total.CrashesByPoint = map[string]int{}
 	for i := 0; !budgetSpent(i, time.Since(start), total); i++ {
 		seed := base + uint64(i)
-		opt := Options{Seed: seed}
+		opt := Options{Seed: seed, Focus: *simFocus}
+		if *simFocus == "" && i%2 == 1 {
+			opt.Focus = leastCrashed(total)
+		}
 		if *simTrace {
 			opt.Trace = t.Logf
 		}
@@ -58,7 +69,11 @@ func TestSimulate(t *testing.T) {
 		total.Add(st)
 		var f *Failure
 		if errors.As(err, &f) {
-			t.Errorf("%v\nreplay: scripts/sim.sh --seed %d", f, f.Seed)
+			focus := ""
+			if f.Focus != "" {
+				focus = fmt.Sprintf(" --focus '%s'", f.Focus)
+			}
+			t.Errorf("%v\nreplay: scripts/sim.sh --seed %d%s", f, f.Seed, focus)
 			break
 		}
 		if err != nil {
@@ -68,8 +83,15 @@ func TestSimulate(t *testing.T) {
 	secs := time.Since(start).Seconds()
 	out, _ := json.Marshal(struct {
 		Stats
-		Seconds float64 `json:"seconds"`
-	}{total, float64(int(secs*10)) / 10})
+		SignaturesSeen    int     `json:"signatures_seen"`
+		SignaturesCrashed int     `json:"signatures_crashed"`
+		Seconds           float64 `json:"seconds"`
+	}{total, len(total.Signatures), len(total.Crashed), float64(int(secs*10)) / 10})
+	for _, sig := range slices.Sorted(maps.Keys(total.Signatures)) {
+		if total.Crashed[sig] == 0 {
+			t.Logf("never crashed at: %s (passed %d times)", sig, total.Signatures[sig])
+		}
+	}
 	t.Logf("%s", out)
 	if *simJSON != "" {
 		if err := os.WriteFile(*simJSON, append(out, '\n'), 0o644); err != nil {
@@ -77,4 +99,16 @@ func TestSimulate(t *testing.T) {
 		}
 	}
 	fmt.Fprintln(os.Stderr, string(out))
+}
+
+// leastCrashed is the signature, of those passed, with the fewest power losses (the first
+// by name of a tie); "" before any.
+func leastCrashed(total Stats) string {
+	best, fewest := "", -1
+	for _, sig := range slices.Sorted(maps.Keys(total.Signatures)) {
+		if n := total.Crashed[sig]; fewest < 0 || n < fewest {
+			best, fewest = sig, n
+		}
+	}
+	return best
 }

@@ -123,6 +123,9 @@ func openWorld(ctx context.Context, d *disk) (w *world, err error) {
 	if _, err = w.coord.Recover(w.ctx); err != nil {
 		return w, fmt.Errorf("recover: %w", err)
 	}
+	d.mu.Lock()
+	d.phase = "run"
+	d.mu.Unlock()
 	return w, nil
 }
 
@@ -145,5 +148,6 @@ func (w *world) close() error {
 // newDisk is the disk of a world that starts on mem with the Raft log and model of the
 // last, failing its power at the crashAt-th persistence point (0: never).
 func newDisk(mem *memfs.FS, log [][]byte, m *model, crashAt int, s *sim) *disk {
-	return &disk{mem: mem, log: log, model: m, crashAt: crashAt, rng: s.crashRng}
+	return &disk{mem: mem, log: log, model: m, crashAt: crashAt, rng: s.crashRng,
+		phase: "recovery", focus: s.opt.Focus, seen: map[string]int{}}
 }
