@@ -2,9 +2,11 @@ package sim
 
 import (
 	"errors"
+	"io/fs"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
@@ -42,6 +44,8 @@ type disk struct {
 	phase   string     // "recovery" while the world opens, then "run"
 	focus   string     // a signature to fail the power at (Options.Focus); "": crashAt
 	seen    map[string]int
+	faults  map[string]int // storage faults injected, by kind
+	trace   func(format string, args ...any)
 }
 
 // signature names a persistence point by kind, the file it touches and the phase, e.g.
@@ -79,12 +83,47 @@ func (d *disk) inject(op errorfs.Op, name string) error {
 		errorfs.OpTruncate, errorfs.OpPunch:
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.pointLocked(op.String(), name, nil)
+		if err := d.pointLocked(op.String(), name, nil); err != nil {
+			return err
+		}
+		return d.faultLocked(op, name)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.off {
 		return errPowerOff
+	}
+	return nil
+}
+
+// Storage faults without a power loss, one in this many of their operations: a bucket
+// file's fdatasync fails with EIO (and, as on Linux, its unsynced writes are lost), a bucket
+// write finds the disk full, a WAL write fails with EIO (the WAL fail-stops the node).
+const (
+	syncEIOOdds   = 96
+	writeFullOdds = 128
+	walEIOOdds    = 512
+)
+
+// faultLocked draws a storage fault for op on name (after its persistence point passed).
+func (d *disk) faultLocked(op errorfs.Op, name string) error {
+	bucket := strings.HasPrefix(name, bucketDir+"/")
+	switch {
+	case op == errorfs.OpSync && bucket && d.rng.IntN(syncEIOOdds) == 0:
+		d.faults["eio-bucket-sync"]++
+		d.trace("fault eio-bucket-sync on %s (point #%d)", name, d.n)
+		if err := d.mem.LosePending(name); err != nil {
+			return err
+		}
+		return &fs.PathError{Op: "sync", Path: name, Err: syscall.EIO}
+	case op == errorfs.OpWrite && bucket && d.rng.IntN(writeFullOdds) == 0:
+		d.faults["enospc-bucket-write"]++
+		d.trace("fault enospc-bucket-write on %s (point #%d)", name, d.n)
+		return &fs.PathError{Op: "write", Path: name, Err: syscall.ENOSPC}
+	case op == errorfs.OpWrite && strings.HasPrefix(name, walDir+"/") && d.rng.IntN(walEIOOdds) == 0:
+		d.faults["eio-wal-write"]++
+		d.trace("fault eio-wal-write on %s (point #%d)", name, d.n)
+		return &fs.PathError{Op: "write", Path: name, Err: syscall.EIO}
 	}
 	return nil
 }

@@ -59,6 +59,8 @@ type Stats struct {
 	InvariantChecks int            `json:"invariant_checks"`
 	Violations      int            `json:"violations"`
 	CrashesByPoint  map[string]int `json:"crashes_by_point"`
+	Faults          map[string]int `json:"faults"` // storage faults injected without a power loss
+	Exits           int            `json:"exits"`  // restarts after a fail-stop or a recovery that gave up
 	// Signatures counts, per persistence point signature (signature), the points passed;
 	// Crashed, the power losses at one.
 	Signatures map[string]int `json:"-"`
@@ -71,6 +73,7 @@ func (s *Stats) Add(o Stats) {
 	s.CrashRecoveries += o.CrashRecoveries
 	s.Restarts += o.Restarts
 	s.BitFlips += o.BitFlips
+	s.Exits += o.Exits
 	s.InvariantChecks += o.InvariantChecks
 	s.Violations += o.Violations
 	for _, m := range []struct {
@@ -78,6 +81,7 @@ func (s *Stats) Add(o Stats) {
 		src map[string]int
 	}{
 		{&s.CrashesByPoint, o.CrashesByPoint}, {&s.Signatures, o.Signatures}, {&s.Crashed, o.Crashed},
+		{&s.Faults, o.Faults},
 	} {
 		if *m.dst == nil {
 			*m.dst = map[string]int{}
@@ -125,7 +129,8 @@ func Run(ctx context.Context, opt Options) (Stats, error) {
 		opt:      opt,
 		rng:      rand.New(rand.NewPCG(opt.Seed, 1)),
 		crashRng: rand.New(rand.NewPCG(opt.Seed, 2)),
-		stats:    Stats{Seeds: 1, CrashesByPoint: map[string]int{}, Signatures: map[string]int{}, Crashed: map[string]int{}},
+		stats: Stats{Seeds: 1, CrashesByPoint: map[string]int{}, Signatures: map[string]int{}, Crashed: map[string]int{},
+			Faults: map[string]int{}},
 	}
 	for i := range opt.Keys {
 		s.keys = append(s.keys, fmt.Sprintf("k%02d/%d", i, keySize(i)))
@@ -170,6 +175,9 @@ func (s *sim) run(ctx context.Context) error {
 		for sig, n := range d.seen {
 			s.stats.Signatures[sig] += n
 		}
+		for kind, n := range d.faults {
+			s.stats.Faults[kind] += n
+		}
 		if d.img != nil {
 			s.trace("power loss before %s #%d (%s)", d.img.point, d.img.n, d.img.sig)
 			s.stats.Crashed[d.img.sig]++
@@ -185,12 +193,17 @@ func (s *sim) run(ctx context.Context) error {
 			after = fmt.Sprintf("%s #%d", img.point, img.n)
 			s.stats.CrashRecoveries++
 			s.stats.CrashesByPoint[img.point]++
-		case errors.Is(err, errAnswerLost) && exits < maxExits:
-			// Recovery gives up when a proposal's answer is lost (the node exits and is
-			// restarted): the process ends, the disk keeps even what was not synced.
+		case err != nil && !isViolation(err) && exits < maxExits &&
+			(errors.Is(err, errAnswerLost) || errors.Is(err, errFailStopped) || faulted(d)):
+			// The node exits and is restarted: recovery gave up when a proposal's answer was
+			// lost or a storage fault struck it, or the node fail-stopped on one. The process
+			// ends; the disk keeps even what was not synced.
 			exits++
-			log, after = d.log, "an exit in recovery"
-			epoch--
+			log, after = d.log, fmt.Sprintf("an exit (%v)", err)
+			s.stats.Exits++
+			if !errors.Is(err, errFailStopped) {
+				epoch--
+			}
 		case err != nil:
 			return fail(err)
 		default: // a clean stop: it must lose nothing either
@@ -246,8 +259,24 @@ func (s *sim) flipBit(mem *memfs.FS, log [][]byte, m *model) error {
 	return nil
 }
 
+// errFailStopped ends a world whose node fail-stopped (a storage fault).
+var errFailStopped = errors.New("sim: the node fail-stopped")
+
+// isViolation reports whether err holds a violated invariant.
+func isViolation(err error) bool {
+	var v violation
+	return errors.As(err, &v)
+}
+
+// faulted reports whether d injected a storage fault.
+func faulted(d *disk) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.faults) > 0
+}
+
 // maxExits bounds the recoveries per seed that may end in an exit (errAnswerLost).
-const maxExits = 8
+const maxExits = 16
 
 // drive runs up to opt.Ops operations on w, until its power fails. An error other than the
 // power's is a failure.
@@ -274,6 +303,9 @@ func (s *sim) drive(ctx context.Context, w *world) error {
 		}
 		if err != nil && !w.disk.powerOff() {
 			return err
+		}
+		if w.coord.Usable() != nil && !w.disk.powerOff() {
+			return errFailStopped
 		}
 	}
 	return nil

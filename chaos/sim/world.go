@@ -149,5 +149,5 @@ func (w *world) close() error {
 // last, failing its power at the crashAt-th persistence point (0: never).
 func newDisk(mem *memfs.FS, log [][]byte, m *model, crashAt int, s *sim) *disk {
 	return &disk{mem: mem, log: log, model: m, crashAt: crashAt, rng: s.crashRng,
-		phase: "recovery", focus: s.opt.Focus, seen: map[string]int{}}
+		phase: "recovery", focus: s.opt.Focus, seen: map[string]int{}, faults: map[string]int{}, trace: s.trace}
 }

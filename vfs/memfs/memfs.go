@@ -212,6 +212,31 @@ func (l *memLock) Close() error {
 	return nil
 }
 
+// LosePending drops the unsynced writes of the file name, as Linux does to a file's dirty
+// pages when their writeback fails (a failed fsync reports it). Truncates and hole punches,
+// which are metadata, stay (still unsynced). It models the EIO of a failed fsync for tests;
+// errorfs injects the error itself.
+func (m *FS) LosePending(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dir, base := splitPath(name)
+	d := m.dirs[dir]
+	if d == nil || d.names[base] == nil {
+		return &fs.PathError{Op: "losepending", Path: name, Err: fs.ErrNotExist}
+	}
+	ino := d.names[base]
+	kept := ino.pending[:0]
+	ino.cur = ino.durable.clone()
+	for _, op := range ino.pending {
+		if op.kind != memWrite {
+			ino.cur.apply(op)
+			kept = append(kept, op)
+		}
+	}
+	ino.pending = kept
+	return nil
+}
+
 // Crash returns a new FS holding what a power loss at this instant could leave: the
 // durable entries of every directory, each file with its durable content plus the pending
 // operations mode lets survive. The receiver is unchanged; locks are not carried over.

@@ -47,3 +47,30 @@ func TestRenameDurableAtSyncDir(t *testing.T) {
 		t.Fatalf("Rename of a missing name: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// TestLosePending: a file's unsynced writes are gone, as after a failed fsync; synced
+// content and the unsynced truncate (metadata) stay.
+func TestLosePending(t *testing.T) {
+	m := New()
+	if err := m.MkdirAll("/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := mustCreate(t, m, "/d/f")
+	mustWriteAt(t, f, []byte("synced"), 0)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteAt(t, f, []byte("LOST"), 0)
+	if err := f.Truncate(4); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LosePending("/d/f"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, m, "/d/f"); string(got) != "sync" {
+		t.Fatalf("after LosePending: %q, want the synced bytes, still truncated: %q", got, "sync")
+	}
+	if err := m.LosePending("/d/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("LosePending of a missing name: %v, want fs.ErrNotExist", err)
+	}
+}
