@@ -32,8 +32,16 @@
 // metadata references. A key with an operation in flight at the loss may be either way,
 // but never wrong.
 //
-// Determinism. The seed fixes the workload, the crash points and modes, and the txn IDs.
-// The coordinator runs goroutines of its own (group commit, reclaim), so two runs of a seed
-// can order a few persistence points differently; a failing seed replays its faults and,
-// in practice, its failure (scripts/sim.sh --seed S).
+// Other faults, from the seed: a Raft answer lost after its entry committed, a member's FSM
+// lagging behind a retried transaction, client retries with the txn ID, a bit flipped at
+// rest, EIO on a bucket fdatasync (the file loses its unsynced writes) or a WAL write (the
+// node fail-stops and restarts), a full disk. Coverage guidance focuses seeds on the
+// persistence point signatures crashed least (TestSimulate). docs/chaos.md, "The crash
+// simulator", has the fault table and each planted bug's catch.
+//
+// Determinism. The seed fixes the workload, the crash points and modes, every fault and the
+// txn IDs. Each seed runs in a testing/synctest bubble (virtual time), and with one P and no
+// asynchronous preemption (scripts/sim.sh sets GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1) the
+// coordinator's goroutines interleave the same way on every run: scripts/sim.sh --seed S
+// replays a seed (TestSeedReplays).
 package sim
