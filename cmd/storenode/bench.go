@@ -21,6 +21,7 @@ type benchFlags struct {
 	json         bool
 	pebble       bool
 	pebbleModule string
+	only         string
 	o            bench.Options
 	sizes        map[string]*string // size flags, parsed over the preset when given
 }
@@ -37,10 +38,15 @@ dropped (32 readers and one), 4 KiB objects both ways, 64-byte metadata commits,
 a SIGKILL and memory per committed key; the 256 KiB offload and BatchGet again through a
 client of a node served in the bench's process, over its local socket (shared memory) and
 over gRPC on loopback TCP, each as a ratio to the embedded node's in the same round; and one
-file per block with fsync (and pebble with --pebble) on the same workload. Limit and store runs alternate within each round; the table
-shows medians over --rounds and every ratio to its limit. docs/benchmarks.md says what each
-figure measures. The full run takes a few minutes and about 10 GB of disk writes; --quick
-takes under a minute.`,
+file per block with fsync (and pebble with --pebble) on the same workload; and, at the end of
+each round (--replay-rounds), the replay phase: the shipped Mooncake sample replayed as
+storenode replay does by default into an embedded node, the local path, the embedded node
+again and the stream path, each on a fresh directory, the served paths' written and read-back
+MB/s as ratios to the embedded run just before them. Limit and store runs alternate within
+each round; the table shows medians over --rounds and every ratio to its limit.
+--only replay runs the replay phase alone. docs/benchmarks.md says what each figure measures.
+The full run takes a few minutes and about 10 GB of disk writes, and the replay phase about
+half a minute and 5.5 GB more per round; --quick about a minute, and one replay phase.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd.Context(), cmd.Flags(), f)
@@ -60,6 +66,8 @@ takes under a minute.`,
 	fl.IntVar(&f.o.Writers, "writers", 32, "offload writers (and 4 KiB readers)")
 	fl.BoolVar(&f.pebble, "pebble", false, "also run pebble with synced batches (builds the driver in --pebble-module with the go tool)")
 	fl.StringVar(&f.pebbleModule, "pebble-module", "bench", "directory of the pebble driver's module (this repository's bench/)")
+	fl.StringVar(&f.only, "only", "", "run only this part of the bench: \""+bench.OnlyReplay+"\" (the replay phase, in each of --rounds)")
+	fl.IntVar(&f.o.ReplayRounds, "replay-rounds", 0, fmt.Sprintf("rounds (the first ones) that end with the replay phase; 0 skips it (default every round, --quick %d)", bench.Quick("").ReplayRounds))
 	full, quick := bench.Full(""), bench.Quick("")
 	for _, s := range []struct {
 		name, help string
@@ -105,11 +113,23 @@ func runBench(ctx context.Context, fl *pflag.FlagSet, f benchFlags) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	var err error
 	o := bench.Full(f.dir)
 	if f.quick {
 		o = bench.Quick(f.dir)
 	}
 	o.Rounds, o.Seed, o.Writers = f.o.Rounds, f.o.Seed, f.o.Writers
+	o.Only = f.only
+	switch {
+	case fl.Changed("replay-rounds"):
+		o.ReplayRounds = f.o.ReplayRounds
+	case !f.quick:
+		o.ReplayRounds = o.Rounds
+	}
+	// storenode replay's default --ahead: the replay phase replays what that command does.
+	if o.Replay.Ahead, err = replayAhead(""); err != nil {
+		return err
+	}
 	for name, dst := range map[string]*int64{"limit-bytes": &o.LimitBytes, "read-file-bytes": &o.ReadFileBytes,
 		"iops-file-bytes": &o.IOPSFileBytes, "offload-bytes": &o.OffloadBytes, "offload-2m-bytes": &o.Offload2MBytes} {
 		if fl.Changed(name) {

@@ -1,7 +1,8 @@
 // Package bench is `storenode bench`: the disk's own limits and kvoffload's figures (embedded
 // node), and the peers a user would otherwise pick, measured in one run on one filesystem,
 // limit and store runs alternating so that the disk's drift cancels in each ratio (issue 9,
-// docs/benchmarks.md). Every call into the store goes through store.go.
+// docs/benchmarks.md); and the replay of the shipped Mooncake sample into an embedded node and
+// through the served paths (replay.go). Every call into the store goes through store.go.
 package bench
 
 import (
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvoffload/kvoffload/workload/diskbench"
+	"github.com/kvoffload/kvoffload/workload/replay"
 )
 
 // Options size the bench. Sizes are bytes; counts are keys or I/Os.
@@ -37,6 +39,20 @@ type Options struct {
 
 	Writers int // offload writers (32)
 
+	// Only selects a part of the bench: "" is all of it, OnlyReplay the replay phase alone
+	// in every round (replay.go).
+	Only string
+	// ReplayRounds is how many rounds, the first ones, end with the replay phase (replay.go):
+	// the shipped sample replayed into an embedded node, the local path and the stream path
+	// (at most Rounds count; 0: none). With Only set to OnlyReplay every round runs it.
+	ReplayRounds int
+	// Replay is the replay phase's options (ReplayDefaults: storenode replay's defaults);
+	// Progress is ignored.
+	Replay replay.Options
+	// ReplayRequests replays only the sample's first requests (0: all of it, as storenode
+	// replay does by default).
+	ReplayRequests int
+
 	// PebbleBin is a pebble driver built from the bench/ module (BuildPebble); empty: pebble
 	// is not run and PebbleNote says why.
 	PebbleBin  string
@@ -50,19 +66,36 @@ func Full(dir string) Options {
 	return Options{Dir: dir, Rounds: 3, Seed: 1,
 		LimitBytes: 512 << 20, ReadFileBytes: 512 << 20, IOPSFileBytes: 256 << 20, IOPSOps: 1 << 16,
 		OffloadBytes: 2 << 30, Offload2MBytes: 2 << 30, SmallKeys: 1 << 16, CommitKeys: 1 << 16,
-		StartupKeys: 1 << 20, StartupValue: 1024, Writers: 32}
+		StartupKeys: 1 << 20, StartupValue: 1024, Writers: 32, ReplayRounds: 3, Replay: ReplayDefaults()}
 }
 
-// Quick returns --quick's sizes (under a minute; the figures are noisier).
+// Quick returns --quick's sizes (about a minute; the figures are noisier). The replay phase runs
+// in the first round only: its trace is the whole sample whatever the sizes.
 func Quick(dir string) Options {
 	return Options{Dir: dir, Rounds: 3, Seed: 1,
 		LimitBytes: 64 << 20, ReadFileBytes: 64 << 20, IOPSFileBytes: 32 << 20, IOPSOps: 8192,
 		OffloadBytes: 128 << 20, Offload2MBytes: 256 << 20, SmallKeys: 8192, CommitKeys: 8192,
-		StartupKeys: 32768, StartupValue: 1024, Writers: 32}
+		StartupKeys: 32768, StartupValue: 1024, Writers: 32, ReplayRounds: 1, Replay: ReplayDefaults()}
 }
 
-// Validate names every size that is out of range, with its limit.
+// Validate names every size that is out of range, with its limit (with Only set to
+// OnlyReplay, only those the replay phase uses).
 func (o Options) Validate() error {
+	if o.Only != "" && o.Only != OnlyReplay {
+		return fmt.Errorf("bench: only %q: the one part that runs alone is %q", o.Only, OnlyReplay)
+	}
+	if o.ReplayRounds < 0 || o.ReplayRequests < 0 {
+		return fmt.Errorf("bench: replay rounds (%d) and replay requests (%d) must not be negative", o.ReplayRounds, o.ReplayRequests)
+	}
+	if o.replayRounds() > 0 && (o.Replay.Writers < 1 || o.Replay.BlockSize < 1) {
+		return fmt.Errorf("bench: the replay needs writers (%d) and a block size (%d) of at least 1", o.Replay.Writers, o.Replay.BlockSize)
+	}
+	if o.Only == OnlyReplay {
+		if o.Rounds < 1 {
+			return fmt.Errorf("bench: rounds is %d, below the minimum of 1", o.Rounds)
+		}
+		return nil
+	}
 	checks := []struct {
 		name string
 		v    int64
@@ -82,6 +115,14 @@ func (o Options) Validate() error {
 	return nil
 }
 
+// replayRounds is how many rounds run the replay phase.
+func (o Options) replayRounds() int {
+	if o.Only == OnlyReplay {
+		return o.Rounds
+	}
+	return min(o.ReplayRounds, o.Rounds)
+}
+
 // Run runs the bench and returns the medians.
 func Run(ctx context.Context, o Options) (Report, error) {
 	if err := o.Validate(); err != nil {
@@ -89,7 +130,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	start := time.Now()
 	r := Report{Rounds: o.Rounds, Seed: o.Seed, Direct: true, CacheDropped: true, PebbleNote: o.PebbleNote,
-		GoMaxProcs: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU()}
+		GoMaxProcs: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(), Only: o.Only, ReplayRounds: o.replayRounds()}
 	fsType, tmpfs := filesystem(o.Dir)
 	r.FilesystemType = fsType
 	if tmpfs {
@@ -105,12 +146,23 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	b := &runner{o: o, work: work, s: samples{}, r: &r}
 	for round := range o.Rounds {
 		b.prefix, b.writeDepth = fmt.Sprintf("round %d/%d: ", round+1, o.Rounds), 0
-		if err := b.round(ctx, round); err != nil {
-			return r, fmt.Errorf("bench: round %d: %w", round+1, err)
+		if o.Only == "" {
+			if err := b.round(ctx, round); err != nil {
+				return r, fmt.Errorf("bench: round %d: %w", round+1, err)
+			}
+		}
+		if round < r.ReplayRounds {
+			if err := b.replayRound(ctx, round); err != nil {
+				return r, fmt.Errorf("bench: round %d: %w", round+1, err)
+			}
 		}
 	}
 	b.s.fill(&r)
 	b.prefix = ""
+	if o.Only != "" {
+		r.Seconds = time.Since(start).Seconds()
+		return r, nil
+	}
 	b.logf("start-up: %d keys of %d bytes, then SIGKILL and node.Open", o.StartupKeys, o.StartupValue)
 	st, err := startup(ctx, filepath.Join(work, "startup"), o.StartupKeys, o.StartupValue, o.Seed)
 	if err != nil {
@@ -203,7 +255,7 @@ func (b *runner) limitR(ctx context.Context, seed uint64) (float64, error) {
 func (b *runner) round(ctx context.Context, round int) error {
 	o := b.o
 	seed := o.Seed + uint64(round)*1000
-	dir := func(name string) string { return filepath.Join(b.work, fmt.Sprintf("r%d-%s", round, name)) }
+	dir := func(name string) string { return b.dirOf(round, name) }
 
 	// offload 256 KiB, then the reads over what it wrote
 	lw, err := b.limitW(ctx)
@@ -372,6 +424,11 @@ func (b *runner) round(ctx context.Context, round int) error {
 	b.s.add("commit_keys_per_s", cm.KeysPerS)
 	b.logf("commits of 64-byte objects: %.0f keys/s", cm.KeysPerS)
 	return nil
+}
+
+// dirOf is the directory of the store run name in round, under the bench's work directory.
+func (b *runner) dirOf(round int, name string) string {
+	return filepath.Join(b.work, fmt.Sprintf("r%d-%s", round, name))
 }
 
 // served runs the 256 KiB offload and the 32-reader BatchGet through a client, in a child

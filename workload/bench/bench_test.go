@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -32,24 +31,8 @@ func TestSmoke(t *testing.T) {
 		LimitBytes: 8 << 20, ReadFileBytes: 8 << 20, IOPSFileBytes: 4 << 20, IOPSOps: 1024,
 		OffloadBytes: 8 << 20, Offload2MBytes: 16 << 20, SmallKeys: 1024, CommitKeys: 1024,
 		StartupKeys: 2048, StartupValue: 1024, Writers: 32, PebbleNote: "not run in the smoke test"}
-	var progress bytes.Buffer
-	o.Progress = &progress
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, o)
-	t.Log(progress.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := rep.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	t.Log(buf.String())
-	var m map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
-		t.Fatal(err)
-	}
+	rep, progress := runLogged(t, o)
+	m := jsonOf(t, rep)
 	for _, k := range requiredKeys {
 		v, ok := m[k]
 		switch {
@@ -97,6 +80,21 @@ func TestSmoke(t *testing.T) {
 	t.Log("\n" + table.String())
 }
 
+// runLogged runs the bench with o, logs its progress lines and returns them with its report.
+func runLogged(t *testing.T, o Options) (Report, *bytes.Buffer) {
+	t.Helper()
+	var progress bytes.Buffer
+	o.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, &progress
+}
+
 // TestServedChildFailure: a served-path client that cannot reach its node fails the run with
 // the child's own reason, not a hang or a zero rate.
 func TestServedChildFailure(t *testing.T) {
@@ -122,5 +120,48 @@ func TestChildNeedsNoArguments(t *testing.T) {
 	cmd.Env = append(os.Environ(), servedEnv+"=garbled")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("with %s set and an argument: %v\n%s", servedEnv, err, out)
+	}
+}
+
+// TestReplayPhase runs --only replay on the sample's first requests with small blocks: every
+// store (embedded, local path, stream path) takes and reads back every key, each served path
+// runs in a child process, and every replay figure of the report is positive.
+func TestReplayPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the replay phase runs four replays and two child processes")
+	}
+	opt := ReplayDefaults()
+	opt.BlockSize, opt.Writers = 4096, 4
+	o := Options{Dir: t.TempDir(), Rounds: 1, Only: OnlyReplay, Replay: opt, ReplayRequests: 8}
+	rep, progress := runLogged(t, o)
+	m := jsonOf(t, rep)
+	for k, v := range m {
+		if f, ok := v.(float64); strings.HasPrefix(k, "replay_") && (!ok || f <= 0) {
+			t.Errorf("%s = %v, want a positive number", k, v)
+		}
+	}
+	if m["only"] != OnlyReplay || m["replay_rounds"] != 1.0 || rep.StartupKeys != 0 || rep.OffloadMBPerS != 0 {
+		t.Errorf("only %v, replay rounds %v, start-up keys %d, offload %v: want the replay phase alone, once", m["only"], m["replay_rounds"], rep.StartupKeys, rep.OffloadMBPerS)
+	}
+	if got := strings.Count(progress.String(), ", client in another process: "); got != 2 {
+		t.Errorf("%d served replays with the client in another process, want 2 (local and stream)", got)
+	}
+}
+
+func TestValidateOnly(t *testing.T) {
+	o := Quick(t.TempDir())
+	for _, c := range []struct {
+		only   string
+		rounds int
+		ok     bool
+	}{{"", 1, true}, {OnlyReplay, 0, true}, {"offload", 1, false}} {
+		o.Only, o.ReplayRounds = c.only, c.rounds
+		if err := o.Validate(); (err == nil) != c.ok {
+			t.Errorf("only %q, replay rounds %d: %v, want ok %v", c.only, c.rounds, err, c.ok)
+		}
+	}
+	o = Options{Rounds: 1, Only: OnlyReplay} // no sizes: the replay phase needs none, but its options
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "replay needs writers") {
+		t.Errorf("only replay without replay options: %v, want the replay's writers named", err)
 	}
 }

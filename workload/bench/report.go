@@ -72,6 +72,24 @@ type Report struct {
 	GoMaxProcs                int      `json:"gomaxprocs"` // Go Ps the bench ran with: the figures depend on it (docs/operations.md, "Go Ps")
 	CPUs                      int      `json:"cpus"`
 
+	// The replay phase (replay.go): the shipped sample, as storenode replay runs it by default,
+	// into an embedded node, the local path and the stream path (clients in a child process),
+	// each on a fresh directory; written MB/s (bytes of the keys Stored) and read-back MB/s
+	// (every distinct key, verified), and each served figure over the embedded run just
+	// before it in the same round. Zero when the phase did not run (ReplayRounds 0).
+	ReplayEmbeddedMBPerS        float64 `json:"replay_embedded_mb_per_s"`
+	ReplayLocalMBPerS           float64 `json:"replay_local_mb_per_s"`
+	ReplayStreamMBPerS          float64 `json:"replay_stream_mb_per_s"`
+	ReplayLocalOverEmbedded     float64 `json:"replay_local_over_embedded"`  // issue 29's target: >= 0.90
+	ReplayStreamOverEmbedded    float64 `json:"replay_stream_over_embedded"` // issue 29's target: >= 0.75
+	ReplayEmbeddedGetMBPerS     float64 `json:"replay_embedded_get_mb_per_s"`
+	ReplayLocalGetMBPerS        float64 `json:"replay_local_get_mb_per_s"`
+	ReplayStreamGetMBPerS       float64 `json:"replay_stream_get_mb_per_s"`
+	ReplayLocalGetOverEmbedded  float64 `json:"replay_local_get_over_embedded"`
+	ReplayStreamGetOverEmbedded float64 `json:"replay_stream_get_over_embedded"`
+	ReplayRounds                int     `json:"replay_rounds"` // rounds that ran the replay phase
+	Only                        string  `json:"only"`          // the part run alone ("replay"), "" for the whole bench
+
 	// rowLimits is, for each ratio taken against a disk limit, the median of the limits it
 	// was taken against (the table's limit column), by the ratio's JSON name.
 	rowLimits map[string]float64
@@ -127,6 +145,11 @@ func (s samples) fill(r *Report) {
 	r.LocalGetMBPerS, r.LocalGetOverEmbedded = m("local_get_mb_per_s"), m("local_get_over_embedded")
 	r.StreamOffloadMBPerS, r.StreamOffloadOverEmbedded = m("stream_offload_mb_per_s"), m("stream_offload_over_embedded")
 	r.StreamGetMBPerS, r.StreamGetOverEmbedded = m("stream_get_mb_per_s"), m("stream_get_over_embedded")
+	r.ReplayEmbeddedMBPerS, r.ReplayEmbeddedGetMBPerS = m("replay_embedded_mb_per_s"), m("replay_embedded_get_mb_per_s")
+	r.ReplayLocalMBPerS, r.ReplayLocalOverEmbedded = m("replay_local_mb_per_s"), m("replay_local_over_embedded")
+	r.ReplayStreamMBPerS, r.ReplayStreamOverEmbedded = m("replay_stream_mb_per_s"), m("replay_stream_over_embedded")
+	r.ReplayLocalGetMBPerS, r.ReplayLocalGetOverEmbedded = m("replay_local_get_mb_per_s"), m("replay_local_get_over_embedded")
+	r.ReplayStreamGetMBPerS, r.ReplayStreamGetOverEmbedded = m("replay_stream_get_mb_per_s"), m("replay_stream_get_over_embedded")
 	r.rowLimits = map[string]float64{}
 	for name, v := range s {
 		if ratio, ok := strings.CutSuffix(name, "/limit"); ok {
@@ -167,9 +190,14 @@ func (r Report) WriteJSON(w io.Writer) error {
 }
 
 // WriteTable writes r as a table: each figure beside the disk limit its ratio was taken
-// against, the ratio, and issue 9's target with whether this run meets it.
+// against, the ratio, and issue 9's target (issue 29's for the replay phase) with whether
+// this run meets it.
 func (r Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; a ratio is the median of the rounds' ratios, each to the limit measured just before it in its round, so it need not equal the ratio of the medians beside it; the limit shown is the median of the limits that row's ratios were taken against)\n\n", r.Rounds)
+	if r.Only != "" {
+		fmt.Fprintf(w, "only the %s phase (--only %s): medians of %d rounds (a ratio is the median of the rounds' ratios, each to the embedded run just before it in its round)\n\n", r.Only, r.Only, r.Rounds)
+	} else {
+		fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; a ratio is the median of the rounds' ratios, each to the limit measured just before it in its round, so it need not equal the ratio of the medians beside it; the limit shown is the median of the limits that row's ratios were taken against)\n\n", r.Rounds)
+	}
 	fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s | %-26s |\n", "what", "disk limit", "figure", "ratio", "target")
 	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 32), strings.Repeat("-", 9), strings.Repeat("-", 28))
 	row := func(what, limit, fig, ratio, target string) {
@@ -187,6 +215,12 @@ func (r Report) WriteTable(w io.Writer) {
 	}
 	lw := func(ratio string) string { return limit(ratio, r.LimitWriteMBPerS, "MB/s seq 1 MiB") }
 	lr := func(ratio string) string { return limit(ratio, r.LimitReadMBPerS, "MB/s rand 256 KiB") }
+	if r.Only != "" {
+		r.replayRows(row)
+		fmt.Fprintf(w, "\nwall time %.1f s; filesystem %s; %d Go Ps on %d CPUs\n", r.Seconds, r.FilesystemType, r.GoMaxProcs, r.CPUs)
+		r.writeNotes(w)
+		return
+	}
 	row("offload, 32 writers x 16 x 256 KiB", lw("offload_ratio"), mb(r.OffloadMBPerS), rt(r.OffloadRatio), atLeast(r.OffloadRatio, 0.85, "%.2f"))
 	row("  p99 batch latency, 4 MiB batches (ratio: lower is better)", fmt.Sprintf("%.1f ms, same batches", r.LimitBatchP99MS), fmt.Sprintf("%.1f ms", r.OffloadP99MS), rt(r.OffloadP99Ratio), atMost(r.OffloadP99Ratio, 1.3, "%.1f"))
 	row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(r.LocalOffloadMBPerS), rt(r.LocalOffloadOverEmbedded), "")
@@ -218,15 +252,46 @@ func (r Report) WriteTable(w io.Writer) {
 	row("  the same from a snapshot (clean close)", "-",
 		fmt.Sprintf("%.2f s/GiB, %.1f µs/key", r.StartupSnapshotSPerGiB, r.StartupSnapshotUSPerKey), "", "")
 	row("memory per committed key (live Go heap after GC)", "-", fmt.Sprintf("%.0f B (RSS %.0f B)", r.BytesPerKey, r.RSSPerKey), "", atMost(r.BytesPerKey, 300, "%.0f B"))
+	r.replayRows(row)
 	fmt.Fprintf(w, "\nkvoffload's 256 KiB offload / one file per block: %.2fx (target >= 3x: %s); wall time %.1f s; seed %d; filesystem %s; %d Go Ps on %d CPUs\n",
 		r.OffloadOverFile, metOrMissed(r.OffloadOverFile >= 3), r.Seconds, r.Seed, r.FilesystemType, r.GoMaxProcs, r.CPUs)
+	if r.ReplayRounds > 0 && r.ReplayRounds < r.Rounds {
+		fmt.Fprintf(w, "the replay rows are medians of the first %d of the %d rounds (the replay phase ends only those)\n", r.ReplayRounds, r.Rounds)
+	}
 	if r.SmallOffloadRatio > 1 {
 		fmt.Fprintf(w, "a 4 KiB offload ratio above 1 is expected: a batch of 256 keys is written with one pwrite per run of records and shares its fdatasyncs, while the limit is one random 4 KiB write per I/O (docs/benchmarks.md)\n")
 	}
 	if r.PebbleNote != "" {
 		fmt.Fprintf(w, "pebble: %s\n", r.PebbleNote)
 	}
+	r.writeNotes(w)
+}
+
+func (r Report) writeNotes(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// replayRows writes the replay phase's rows (one saying "not run" when it did not): written and read-back
+// MB/s of each store, and each served path's ratio to the embedded node with issue 29's target.
+func (r Report) replayRows(row func(what, limit, fig, ratio, target string)) {
+	if r.ReplayRounds == 0 {
+		row("replay of the shipped sample", "-", "not run", "", "")
+		return
+	}
+	mb := func(v float64) string { return fmt.Sprintf("%.0f MB/s", v) }
+	rt := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	for _, p := range []struct {
+		what                    string
+		emb, local, stream      float64
+		localRatio, streamRatio float64
+	}{
+		{"written", r.ReplayEmbeddedMBPerS, r.ReplayLocalMBPerS, r.ReplayStreamMBPerS, r.ReplayLocalOverEmbedded, r.ReplayStreamOverEmbedded},
+		{"read back", r.ReplayEmbeddedGetMBPerS, r.ReplayLocalGetMBPerS, r.ReplayStreamGetMBPerS, r.ReplayLocalGetOverEmbedded, r.ReplayStreamGetOverEmbedded},
+	} {
+		row(fmt.Sprintf("replay of the shipped sample, %s, embedded node", p.what), "-", mb(p.emb), "", "")
+		row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(p.local), rt(p.localRatio), atLeast(p.localRatio, 0.90, "%.2f"))
+		row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(p.stream), rt(p.streamRatio), atLeast(p.streamRatio, 0.75, "%.2f"))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/node"
+	"github.com/kvoffload/kvoffload/workload/replay"
 )
 
 // This file is the only one of the package that calls the store's Go API (node.Open,
@@ -89,6 +90,9 @@ func (s *kvStore) get(ctx context.Context, keys []string) (int64, error) {
 
 func (s *kvStore) Close() error { return s.n.Close() }
 
+// target is the node as a replay drives it (workload/replay).
+func (s *kvStore) target() replay.Target { return s.s }
+
 // servedNode is a node served in this process for a client in another (served.go): on its
 // local socket (the shared-memory path, docs/design.md "The local path"), or with its API on
 // loopback TCP (the gRPC stream path). addr is what the client dials.
@@ -153,3 +157,6 @@ func (s *clientStore) get(ctx context.Context, keys []string) (int64, error) {
 }
 
 func (s *clientStore) Close() error { return s.c.Close() }
+
+// target is the client as a replay drives it, as `storenode replay --addr` does.
+func (s *clientStore) target() replay.Target { return s.c }
