@@ -29,7 +29,17 @@ const (
 	suspectFor      = 5 * time.Second
 	// ownerReadRate is the transfer rate (bytes/s) the rest of the deadline assumes.
 	ownerReadRate = 100 << 20
+	// ownerReadPerKey is the deadline's allowance per key: each is a record read, verified
+	// and framed on its own, so a batch of many small values costs more than its bytes
+	// (4,096 keys take ~1 s on a busy 2-core machine; TestEveryLimitAtItsValueForwarded).
+	ownerReadPerKey = 250 * time.Microsecond
 )
+
+// readDeadline is the deadline of reading n keys, size bytes together, from an owner whose
+// size-independent part is base.
+func readDeadline(base time.Duration, n int, size int64) time.Duration {
+	return base + time.Duration(n)*ownerReadPerKey + time.Duration(size)*time.Second/ownerReadRate
+}
 
 // Owners reads keys from the member that owns their bytes (txn.Remote), over its Cluster
 // service's ReadLocal, and remembers which owners recently failed to answer in time.
@@ -85,7 +95,7 @@ func (r *Owners) ReadRemote(ctx context.Context, owner string, keys []string, si
 	if err != nil {
 		return fail(err.Error())
 	}
-	rctx, cancel := context.WithTimeout(ctx, r.readBase(owner)+time.Duration(size)*time.Second/ownerReadRate)
+	rctx, cancel := context.WithTimeout(ctx, readDeadline(r.readBase(owner), len(keys), size))
 	defer cancel()
 	stream, err := cl.ReadLocal(rctx, &pb.GetRequest{Keys: keys})
 	var out []kvoffload.GetResult
