@@ -10,7 +10,7 @@
 #                                                           printing only failing seeds
 #
 # The last line is one JSON object: seeds, crash_recoveries, invariant_checks, violations,
-# seconds, crashes_by_point (and bit_flips, restarts); --mutants prints per mutant its time
+# seconds, crashes_by_point (and restarts, exits, bit_flips, faults, signatures); --mutants prints per mutant its time
 # to catch. A violation prints the one command that replays its seed, and the exit status
 # is 1. docs/chaos.md, "The crash simulator", explains the model.
 set -uo pipefail
@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     --focus) focus=$2; shift 2 ;;
     --mutants) mode=mutants; shift ;;
     --soak) mode=soak; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "sim.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,7 +44,8 @@ simulate() {
     > "$tmp/out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then
-    grep -E 'seed [0-9]+, world|replay: |panic|FAIL' "$tmp/out" | grep -v '^{' | head -20
+    # The failure and its replay through this script (not the base seed's go test line).
+    grep -E 'seed [0-9]+.*, world|replay: .*scripts/sim.sh|panic|FAIL' "$tmp/out" | grep -v '^{' | head -20
     [ -s "$tmp/stats.json" ] || tail -40 "$tmp/out"
   fi
   return $rc

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/kvoffload/kvoffload/internal/mutant"
 	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
@@ -73,7 +74,11 @@ func TestSimulate(t *testing.T) {
 			if f.Focus != "" {
 				focus = fmt.Sprintf(" --focus '%s'", f.Focus)
 			}
-			t.Errorf("%v\nreplay: scripts/sim.sh --seed %d%s", f, f.Seed, focus)
+			env := ""
+			if m := os.Getenv(mutant.Env); m != "" {
+				env = mutant.Env + "=" + m + " "
+			}
+			t.Errorf("%v\nreplay: %sscripts/sim.sh --seed %d%s", f, env, f.Seed, focus)
 			break
 		}
 		if err != nil {

@@ -46,7 +46,8 @@ MB/s as ratios to the embedded run just before them. Limit and store runs altern
 each round; the table shows medians over --rounds and every ratio to its limit.
 --only replay runs the replay phase alone. docs/benchmarks.md says what each figure measures.
 The full run takes a few minutes and about 10 GB of disk writes, and the replay phase about
-half a minute and 5.5 GB more per round; --quick about a minute, and one replay phase.`,
+half a minute and 5.5 GB more per round; --quick about a minute and a half, with one replay
+phase (its small sizes miss some targets that full runs meet: docs/benchmarks.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd.Context(), cmd.Flags(), f)
@@ -58,7 +59,7 @@ half a minute and 5.5 GB more per round; --quick about a minute, and one replay 
 		def = "."
 	}
 	fl.StringVar(&f.dir, "dir", def, "directory on the disk to measure ($TMPDIR when set); the bench works in a fresh subdirectory of it")
-	fl.BoolVar(&f.quick, "quick", false, "small sizes: under a minute, noisier figures")
+	fl.BoolVar(&f.quick, "quick", false, "small sizes: about 1.5 minutes, noisier figures")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")
 	fl.IntVar(&f.o.Rounds, "rounds", 3, "rounds of alternating limit and store runs (medians over them)")
