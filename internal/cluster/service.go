@@ -41,15 +41,10 @@ func (s clusterService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.Join
 		s.m.log.Warn("join refused: the certificate is not the joining node's", "id", req.NodeId, "by", caller)
 		return nil, status.Errorf(codes.PermissionDenied, "join of node %q by %s: a node joins only with its own certificate", req.NodeId, caller)
 	}
-	if !s.m.raft.IsLeader() {
-		if s.m.tls != nil {
-			return nil, s.redirect(ctx)
-		}
-		cl, err := s.m.leader.Client(ctx)
-		if err != nil {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
+	if resp, relayed, err := toLeader(ctx, s, func(cl pb.ClusterClient) (*pb.JoinResponse, error) {
 		return cl.Join(ctx, req)
+	}); relayed {
+		return resp, err
 	}
 	// An ID that is already a member is refused: a node only joins when it has no Raft state,
 	// so a known ID asking again is a node whose disk was lost or wiped (or an impostor), and
@@ -106,15 +101,10 @@ func (s clusterService) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.Le
 			return nil, raftError(err)
 		}
 	}
-	if !s.m.raft.IsLeader() {
-		if s.m.tls != nil {
-			return nil, s.redirect(ctx)
-		}
-		cl, err := s.m.leader.Client(ctx)
-		if err != nil {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
+	if resp, relayed, err := toLeader(ctx, s, func(cl pb.ClusterClient) (*pb.LeaveResponse, error) {
 		return cl.Leave(ctx, req)
+	}); relayed {
+		return resp, err
 	}
 	if member {
 		if err := s.m.raft.RemoveMember(ctx, req.NodeId); err != nil {
@@ -344,6 +334,24 @@ func (s clusterService) ReadLocal(req *pb.GetRequest, stream grpc.ServerStreamin
 
 // raftError maps raftmeta errors: FailedPrecondition means "not the leader, look again",
 // Unavailable means the outcome is unknown or the node is going away.
+// toLeader passes a Join or Leave that reached a follower on to the leader: with peer TLS
+// the caller is redirected (a follower does not relay a node's certificate), without it the
+// follower relays call to the leader. relayed is false on the leader, which serves it.
+func toLeader[R any](ctx context.Context, s clusterService, call func(pb.ClusterClient) (R, error)) (resp R, relayed bool, err error) {
+	if s.m.raft.IsLeader() {
+		return resp, false, nil
+	}
+	if s.m.tls != nil {
+		return resp, true, s.redirect(ctx)
+	}
+	cl, err := s.m.leader.Client(ctx)
+	if err != nil {
+		return resp, true, status.Error(codes.Unavailable, err.Error())
+	}
+	resp, err = call(cl)
+	return resp, true, err
+}
+
 func raftError(err error) error {
 	switch {
 	case errors.Is(err, raftmeta.ErrNotLeader):
