@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/chaos/sim"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/node"
@@ -122,17 +123,7 @@ func UnresolvedIntents(walDir string) (int, error) {
 		return 0, err
 	}
 	defer l.Close()
-	open := map[[16]byte]bool{}
-	err = l.Replay(func(_ uint64, r wal.Record) error {
-		switch r.Type {
-		case wal.RecordIntent:
-			open[r.TxnID] = true
-		case wal.RecordDone:
-			delete(open, r.TxnID)
-		}
-		return nil
-	})
-	return len(open), err
+	return sim.Unresolved(l)
 }
 
 // getAll reads keys in batches under the per-request key limit.

@@ -96,8 +96,20 @@ func (s *sim) structure(w *world) (int, map[string]fsm.Entry, error) {
 
 // intents checks I5: recovery resolved every intent.
 func (s *sim) intents(w *world) (int, error) {
+	open, err := Unresolved(w.log)
+	if err != nil {
+		return 1, fmt.Errorf("replay WAL: %w", err)
+	}
+	if open > 0 {
+		return 1, violation{"I5", "-", fmt.Sprintf("%d intents unresolved after recovery", open)}
+	}
+	return 1, nil
+}
+
+// Unresolved counts the INTENT records of l without a DONE (I5 after a recovery).
+func Unresolved(l *wal.Log) (int, error) {
 	open := map[[16]byte]bool{}
-	err := w.log.Replay(func(_ uint64, r wal.Record) error {
+	err := l.Replay(func(_ uint64, r wal.Record) error {
 		switch r.Type {
 		case wal.RecordIntent:
 			open[r.TxnID] = true
@@ -106,13 +118,7 @@ func (s *sim) intents(w *world) (int, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return 1, fmt.Errorf("replay WAL: %w", err)
-	}
-	if len(open) > 0 {
-		return 1, violation{"I5", "-", fmt.Sprintf("%d intents unresolved after recovery", len(open))}
-	}
-	return 1, nil
+	return len(open), err
 }
 
 // readAll checks I1, I2, I3 and no resurrection by reading every key of the key space, and
