@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/extent"
@@ -72,7 +73,24 @@ type Commit struct {
 type Abort struct {
 	TxnID  TxnID
 	Node   string
-	Reason string
+	Reason string // at most MaxAbortReason bytes (AbortReason)
+}
+
+// MaxAbortReason is the longest Abort.Reason in bytes: the leader refuses a forwarded ABORT
+// with a longer one, so a peer cannot grow every replica's Raft log by megabytes per
+// command. A coordinator cuts its reasons with AbortReason.
+const MaxAbortReason = 1024
+
+// AbortReason returns reason cut to MaxAbortReason bytes, at a UTF-8 boundary.
+func AbortReason(reason string) string {
+	if len(reason) <= MaxAbortReason {
+		return reason
+	}
+	r := reason[:MaxAbortReason]
+	for len(r) > 0 && !utf8.ValidString(r) {
+		r = r[:len(r)-1]
+	}
+	return r
 }
 
 // KeyGen names one version of a key. Gen 0 means whatever version is live.

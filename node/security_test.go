@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,11 +201,37 @@ func TestTLSCluster(t *testing.T) {
 	if err := raftHandshake(t, leader.cfg.RaftAddr, dir, follower.cfg.ID); err != nil {
 		t.Errorf("the Raft port refused member %s: %v", follower.cfg.ID, err)
 	}
+	if _, err := ops.Barrier(ctx, &pb.BarrierRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a Barrier with the operator's certificate: %v, want PermissionDenied", err)
+	}
+	if _, err := cl.Barrier(ctx, &pb.BarrierRequest{}); err != nil {
+		t.Errorf("a Barrier with member %s's certificate: %v", follower.cfg.ID, err)
+	}
+	abort := func(reason string) error {
+		cmd := fsm.EncodeAbort(fsm.Abort{TxnID: kvoffload.NewTxnID(), Node: follower.cfg.ID, Reason: reason})
+		_, err := cl.Propose(ctx, &pb.ProposeRequest{Command: cmd})
+		return err
+	}
+	if err := abort(strings.Repeat("r", fsm.MaxAbortReason+1)); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), strconv.Itoa(fsm.MaxAbortReason)) {
+		t.Errorf("an ABORT with a reason of %d bytes: %v, want InvalidArgument naming the limit", fsm.MaxAbortReason+1, err)
+	}
+	if err := abort("member's own abort"); err != nil {
+		t.Errorf("an ABORT in %s's own name: %v", follower.cfg.ID, err)
+	}
 	if _, err := ops.Leave(ctx, &pb.LeaveRequest{NodeId: follower.cfg.ID}); err != nil {
 		t.Fatalf("leave of %s with the operator's certificate: %v", follower.cfg.ID, err)
 	}
 	if n := len(mustServers(t, leader)); n != 2 {
 		t.Fatalf("the leader's configuration has %d servers after the operator's Leave, want 2", n)
+	}
+	// A removed member's certificate is still valid: its ABORTs and Barriers, which would
+	// grow every replica's Raft log, are refused like its COMMITs.
+	if err := abort("after removal"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("an ABORT from removed member %s: %v, want PermissionDenied", follower.cfg.ID, err)
+	}
+	if _, err := cl.Barrier(ctx, &pb.BarrierRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a Barrier from removed member %s: %v, want PermissionDenied", follower.cfg.ID, err)
 	}
 }
 

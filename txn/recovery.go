@@ -139,7 +139,7 @@ func (c *Coordinator) resolveIntent(ctx context.Context, p pendingIntent, rep *R
 		}
 		rep.RolledFwd++
 	} else {
-		abort := fsm.EncodeAbort(fsm.Abort{TxnID: id, Node: p.in.Node, Reason: "recovery: " + bad})
+		abort := fsm.EncodeAbort(fsm.Abort{TxnID: id, Node: p.in.Node, Reason: fsm.AbortReason("recovery: " + bad)})
 		if _, err := c.propose(ctx, abort, once); err != nil {
 			return fmt.Errorf("txn: recovery: aborting %s: %w", id, err)
 		}

@@ -60,7 +60,7 @@ func (c *Coordinator) abort(ctx context.Context, p *plan, idx uint64, ws []*writ
 	if _, err := c.log.Append(wal.Record{Type: wal.RecordDataFailed, TxnID: p.id}); err != nil {
 		c.failStop(err)
 	}
-	res, err := c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: p.id, Node: c.cfg.NodeID, Reason: reason}), once)
+	res, err := c.propose(ctx, fsm.EncodeAbort(fsm.Abort{TxnID: p.id, Node: c.cfg.NodeID, Reason: fsm.AbortReason(reason)}), once)
 	if err != nil {
 		c.fail(p, ws, kvoffload.CodeIO, reason)
 		c.resolveLater(p.id, idx, ws)

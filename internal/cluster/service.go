@@ -205,8 +205,12 @@ func (s clusterService) Propose(ctx context.Context, req *pb.ProposeRequest) (*p
 	return &pb.ProposeResponse{Result: fsm.EncodeResult(res)}, nil
 }
 
-// Barrier runs a Raft barrier on the leader and returns its applied index.
+// Barrier runs a Raft barrier on the leader and returns its applied index. Each costs an
+// entry on every voter, so, with TLS, only members may ask (requireMember).
 func (s clusterService) Barrier(ctx context.Context, _ *pb.BarrierRequest) (*pb.BarrierResponse, error) {
+	if err := s.requireMember(callerOf(ctx)); err != nil {
+		return nil, err
+	}
 	if err := s.m.raft.Barrier(ctx); err != nil {
 		return nil, raftError(err)
 	}
@@ -233,8 +237,9 @@ func (s clusterService) ReadIndex(ctx context.Context, req *pb.ReadIndexRequest)
 // authorize decides whether the caller may propose cmd. Members forward only COMMIT, ABORT
 // and REMOVE commands (txn.Meta); membership changes go through Join and Leave, and pruning
 // is the leader's own, so a forwarded Member or Prune command is refused. A COMMIT from a
-// node outside the configuration is refused (refuseNonMember). With TLS, a COMMIT or ABORT
-// must be in the caller's own name: a node cannot record keys as another node's bytes.
+// node outside the configuration is refused (refuseNonMember), and so is an ABORT, whose
+// reason is also bounded (fsm.MaxAbortReason). With TLS, a COMMIT or ABORT must be in the
+// caller's own name: a node cannot record keys as another node's bytes.
 func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd any) error {
 	caller := callerOf(ctx)
 	var node string
@@ -245,7 +250,14 @@ func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd 
 			return err
 		}
 	case fsm.CmdAbort:
-		node = cmd.(fsm.Abort).Node
+		a := cmd.(fsm.Abort)
+		if len(a.Reason) > fsm.MaxAbortReason {
+			return status.Errorf(codes.InvalidArgument, "an ABORT's reason of %d bytes: the limit is %d (fsm.MaxAbortReason)", len(a.Reason), fsm.MaxAbortReason)
+		}
+		node = a.Node
+		if err := s.refuseNonMember(node); err != nil {
+			return err
+		}
 	case fsm.CmdRemove:
 		return s.requireMember(caller)
 	default:
@@ -260,14 +272,14 @@ func (s clusterService) authorize(ctx context.Context, typ fsm.CommandType, cmd 
 }
 
 // requireMember, with TLS, refuses a caller that is an operator or is not in this node's
-// Raft configuration (a removed member whose certificate is still valid): REMOVE and
-// ReadLocal are for members only.
+// Raft configuration (a removed member whose certificate is still valid): REMOVE, ReadLocal
+// and Barrier are for members only.
 func (s clusterService) requireMember(caller identity) error {
 	if s.m.tls == nil {
 		return nil
 	}
 	if caller.operator {
-		return status.Errorf(codes.PermissionDenied, "%s: operators may not remove keys or read a node's bytes", caller)
+		return status.Errorf(codes.PermissionDenied, "%s: operators may not remove keys, read a node's bytes or run a barrier", caller)
 	}
 	member, err := s.m.raft.HasServer(caller.name)
 	if err != nil {
