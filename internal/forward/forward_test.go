@@ -3,6 +3,7 @@ package forward
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -40,5 +41,20 @@ func TestNotAMember(t *testing.T) {
 		if got := notAMember(c.err); got != c.want {
 			t.Errorf("notAMember(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestReadDeadline: a read of many keys from a responsive owner gets time for each key, and a
+// suspect owner's miss stays fast whatever the number of keys (chaos/cluster_test.go relies
+// on misses under 100 ms for small batches).
+func TestReadDeadline(t *testing.T) {
+	if d := readDeadline(false, 4096, 4096*64); d < ownerReadBase+time.Second {
+		t.Errorf("4,096 keys from a responsive owner: %v, want at least %v", d, ownerReadBase+time.Second)
+	}
+	if d := readDeadline(true, 4096, 4096*64); d >= 100*time.Millisecond {
+		t.Errorf("4,096 small keys from a suspect owner: %v, want under 100 ms", d)
+	}
+	if d := readDeadline(true, 4096, 16<<20); d >= 300*time.Millisecond {
+		t.Errorf("16 MiB from a suspect owner: %v, want under 300 ms", d)
 	}
 }

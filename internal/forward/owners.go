@@ -35,10 +35,15 @@ const (
 	ownerReadPerKey = 250 * time.Microsecond
 )
 
-// readDeadline is the deadline of reading n keys, size bytes together, from an owner whose
-// size-independent part is base.
-func readDeadline(base time.Duration, n int, size int64) time.Duration {
-	return base + time.Duration(n)*ownerReadPerKey + time.Duration(size)*time.Second/ownerReadRate
+// readDeadline is the deadline of reading n keys, size bytes together, from an owner; a
+// suspect one (its last read timed out) gets no allowance per key, so that its misses stay
+// fast.
+func readDeadline(suspect bool, n int, size int64) time.Duration {
+	d := ownerReadBase + time.Duration(n)*ownerReadPerKey
+	if suspect {
+		d = suspectReadBase
+	}
+	return d + time.Duration(size)*time.Second/ownerReadRate
 }
 
 // Owners reads keys from the member that owns their bytes (txn.Remote), over its Cluster
@@ -56,14 +61,11 @@ func NewOwners(f *fsm.FSM, peers *Peers) *Owners {
 	return &Owners{f: f, peers: peers, suspect: map[string]time.Time{}}
 }
 
-// readBase returns the size-independent deadline for a read from owner.
-func (r *Owners) readBase(owner string) time.Duration {
+// suspected reports whether owner's last read timed out less than suspectFor ago.
+func (r *Owners) suspected(owner string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if time.Now().Before(r.suspect[owner]) {
-		return suspectReadBase
-	}
-	return ownerReadBase
+	return time.Now().Before(r.suspect[owner])
 }
 
 // noteRead records whether owner answered in time.
@@ -95,7 +97,7 @@ func (r *Owners) ReadRemote(ctx context.Context, owner string, keys []string, si
 	if err != nil {
 		return fail(err.Error())
 	}
-	rctx, cancel := context.WithTimeout(ctx, readDeadline(r.readBase(owner), len(keys), size))
+	rctx, cancel := context.WithTimeout(ctx, readDeadline(r.suspected(owner), len(keys), size))
 	defer cancel()
 	stream, err := cl.ReadLocal(rctx, &pb.GetRequest{Keys: keys})
 	var out []kvoffload.GetResult
