@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -313,5 +314,24 @@ func TestPlaintextOffLoopbackRefused(t *testing.T) {
 	cfg.Security = Security{CertFile: "x.crt"}
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("a partial TLS setup validated")
+	}
+}
+
+// TestIdlePeerConnectionClosed: a connection to the peer port that never starts its TLS
+// handshake is closed after the handshake timeout (5 s), not gRPC's default 120 s, so such
+// connections cannot pile up and take the process's descriptors.
+func TestIdlePeerConnectionClosed(t *testing.T) {
+	dir, _ := tlsDirs(t, "a")
+	n := openTLSCluster(t, dir, "a")[0]
+	conn, err := net.Dial("tcp", n.PeerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	_ = conn.SetReadDeadline(start.Add(30 * time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	if took := time.Since(start); err == nil || took > 15*time.Second {
+		t.Fatalf("an idle connection to the peer port: read %v after %v, want it closed within the 5 s handshake timeout", err, took)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -68,7 +69,7 @@ func (n *Node) serve() error {
 	n.peerServer = grpc.NewServer(n.member.PeerServerOptions()...)
 	n.member.Register(n.peerServer)
 	reflection.Register(n.peerServer) // for operators' grpcurl (Leave); behind mTLS when TLS is on
-	go runServer(n.log, n.peerServer, plis, "peer")
+	go runServer(n.log, n.peerServer, netutil.LimitListener(plis, cluster.MaxPeerConns), "peer")
 	return nil
 }
 

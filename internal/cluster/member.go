@@ -147,15 +147,23 @@ const (
 	keepaliveTime    = 2 * time.Second
 	keepaliveTimeout = 2 * time.Second
 	keepaliveMinPing = 500 * time.Millisecond
+	// handshakeTimeout bounds a new connection's TLS and HTTP/2 handshakes (gRPC's default is
+	// 120 s): a connection that never starts one holds a descriptor only this long.
+	handshakeTimeout = 5 * time.Second
+	// MaxPeerConns caps the peer port's open connections (netutil.LimitListener): members
+	// need a few each, and connections that never finish their handshake cannot take every
+	// descriptor of the process from the API port and the bucket files.
+	MaxPeerConns = 256
 )
 
 // ServerOptions are the options of each of a node's gRPC servers: the transport's tuning,
-// the message limit and keepalive.
+// the message limit, keepalive and the handshake timeout.
 func ServerOptions(limit int) []grpc.ServerOption {
 	return append(transport.ServerOptions(),
 		grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
+		grpc.ConnectionTimeout(handshakeTimeout),
 	)
 }
 
