@@ -3,6 +3,8 @@ package wal
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,4 +144,23 @@ func checkCrashPoint(p crashPoint, records []Record) error {
 		return fmt.Errorf("append after recovery: index %d, %v (want %d)", at, err, last+1)
 	}
 	return nil
+}
+
+// TestOversizedSegmentRefused: a segment file grown far past anything the log writes (by
+// damage) is refused as corrupt at Open, without reading it into memory.
+func TestOversizedSegmentRefused(t *testing.T) {
+	mem := memfs.New()
+	l, _, err := Open(Config{Dir: "/wal", FS: mem})
+	testkit.Must(t, err, "Open")
+	_, err = l.Append(makeRecords("big", 3)...)
+	testkit.Must(t, err, "Append")
+	testkit.Must(t, l.Close(), "Close")
+	f, err := mem.OpenFile("/wal/00000000000000000001", os.O_RDWR, 0)
+	testkit.Must(t, err, "open the segment")
+	testkit.Must(t, f.Truncate(3<<30), "grow the segment to 3 GiB")
+	testkit.Must(t, f.Close(), "close the segment")
+	_, _, err = Open(Config{Dir: "/wal", FS: mem})
+	if !IsCorrupt(err) || !strings.Contains(err.Error(), "larger than any segment") {
+		t.Fatalf("Open with a 3 GiB segment: %v, want a CorruptError naming its size", err)
+	}
 }

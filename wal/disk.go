@@ -25,7 +25,12 @@ import (
 // repair (cutTail) is followed by syncDir before it is relied on.
 type disk struct{ fs vfs.FS }
 
-// readFile returns the whole content of the file at path.
+// maxSegmentBytes bounds the segment file the log reads whole: far above any it writes (a
+// segment ends at SegmentSize plus one group commit), so that a file grown by damage is
+// refused as corrupt instead of exhausting memory.
+const maxSegmentBytes = 2 << 30
+
+// readFile returns the whole content of the file at path, at most maxSegmentBytes.
 func (d disk) readFile(path string) ([]byte, error) {
 	f, err := d.fs.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
@@ -35,6 +40,10 @@ func (d disk) readFile(path string) ([]byte, error) {
 	size, err := f.Size()
 	if err != nil {
 		return nil, err
+	}
+	if size > maxSegmentBytes {
+		return nil, &CorruptError{File: path, Offset: maxSegmentBytes,
+			Reason: fmt.Sprintf("the file is %d bytes, larger than any segment the log writes (at most %d read)", size, maxSegmentBytes)}
 	}
 	data := make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
