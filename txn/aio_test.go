@@ -10,6 +10,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs"
 )
 
@@ -36,7 +37,7 @@ func TestReadsOnTheRealFilesystem(t *testing.T) {
 	dir := t.TempDir()
 	cfg := bucketstore.DefaultConfig(dir)
 	cfg.FS = vfs.OSFS{DirectIO: true}
-	c, _ := openCoordinator(t, &flakyMeta{f: f}, f, cfg)
+	c, _ := openCoordinator(t, &txntest.Meta{FSM: f}, f, cfg)
 	var keys []string
 	for i := range 200 {
 		keys = append(keys, fmt.Sprintf("k%03d", i))

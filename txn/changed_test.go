@@ -7,7 +7,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
-	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
@@ -36,10 +36,10 @@ func (s scribbler) WriteRecords(recs []bucketstore.RecordWrite) []error {
 // newScribbled is a recovered coordinator over s (its Store opened here on memfs).
 func newScribbled(t *testing.T, s scribbler) (*Coordinator, *bucketstore.Store) {
 	t.Helper()
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS = memfs.New()
-	return openCoordinatorOver(t, m, m.f, cfg, func(data *bucketstore.Store) Buckets {
+	return openCoordinatorOver(t, m, m.FSM, cfg, func(data *bucketstore.Store) Buckets {
 		s.Store = data
 		return s
 	})

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 	"github.com/kvoffload/kvoffload/wal"
@@ -60,36 +60,9 @@ func (l *memLog) TruncateFront(idx uint64) error {
 	return nil
 }
 
-// flakyMeta applies commands to a real FSM; failNext makes the next n proposals fail with an
-// indeterminate error, and applyAnyway decides whether such a failed proposal was applied.
-type flakyMeta struct {
-	f           *fsm.FSM
-	index       atomic.Uint64
-	failNext    atomic.Int64
-	applyAnyway bool
-}
-
-var errLost = errors.New("leadership lost (test)")
-
-func (m *flakyMeta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) {
-	if m.failNext.Add(-1) >= 0 {
-		if m.applyAnyway {
-			m.f.ApplyCommand(m.index.Add(1), cmd)
-		}
-		return nil, errLost
-	}
-	return m.f.ApplyCommand(m.index.Add(1), cmd), nil
-}
-func (m *flakyMeta) Barrier(context.Context) error              { return nil }
-func (m *flakyMeta) ReadIndex(context.Context) error            { return nil }
-func (m *flakyMeta) Lookup(k string) (fsm.Entry, bool)          { return m.f.Lookup(k) }
-func (m *flakyMeta) Generation(k string) uint64                 { return m.f.Generation(k) }
-func (m *flakyMeta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) { return m.f.TxnResult(id) }
-func (m *flakyMeta) LiveOf(owner string) []fsm.Entry            { return m.f.LiveOf(owner) }
-
-func newTestCoordinator(t *testing.T, m *flakyMeta) (*Coordinator, *bucketstore.Store) {
+func newTestCoordinator(t *testing.T, m *txntest.Meta) (*Coordinator, *bucketstore.Store) {
 	t.Helper()
-	return newCoordinatorFor(t, m, m.f)
+	return newCoordinatorFor(t, m, m.FSM)
 }
 
 // newCoordinatorFor opens a recovered coordinator over m, whose commands are applied to f.
@@ -143,9 +116,9 @@ func obj(key string, b byte) kvoffload.Object {
 
 // A COMMIT whose first proposals are lost is proposed again and commits exactly once.
 func TestCommitRetriedAfterIndeterminate(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
-	m.failNext.Store(2)
+	m.FailNext(2)
 	res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
 	if err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("after two lost proposals: %v %+v", err, res)
@@ -155,9 +128,9 @@ func TestCommitRetriedAfterIndeterminate(t *testing.T) {
 // A lost proposal that was in fact applied is recognised by txn ID: the retry reports the
 // original outcome (Stored), not AlreadyStored.
 func TestIndeterminateButApplied(t *testing.T) {
-	m := &flakyMeta{f: fsm.New(), applyAnyway: true}
+	m := &txntest.Meta{FSM: fsm.New(), ApplyAnyway: true}
 	c, _ := newTestCoordinator(t, m)
-	m.failNext.Store(1)
+	m.FailNext(1)
 	res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
 	if err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("applied-but-lost commit: %v %+v", err, res)
@@ -168,18 +141,18 @@ func TestIndeterminateButApplied(t *testing.T) {
 // a retry with the same txn ID learns the outcome; the background resolver settles the
 // extents (freed, since the resolver's ABORT won).
 func TestIndeterminateThenRetrySameID(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, data := newTestCoordinator(t, m)
-	m.failNext.Store(1 << 30)
+	m.FailNext(1 << 30)
 	id := kvoffload.NewTxnID()
 	_, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{obj("k", 1)})
 	if !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("err = %v, want ErrIndeterminate", err)
 	}
-	m.failNext.Store(0)
+	m.FailNext(0)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, ok := m.f.TxnResult(id); ok {
+		if _, ok := m.FSM.TxnResult(id); ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -218,12 +191,12 @@ func waitLive(t *testing.T, data *bucketstore.Store, want int64) {
 
 // Removed keys' bytes are freed when the REMOVE is applied, not before.
 func TestRemoveFreesAfterApply(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, data := newTestCoordinator(t, m)
 	if _, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	m.failNext.Store(1) // the REMOVE is lost: nothing may be freed
+	m.FailNext(1) // the REMOVE is lost: nothing may be freed
 	if _, err := c.Remove(context.Background(), []string{"k"}); err == nil {
 		t.Fatal("remove with a lost proposal succeeded")
 	}
@@ -250,7 +223,7 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 		return s
 	}
 	log := &memLog{}
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	tc := DefaultConfig("n1")
 	tc.CommitTimeout = 200 * time.Millisecond
 	data := open(errorfs.FailNth(errorfs.OpSync, 1, errors.New("EIO (test)")))
@@ -261,7 +234,7 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 	if _, err := c.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m.failNext.Store(1 << 30) // the ABORT after the failed sync is lost too: the process "dies"
+	m.FailNext(1 << 30) // the ABORT after the failed sync is lost too: the process "dies"
 	res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})
 	if err != nil || res[0].Outcome != kvoffload.Failed {
 		t.Fatalf("offload with a failed fdatasync: %v %+v", err, res)
@@ -269,7 +242,7 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 	c.Close()
 	data.Close()
 
-	m.failNext.Store(0)
+	m.FailNext(0)
 	data = open(func(errorfs.Op, string) error { return nil }) // the next fdatasync succeeds
 	defer data.Close()
 	c, err = New(tc, log, data, m)
@@ -284,26 +257,26 @@ func TestDataFailedNeverRolledForward(t *testing.T) {
 	if rep.RolledFwd != 0 || rep.Aborted != 1 {
 		t.Fatalf("recovery rolled forward %d and aborted %d intents; want 0 and 1", rep.RolledFwd, rep.Aborted)
 	}
-	if _, ok := m.f.Lookup("k"); ok {
+	if _, ok := m.FSM.Lookup("k"); ok {
 		t.Fatal("a key whose fdatasync failed was committed by recovery")
 	}
 }
 
-// refusingMeta is flakyMeta whose COMMITs the leader refuses (this node was removed).
-type refusingMeta struct{ flakyMeta }
+// refusingMeta is txntest.Meta whose COMMITs the leader refuses (this node was removed).
+type refusingMeta struct{ *txntest.Meta }
 
 func (m *refusingMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	if typ, _, _ := fsm.Decode(cmd); typ == fsm.CmdCommit {
 		return nil, fmt.Errorf("%w: not in the cluster configuration (test)", ErrRefused)
 	}
-	return m.flakyMeta.Propose(ctx, cmd)
+	return m.Meta.Propose(ctx, cmd)
 }
 
 // A COMMIT the leader refuses is not proposed again until CommitTimeout: the batch ends at
 // once with ErrIndeterminate (the caller retries elsewhere with the same txn ID).
 func TestCommitRefusedEndsAtOnce(t *testing.T) {
-	m := &refusingMeta{flakyMeta{f: fsm.New()}}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	m := &refusingMeta{txntest.NewMeta()}
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	c.cfg.CommitTimeout = 10 * time.Second
 	start := time.Now()
 	_, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)})

@@ -8,13 +8,14 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
-// ghostMeta is flakyMeta whose metadata also holds extra entries that apply would refuse
+// ghostMeta is txntest.Meta whose metadata also holds extra entries that apply would refuse
 // today: the state a snapshot written before those checks can restore.
 type ghostMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	extra map[string]fsm.Entry
 }
 
@@ -22,7 +23,7 @@ func (m *ghostMeta) Lookup(k string) (fsm.Entry, bool) {
 	if e, ok := m.extra[k]; ok {
 		return e, true
 	}
-	return m.flakyMeta.Lookup(k)
+	return m.Meta.Lookup(k)
 }
 
 func (m *ghostMeta) LiveOf(owner string) []fsm.Entry {
@@ -32,7 +33,7 @@ func (m *ghostMeta) LiveOf(owner string) []fsm.Entry {
 			live = append(live, e)
 		}
 	}
-	return append(live, m.flakyMeta.LiveOf(owner)...)
+	return append(live, m.Meta.LiveOf(owner)...)
 }
 
 // Start-up over metadata holding an entry that names another key's record and one with a
@@ -49,7 +50,7 @@ func TestRecoverWithCorruptMetadata(t *testing.T) {
 		}
 		return s
 	}
-	m := &ghostMeta{flakyMeta: &flakyMeta{f: fsm.New()}, extra: map[string]fsm.Entry{}}
+	m := &ghostMeta{Meta: txntest.NewMeta(), extra: map[string]fsm.Entry{}}
 	tc := DefaultConfig("n1")
 	tc.CommitTimeout = 300 * time.Millisecond
 	data := open()
@@ -66,7 +67,7 @@ func TestRecoverWithCorruptMetadata(t *testing.T) {
 	c.Close()
 	data.Close()
 
-	real, _ := m.f.Lookup("real")
+	real, _ := m.FSM.Lookup("real")
 	fake := real
 	fake.Key, fake.Gen, fake.TxnID = "fake", 1, kvoffload.NewTxnID() // the same bytes, another key
 	skew := real
@@ -102,23 +103,23 @@ func TestRecoverWithCorruptMetadata(t *testing.T) {
 // A read of an entry that names no record answers Corrupt and removes it; the bytes it named
 // (another key's) are not freed, and that key still reads back.
 func TestReadOfCorruptMetadataKeepsOthersBytes(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, data := newTestCoordinator(t, m)
 	if res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("real", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
-	real, _ := m.f.Lookup("real")
+	real, _ := m.FSM.Lookup("real")
 	bad := fsm.Entry{Key: "bad", Gen: 1, Size: 1 << 20, Sum: 1, Extent: real.Extent} // Size does not match the Length
-	if r := m.f.ApplyCommand(100, fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}})); r.Keys[0].Outcome != fsm.OutcomeInvalid {
+	if r := m.FSM.ApplyCommand(100, fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}})); r.Keys[0].Outcome != fsm.OutcomeInvalid {
 		t.Fatalf("apply of an entry on another key's bytes: %s", r.Keys[0].Outcome)
 	}
 	bad.Extent.Offset += 1 << 30 // elsewhere, so apply takes it; reads must refuse it
-	m.f.ApplyCommand(101, fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}}))
+	m.FSM.ApplyCommand(101, fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1", Entries: []fsm.Entry{bad}}))
 	got, err := c.BatchGet(context.Background(), []string{"bad", "real"})
 	if err != nil || got[0].Status != kvoffload.Corrupt || got[1].Status != kvoffload.Found {
 		t.Fatalf("read of corrupt metadata beside a real key: %v %+v", err, got)
 	}
-	if _, ok := m.f.Lookup("bad"); ok {
+	if _, ok := m.FSM.Lookup("bad"); ok {
 		t.Fatal("corrupt metadata not removed")
 	}
 	if st, _ := data.Stats(); st.LiveBytes != real.Extent.Length {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // TestBatchGetDuplicatesCountAgainstMaxBatchBytes: a key named many times in one BatchGet
@@ -15,7 +15,7 @@ import (
 // and every position owns its bytes: otherwise naming a 1 MiB key 100 times returns 100 MiB
 // under a 1 MiB limit, all positions sharing one slice.
 func TestBatchGetDuplicatesCountAgainstMaxBatchBytes(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	c.cfg.MaxBatchBytes = 1 << 20
 	val := bytes.Repeat([]byte{7}, 512<<10)

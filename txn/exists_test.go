@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // lagHoldMeta is a lagging replica (laggingMeta) whose first proposal is held until release
@@ -41,9 +42,9 @@ func (m *lagHoldMeta) failReadIndex(err error) {
 // the acknowledgement. When the read index fails, the keys not Present locally are Unknown
 // with the reason, never Absent or InFlight, and the prefix stops at the first of them.
 func TestExistsInFlightConfirmed(t *testing.T) {
-	m := &lagHoldMeta{laggingMeta: &laggingMeta{flakyMeta: &flakyMeta{f: fsm.New()}, hidden: map[string]bool{}},
+	m := &lagHoldMeta{laggingMeta: &laggingMeta{Meta: txntest.NewMeta(), hidden: map[string]bool{}},
 		proposing: make(chan struct{}), release: make(chan struct{})}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	ctx := context.Background()
 	done := make(chan []kvoffload.KeyResult, 1)
 	go func() {
@@ -69,7 +70,7 @@ func TestExistsInFlightConfirmed(t *testing.T) {
 		v := obj(key, b).Value
 		return fsm.Entry{Key: key, Extent: fsm.Extent{Bucket: 1, Offset: int64(b) * 4096, Length: 4096}, Size: uint32(len(v)), Sum: xxhashOf(v), Gen: 1}
 	}
-	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n2",
+	m.Apply(fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n2",
 		Entries: []fsm.Entry{other("k", 1), other("p", 2)}}))
 	m.hide("k", "p")
 	if ex := c.BatchExists(ctx, []string{"p", "k", "never"}); ex.PrefixPresent != 2 ||
@@ -109,9 +110,9 @@ func TestExistsInFlightConfirmed(t *testing.T) {
 // answers are unchanged: no key is Unknown, and the in-flight table still answers InFlight.
 func TestExistsSingleReplica(t *testing.T) {
 	m := newHoldMeta()
-	c, _ := newCoordinatorFor(t, m, m.f)
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	done := startHeld(t, c, m, kvoffload.NewTxnID(), []kvoffload.Object{obj("w", 1)})
-	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1",
+	m.Apply(fsm.EncodeCommit(fsm.Commit{TxnID: kvoffload.NewTxnID(), Node: "n1",
 		Entries: []fsm.Entry{{Key: "p", Extent: fsm.Extent{Bucket: 1, Length: 4096}, Size: 4, Sum: xxhashOf(obj("p", 2).Value), Gen: 1}}}))
 	ex := c.BatchExists(context.Background(), []string{"p", "w", "never"})
 	close(m.release)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // valueOf is the value stored under k in these tests: 8 KiB, distinct per key.
@@ -30,7 +30,7 @@ func offloadNamed(t *testing.T, c *Coordinator, keys ...string) {
 // key's verified bytes (the same bytes at each position of a repeated key), a missing key is
 // NotFound with its code, and the results match BatchGet's.
 func TestBatchGetEachVisitsEveryPositionOnce(t *testing.T) {
-	c, _ := newTestCoordinator(t, &flakyMeta{f: fsm.New()})
+	c, _ := newTestCoordinator(t, txntest.NewMeta())
 	var stored []string
 	for i := range 64 {
 		stored = append(stored, fmt.Sprintf("k%02d", i))
@@ -79,7 +79,7 @@ func TestBatchGetEachVisitsEveryPositionOnce(t *testing.T) {
 // next read of another key of the same size), and bytes not kept are recycled without
 // harming the values later reads return.
 func TestBatchGetEachKeptBytesAreNotRecycled(t *testing.T) {
-	c, _ := newTestCoordinator(t, &flakyMeta{f: fsm.New()})
+	c, _ := newTestCoordinator(t, txntest.NewMeta())
 	var keys []string
 	for i := range 32 {
 		keys = append(keys, fmt.Sprintf("key-%03d", i)) // same length: one record size, one pool
@@ -113,7 +113,7 @@ func TestBatchGetEachKeptBytesAreNotRecycled(t *testing.T) {
 // TestBatchGetEachRefusesBeforeVisiting: a batch over MaxBatchBytes is refused with
 // ErrBatchTooLarge and nothing is visited.
 func TestBatchGetEachRefusesBeforeVisiting(t *testing.T) {
-	c, _ := newTestCoordinator(t, &flakyMeta{f: fsm.New()})
+	c, _ := newTestCoordinator(t, txntest.NewMeta())
 	offloadNamed(t, c, "a", "b")
 	c.cfg.MaxBatchBytes = int64(len(valueOf("a")))
 	visited := 0

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,12 +17,12 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 	"github.com/kvoffload/kvoffload/wal"
 )
-
-var updateIntent = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // goldenIntent is the intent behind testdata/intent-json.golden (written by the JSON encoding
 // of binaries before version 1) and testdata/intent-v1.golden.
@@ -54,18 +53,7 @@ func legacyJSON(t testing.TB, in intent) []byte {
 func TestIntentGolden(t *testing.T) {
 	path := filepath.Join("testdata", "intent-v1.golden")
 	got := goldenIntent().encode()
-	if *updateIntent {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("intent bytes changed: the format is on disk\n got %x\nwant %x", got, want)
-	}
+	want := testkit.Golden(t, path, got, "the intent body")
 	in, err := decodeIntent(want)
 	if err != nil || !reflect.DeepEqual(in, goldenIntent()) {
 		t.Fatalf("golden decodes to %+v, %v", in, err)
@@ -112,12 +100,12 @@ func jsonIntents(t *testing.T, l *memLog) int {
 // A WAL left by a binary that wrote JSON INTENT bodies recovers: its unresolved transaction
 // is rolled forward and its key serves.
 func TestRecoverJSONIntent(t *testing.T) {
-	mem, log, m := memfs.New(), &memLog{}, &flakyMeta{f: fsm.New()}
+	mem, log, m := memfs.New(), &memLog{}, txntest.NewMeta()
 	c, data, _, err := restart(t, mem, log, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.failNext.Store(1 << 30) // every proposal is lost: the process "dies" with the intent open
+	m.FailNext(1 << 30) // every proposal is lost: the process "dies" with the intent open
 	if _, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 7)}); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("offload with every proposal lost: %v, want ErrIndeterminate", err)
 	}
@@ -127,7 +115,7 @@ func TestRecoverJSONIntent(t *testing.T) {
 		t.Fatalf("%d INTENT records in the WAL, want 1", n)
 	}
 
-	m.failNext.Store(0)
+	m.FailNext(0)
 	c, data, rep, err := restart(t, mem, log, m)
 	defer data.Close()
 	defer c.Close()
@@ -217,7 +205,7 @@ func FuzzDecodeIntent(f *testing.F) {
 // binary cannot read is history and does not stop a start-up; an unresolved one does, naming
 // its WAL index.
 func TestRecoverDecodesOnlyUnresolvedIntents(t *testing.T) {
-	mem, log, m := memfs.New(), &memLog{}, &flakyMeta{f: fsm.New()}
+	mem, log, m := memfs.New(), &memLog{}, txntest.NewMeta()
 	resolved, open := kvoffload.NewTxnID(), kvoffload.NewTxnID()
 	garbage := []byte{intentVersion + 1, 1, 2, 3}
 	_, _ = log.Append(wal.Record{Type: wal.RecordIntent, TxnID: resolved, Payload: garbage},

@@ -7,13 +7,14 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
-// eachMeta is a flakyMeta that offers the batch lookup (eachLookup), as node's Meta does.
-type eachMeta struct{ *flakyMeta }
+// eachMeta is a txntest.Meta that offers the batch lookup (eachLookup), as node's Meta does.
+type eachMeta struct{ *txntest.Meta }
 
 func (m eachMeta) LookupEach(n int, key func(int) string, fn func(int, fsm.Entry, bool, uint64)) {
-	m.f.LookupEach(n, key, fn)
+	m.FSM.LookupEach(n, key, fn)
 }
 
 // Admission answers the same through the batch lookup (eachLookup, the node's path) as key
@@ -46,9 +47,9 @@ func TestAdmissionLookupEachAgrees(t *testing.T) {
 	if _, ok := Meta(eachMeta{}).(eachLookup); !ok {
 		t.Fatal("eachMeta does not offer LookupEach")
 	}
-	plain := &flakyMeta{f: fsm.New()}
-	each := &flakyMeta{f: fsm.New()}
-	want, got := run(plain, plain.f), run(eachMeta{each}, each.f)
+	plain := txntest.NewMeta()
+	each := txntest.NewMeta()
+	want, got := run(plain, plain.FSM), run(eachMeta{each}, each.FSM)
 	for i := range want {
 		if !slices.Equal(got[i], want[i]) {
 			t.Fatalf("batch %d: with LookupEach %+v, key by key %+v", i, got[i], want[i])

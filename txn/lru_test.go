@@ -13,6 +13,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // A lease taken before the key is tracked (BatchExists saw the metadata before the FSM's
@@ -40,7 +41,7 @@ func TestLeaseBeforeAdd(t *testing.T) {
 
 // gateMeta holds REMOVE proposals (evictions) until released.
 type gateMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	entered, release chan struct{}
 }
 
@@ -49,15 +50,15 @@ func (m *gateMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 		m.entered <- struct{}{}
 		<-m.release
 	}
-	return m.flakyMeta.Propose(ctx, cmd)
+	return m.Meta.Propose(ctx, cmd)
 }
 
 // A lease asked for while an eviction of that key is under way must not be granted with a
 // Present answer: the key is answered Absent, and every key answered Present with a lease
 // is still readable after the eviction (cases.md C11).
 func TestLeaseDuringEviction(t *testing.T) {
-	m := &gateMeta{flakyMeta: &flakyMeta{f: fsm.New()}, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	c, _ := newCoordinatorCap(t, m, m.f, 1<<20)
+	m := &gateMeta{Meta: txntest.NewMeta(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	c, _ := newCoordinatorCap(t, m, m.FSM, 1<<20)
 	ctx := context.Background()
 	val := bytes.Repeat([]byte{7}, 60<<10)
 	var keys []string
@@ -109,7 +110,7 @@ func TestLeaseDuringEviction(t *testing.T) {
 // lateMeta loses the answer to the first REMOVE (it applies later, when the test says) and
 // holds Barrier until released, as a leader change can.
 type lateMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	mu      sync.Mutex
 	late    []byte
 	lost    chan struct{}
@@ -126,10 +127,10 @@ func (m *lateMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 		m.mu.Unlock()
 		if first {
 			close(m.lost)
-			return nil, errLost
+			return nil, txntest.ErrLost
 		}
 	}
-	return m.flakyMeta.Propose(ctx, cmd)
+	return m.Meta.Propose(ctx, cmd)
 }
 
 func (m *lateMeta) Barrier(ctx context.Context) error {
@@ -144,9 +145,9 @@ func (m *lateMeta) Barrier(ctx context.Context) error {
 // An eviction whose REMOVE answer was lost keeps its victims unleasable until the outcome is
 // known: the REMOVE may still apply, and a lease granted meanwhile would be broken by it.
 func TestLeaseAfterIndeterminateEviction(t *testing.T) {
-	m := &lateMeta{flakyMeta: &flakyMeta{f: fsm.New()}, lost: make(chan struct{}), barrier: make(chan struct{})}
+	m := &lateMeta{Meta: txntest.NewMeta(), lost: make(chan struct{}), barrier: make(chan struct{})}
 	close(m.barrier) // recovery needs one
-	c, _ := newCoordinatorCap(t, m, m.f, 1<<20)
+	c, _ := newCoordinatorCap(t, m, m.FSM, 1<<20)
 	m.barrier = make(chan struct{})
 	ctx := context.Background()
 	val := bytes.Repeat([]byte{7}, 60<<10)
@@ -168,7 +169,7 @@ func TestLeaseAfterIndeterminateEviction(t *testing.T) {
 	if ex := c.BatchExistsLease(ctx, keys[:1], time.Hour); ex.Keys[0] != kvoffload.Absent {
 		t.Fatalf("%s, chosen by an eviction whose outcome is unknown, answered %v with a lease", keys[0], ex.Keys[0])
 	}
-	m.f.ApplyCommand(1<<40, m.late) // the lost REMOVE applies after all
+	m.FSM.ApplyCommand(1<<40, m.late) // the lost REMOVE applies after all
 	if g, _ := c.BatchGet(ctx, keys[:1]); g[0].Status != kvoffload.NotFound {
 		t.Fatalf("%s after the late REMOVE: %s", keys[0], g[0].Status)
 	}
@@ -177,7 +178,7 @@ func TestLeaseAfterIndeterminateEviction(t *testing.T) {
 // A read is a use: after a BatchGet of the two oldest keys (and one absent), the keys not
 // read are evicted first.
 func TestReadsRefreshTheLRU(t *testing.T) {
-	c, _ := newTestCoordinator(t, &flakyMeta{f: fsm.New()})
+	c, _ := newTestCoordinator(t, txntest.NewMeta())
 	ctx := context.Background()
 	keys := []string{"k0", "k1", "k2", "k3"}
 	for _, k := range keys { // one transaction each, so k0 is the oldest
@@ -203,7 +204,7 @@ func TestReadsRefreshTheLRU(t *testing.T) {
 // nobody read, not the batch's.
 func TestReadKeysNotEvictedDuringTheirBatch(t *testing.T) {
 	f := fsm.New()
-	c, _ := newCoordinatorCap(t, &flakyMeta{f: f}, f, 4*bucketstore.RecordSize(2, 1000))
+	c, _ := newCoordinatorCap(t, &txntest.Meta{FSM: f}, f, 4*bucketstore.RecordSize(2, 1000))
 	ctx := context.Background()
 	for _, k := range []string{"k0", "k1", "k2", "k3"} { // k0 oldest
 		if r, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{{Key: k, Value: make([]byte, 1000)}}); err != nil || !r[0].Outcome.OK() {

@@ -11,18 +11,19 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
-// recordingMeta is flakyMeta that keeps every command it applied: the Raft log.
+// recordingMeta is txntest.Meta that keeps every command it applied: the Raft log.
 type recordingMeta struct {
-	flakyMeta
+	*txntest.Meta
 	mu   sync.Mutex
 	cmds [][]byte
 }
 
 func (m *recordingMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	res, err := m.flakyMeta.Propose(ctx, cmd)
+	res, err := m.Meta.Propose(ctx, cmd)
 	if err == nil {
 		m.mu.Lock()
 		m.cmds = append(m.cmds, cmd)
@@ -39,8 +40,8 @@ func TestLRUAfterLogReplay(t *testing.T) {
 	ctx := context.Background()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS = memfs.New()
-	m := &recordingMeta{flakyMeta: flakyMeta{f: fsm.New()}}
-	c, data := openCoordinator(t, m, m.f, cfg)
+	m := &recordingMeta{Meta: txntest.NewMeta()}
+	c, data := openCoordinator(t, m, m.FSM, cfg)
 	for i := range 6 {
 		if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(fmt.Sprintf("k%d", i), byte(i))}); err != nil || res[0].Outcome != kvoffload.Stored {
 			t.Fatalf("offload k%d: %v %+v", i, err, res)
@@ -62,7 +63,7 @@ func TestLRUAfterLogReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer data.Close()
-	c, err = New(DefaultConfig("n1"), &memLog{}, data, &flakyMeta{f: f})
+	c, err = New(DefaultConfig("n1"), &memLog{}, data, &txntest.Meta{FSM: f})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,15 +126,15 @@ func TestLRUFollowsChangesDuringCollection(t *testing.T) {
 	ctx := context.Background()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS, cfg.Capacity = memfs.New(), 8*4096
-	m := &flakyMeta{f: fsm.New()}
-	c, data := openCoordinator(t, m, m.f, cfg)
+	m := txntest.NewMeta()
+	c, data := openCoordinator(t, m, m.FSM, cfg)
 	gens := map[string]uint64{}
 	for i := range 6 {
 		k := fmt.Sprintf("k%d", i)
 		if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(k, byte(i))}); err != nil || res[0].Outcome != kvoffload.Stored {
 			t.Fatalf("offload %s: %v %+v", k, err, res)
 		}
-		e, _ := m.f.Lookup(k)
+		e, _ := m.FSM.Lookup(k)
 		gens[k] = e.Gen
 	}
 	c.Close()
@@ -142,27 +143,27 @@ func TestLRUFollowsChangesDuringCollection(t *testing.T) {
 	// The snapshot a leader sends: the same state less k2.
 	lead := fsm.New()
 	var buf bytes.Buffer
-	if _, err := m.f.Snapshot().WriteTo(&buf); err != nil {
+	if _, err := m.FSM.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
 	if err := lead.Restore(&buf); err != nil {
 		t.Fatal(err)
 	}
-	lead.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k2", Gen: gens["k2"]}}}))
+	lead.ApplyCommand(m.NextIndex(), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k2", Gen: gens["k2"]}}}))
 	buf.Reset()
 	if _, err := lead.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	meta := &removeAfterCopy{flakyMeta: m, then: func() {
-		if err := m.f.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+	meta := &removeAfterCopy{Meta: m, then: func() {
+		if err := m.FSM.Restore(bytes.NewReader(buf.Bytes())); err != nil {
 			t.Error(err)
 		}
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k1", Gen: gens["k1"]}}}))
+		m.Apply(fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k1", Gen: gens["k1"]}}}))
 	}}
-	c, _ = openCoordinator(t, meta, m.f, cfg)
+	c, _ = openCoordinator(t, meta, m.FSM, cfg)
 	want := map[string]uint64{}
 	for k, g := range gens {
-		if _, live := m.f.Lookup(k); live {
+		if _, live := m.FSM.Lookup(k); live {
 			want[k] = g
 		}
 	}

@@ -1,20 +1,19 @@
 package txn
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
-)
 
-var lruSeed = flag.Uint64("lru-seed", 0, "seed of TestLRUOrderModel (0: time-based)")
+	"github.com/kvoffload/kvoffload/internal/testkit"
+)
 
 // The LRU's order, generations and leases agree with a plain slice model over random adds,
 // touches, drops (freed nodes are reused), leases and evictions.
 func TestLRUOrderModel(t *testing.T) {
-	seed := testSeed(t, *lruSeed, "TestLRUOrderModel", "lru-seed")
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	type item struct {
 		key      string
@@ -109,15 +108,4 @@ func TestLRUOrderModel(t *testing.T) {
 	if !slices.Equal(order, want) {
 		t.Fatalf("final order %q, model %q", order, want)
 	}
-}
-
-// testSeed returns seed, or a time-based one when it is 0, and logs it with the command that
-// reruns test with it (its flag named flagName).
-func testSeed(t *testing.T, seed uint64, test, flagName string) uint64 {
-	t.Helper()
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun: go test ./txn -run %s -%s %d)", seed, test, flagName, seed)
-	return seed
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // The owner side of a forwarded read counts a repeated key at every position against
@@ -18,7 +19,7 @@ import (
 // member asking for one 64 MiB key 48 times cannot make it hold 3 GiB.
 func TestOwnerReadBounded(t *testing.T) {
 	ctx := context.Background()
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	big := kvoffload.Object{Key: "big", Value: make([]byte, 1<<20)}
 	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{big}); err != nil || res[0].Outcome != kvoffload.Stored {
@@ -49,8 +50,8 @@ func TestOwnerReadBounded(t *testing.T) {
 // member's deadline, a miss in the same read notwithstanding: the confirmation of its misses
 // takes at most half the time left, and the misses are Unavailable, never NotFound.
 func TestOwnerReadWithAStalledLeader(t *testing.T) {
-	m := &stallingMeta{flakyMeta: &flakyMeta{f: fsm.New()}}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	m := &stallingMeta{Meta: txntest.NewMeta()}
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	if res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("held", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
@@ -69,7 +70,7 @@ func TestOwnerReadWithAStalledLeader(t *testing.T) {
 
 // stallingMeta's read index waits for its context once stalled is set (a paused leader).
 type stallingMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	stalled atomic.Bool
 }
 
@@ -84,7 +85,7 @@ func (m *stallingMeta) ReadIndex(ctx context.Context) error {
 // staleOwnerMeta shows key as another node's until a read index brings it up to date, when
 // the key turns out to be gone.
 type staleOwnerMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	key      string
 	caughtUp bool
 }
@@ -95,14 +96,14 @@ func (m *staleOwnerMeta) Lookup(k string) (fsm.Entry, bool) {
 	if k == m.key && !m.caughtUp {
 		return fsm.Entry{Key: k, Owner: "n2", Gen: 1, Size: 4}, true
 	}
-	return m.flakyMeta.Lookup(k)
+	return m.Meta.Lookup(k)
 }
 
 // A key this node's metadata gives to another node, and that is gone once it has caught up,
 // is NotFound, not Unavailable "not owned".
 func TestOwnerReadOfAKeyGoneMeanwhile(t *testing.T) {
-	m := &staleOwnerMeta{flakyMeta: &flakyMeta{f: fsm.New()}, key: "g"}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	m := &staleOwnerMeta{Meta: txntest.NewMeta(), key: "g"}
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	res, err := c.BatchGetLocal(context.Background(), []string{"g"}, nil)
 	if err != nil || res[0].Status != kvoffload.NotFound || !m.caughtUp {
 		t.Fatalf("a key gone meanwhile: %v %+v (caught up %v)", err, res, m.caughtUp)
@@ -112,7 +113,7 @@ func TestOwnerReadOfAKeyGoneMeanwhile(t *testing.T) {
 // foreignMeta shows key as n2's, with size bytes and an extent no record has: the owner side
 // of a read must answer it Unavailable without counting its size or repairing it.
 type foreignMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	key  string
 	size uint32
 }
@@ -121,15 +122,15 @@ func (m *foreignMeta) Lookup(k string) (fsm.Entry, bool) {
 	if k == m.key {
 		return fsm.Entry{Key: k, Owner: "n2", Gen: 1, Size: m.size, Extent: fsm.Extent{Bucket: 1, Offset: 3}}, true
 	}
-	return m.flakyMeta.Lookup(k)
+	return m.Meta.Lookup(k)
 }
 
 // A key the metadata gives to another node counts neither against MaxBatchBytes nor in the
 // reservation on the owner's side, and is not repaired as corrupt: it is never read there
 // (a 3 MiB key of n2 must not fail the whole read under a 2 MiB MaxBatchBytes).
 func TestOwnerReadSkipsForeignKeys(t *testing.T) {
-	m := &foreignMeta{flakyMeta: &flakyMeta{f: fsm.New()}, key: "theirs", size: 3 << 20}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	m := &foreignMeta{Meta: txntest.NewMeta(), key: "theirs", size: 3 << 20}
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	if res, err := c.BatchOffload(context.Background(), kvoffload.NewTxnID(), []kvoffload.Object{obj("mine", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}

@@ -2,7 +2,6 @@ package txn
 
 import (
 	"cmp"
-	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,13 +10,13 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
-
-var sortSeed = flag.Uint64("sort-seed", 0, "seed of TestOwnSortedOrdersInPlace (0: time-based)")
 
 // shuffledMeta hands out its entries, another owner's among them, in the order given.
 type shuffledMeta struct {
-	flakyMeta
+	*txntest.Meta
 	entries []fsm.Entry
 }
 
@@ -36,7 +35,7 @@ func (m *shuffledMeta) LiveOf(owner string) []fsm.Entry {
 // permutation loses, duplicates and misplaces none (random sizes cover cycles of every
 // length, fixed points and the empty case).
 func TestOwnSortedOrdersInPlace(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testSeed(t, *sortSeed, "TestOwnSortedOrdersInPlace", "sort-seed"), 11))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 11))
 	for round := range 200 {
 		n := rng.IntN(300)
 		if round == 0 {
@@ -82,7 +81,7 @@ func TestOwnSortedOrdersInPlace(t *testing.T) {
 // leaving the order alone, what does not: an unaligned or negative offset, or a bucket ID and
 // page number too wide together.
 func TestRadixSortPlaces(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testSeed(t, *sortSeed, "TestRadixSortPlaces", "sort-seed"), 12))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 12))
 	order := make([]place, 5000)
 	for i := range order {
 		order[i] = place{bucket: uint32(rng.IntN(3000)), off: int64(rng.IntN(1<<18)) * 4096, at: uint32(i)}

@@ -11,12 +11,13 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // laggingMeta is a replica whose local metadata lags: keys in hidden are missing from Lookup
 // until ReadIndex brings it up to date (unless readIndexErr is set).
 type laggingMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	mu           sync.Mutex
 	hidden       map[string]bool
 	readIndexErr error
@@ -49,7 +50,7 @@ func (m *laggingMeta) Lookup(k string) (fsm.Entry, bool) {
 	if hidden {
 		return fsm.Entry{}, false
 	}
-	return m.flakyMeta.Lookup(k)
+	return m.Meta.Lookup(k)
 }
 
 // getFunc is one of the coordinator's reads: BatchGet, or BatchGetLocal (the owner's side of
@@ -62,8 +63,8 @@ type getFunc func(*Coordinator, context.Context, []string) ([]kvoffload.GetResul
 func lagThenGet(t *testing.T, get getFunc) (*Coordinator, *laggingMeta) {
 	t.Helper()
 	ctx := context.Background()
-	m := &laggingMeta{flakyMeta: &flakyMeta{f: fsm.New()}, hidden: map[string]bool{}}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	m := &laggingMeta{Meta: txntest.NewMeta(), hidden: map[string]bool{}}
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k1", 1), obj("k2", 2)}); err != nil || res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Stored {
 		t.Fatalf("offload: %v %+v", err, res)
 	}
@@ -124,7 +125,7 @@ func TestOwnerReadConfirmsMisses(t *testing.T) {
 }
 
 // stuckMeta never completes a read index (a paused leader): it waits for its context.
-type stuckMeta struct{ *flakyMeta }
+type stuckMeta struct{ *txntest.Meta }
 
 func (stuckMeta) ReadIndex(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 
@@ -132,8 +133,8 @@ func (stuckMeta) ReadIndex(ctx context.Context) error { <-ctx.Done(); return ctx
 // caller's deadline: with the leader unreachable (paused, as by SIGSTOP) the call fails
 // fast, having written nothing, and the client retries.
 func TestOffloadCatchUpBounded(t *testing.T) {
-	m := stuckMeta{&flakyMeta{f: fsm.New()}}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	m := stuckMeta{txntest.NewMeta()}
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	c.cfg.ReadIndexTimeout = 50 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -150,7 +151,7 @@ func TestOffloadCatchUpBounded(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the offload waited for the caller's deadline instead of ReadIndexTimeout")
 	}
-	if _, ok := m.f.Lookup("k"); ok {
+	if _, ok := m.FSM.Lookup("k"); ok {
 		t.Fatal("the key was committed")
 	}
 }

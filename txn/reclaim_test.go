@@ -10,6 +10,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs"
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
@@ -48,14 +49,14 @@ func (d *stallingDisk) inject(op errorfs.Op, _ string) error {
 
 // newStallingCoordinator is a recovered coordinator over a stallingDisk, with one key "k"
 // stored.
-func newStallingCoordinator(t *testing.T) (*Coordinator, *flakyMeta, *bucketstore.Store, *stallingDisk) {
+func newStallingCoordinator(t *testing.T) (*Coordinator, *txntest.Meta, *bucketstore.Store, *stallingDisk) {
 	t.Helper()
 	return newStallingCoordinatorCap(t, 0)
 }
 
 // newStallingCoordinatorCap is newStallingCoordinator with a quota of capacity bytes (0:
 // none) and a 300 ms CommitTimeout.
-func newStallingCoordinatorCap(t *testing.T, capacity int64) (*Coordinator, *flakyMeta, *bucketstore.Store, *stallingDisk) {
+func newStallingCoordinatorCap(t *testing.T, capacity int64) (*Coordinator, *txntest.Meta, *bucketstore.Store, *stallingDisk) {
 	t.Helper()
 	d := newStallingDisk()
 	cfg := bucketstore.DefaultConfig("/b")
@@ -64,15 +65,15 @@ func newStallingCoordinatorCap(t *testing.T, capacity int64) (*Coordinator, *fla
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	tc := DefaultConfig("n1")
 	tc.CommitTimeout, tc.Capacity = 300*time.Millisecond, capacity
 	c, err := New(tc, &memLog{}, data, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.f.Watch(c.OnApplied)
-	m.f.WatchRestore(c.OnRestored)
+	m.FSM.Watch(c.OnApplied)
+	m.FSM.WatchRestore(c.OnRestored)
 	t.Cleanup(func() { d.release(); c.Close(); data.Close() })
 	ctx := context.Background()
 	if _, err := c.Recover(ctx); err != nil {
@@ -121,12 +122,12 @@ func waitFreed(t *testing.T, data *bucketstore.Store) {
 // goroutine, so one slow punch stalled apply, WaitApplied and every read index behind it.
 func TestApplyNotBlockedByStalledFree(t *testing.T) {
 	_, m, data, d := newStallingCoordinator(t)
-	e, _ := m.f.Lookup("k")
+	e, _ := m.FSM.Lookup("k")
 	d.stall.Store(true)
 	applied := make(chan struct{})
 	go func() {
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeAbort(fsm.Abort{TxnID: kvoffload.NewTxnID(), Node: "n1", Reason: "a later command"}))
+		m.Apply(fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
+		m.Apply(fsm.EncodeAbort(fsm.Abort{TxnID: kvoffload.NewTxnID(), Node: "n1", Reason: "a later command"}))
 		close(applied)
 	}()
 	d.waitStalled(t)
@@ -135,7 +136,7 @@ func TestApplyNotBlockedByStalledFree(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("apply blocked while the free of a removed key's bytes stalls on the disk")
 	}
-	if _, ok := m.f.Lookup("k"); ok {
+	if _, ok := m.FSM.Lookup("k"); ok {
 		t.Fatal("the key is still in the metadata after its REMOVE was applied")
 	}
 	d.release()
@@ -165,7 +166,7 @@ func TestRemoveReturnsWhileFreeStalls(t *testing.T) {
 	if err != nil || len(res) != 1 || !res[0].Removed {
 		t.Fatalf("Remove while the free stalls: %v %+v", err, res)
 	}
-	if _, ok := m.f.Lookup("k"); ok {
+	if _, ok := m.FSM.Lookup("k"); ok {
 		t.Fatal("the key is still in the metadata after Remove")
 	}
 	d.waitStalled(t)
@@ -216,9 +217,9 @@ func TestCloseReturnsWhileFreeStalls(t *testing.T) {
 	}
 }
 
-// partitionedMeta is flakyMeta whose Barrier fails while cut (no leader reachable).
+// partitionedMeta is txntest.Meta whose Barrier fails while cut (no leader reachable).
 type partitionedMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	cut atomic.Bool
 }
 
@@ -233,15 +234,15 @@ func (m *partitionedMeta) Barrier(context.Context) error {
 // background resolver could read it, keeps its bytes: the resolver's ABORT finds the entry
 // live and does not free it: freed, the key would read Corrupt, breaking G1.
 func TestResolverAfterPruneKeepsCommittedBytes(t *testing.T) {
-	fm := &flakyMeta{f: fsm.New(), applyAnyway: true}
-	m := &partitionedMeta{flakyMeta: fm}
-	c, _ := newCoordinatorFor(t, m, fm.f)
+	fm := &txntest.Meta{FSM: fsm.New(), ApplyAnyway: true}
+	m := &partitionedMeta{Meta: fm}
+	c, _ := newCoordinatorFor(t, m, fm.FSM)
 	ctx := context.Background()
 	m.cut.Store(true)
-	fm.failNext.Store(1 << 30)
+	fm.FailNext(1 << 30)
 	_, _ = c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}) // applied, every answer lost
-	fm.failNext.Store(0)
-	fm.f.ApplyCommand(fm.index.Add(1), fsm.EncodePrune(fsm.Prune{TxnID: kvoffload.NewTxnID(), Before: fm.index.Load() + 1}))
+	fm.FailNext(0)
+	fm.Apply(fsm.EncodePrune(fsm.Prune{TxnID: kvoffload.NewTxnID(), Before: fm.LastIndex() + 1}))
 	m.cut.Store(false)
 	deadline := time.Now().Add(5 * time.Second)
 	for c.Stats().Aborts == 0 && time.Now().Before(deadline) { // the resolver settles with an ABORT
@@ -263,7 +264,7 @@ func stalledWithDamage(t *testing.T, keys ...string) (*Coordinator, *bucketstore
 	cfg := bucketstore.DefaultConfig(dir)
 	cfg.FS = errorfs.Wrap(vfs.OSFS{}, d.inject)
 	f := fsm.New()
-	c, data := openCoordinator(t, &flakyMeta{f: f}, f, cfg)
+	c, data := openCoordinator(t, &txntest.Meta{FSM: f}, f, cfg)
 	t.Cleanup(d.release)
 	offloadNamed(t, c, keys...)
 	e, _ := f.Lookup("bad")

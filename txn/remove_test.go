@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/kvoffload/kvoffload"
-	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // Remove of keys that can never be stored answers not removed and proposes nothing for them:
 // a 3 MiB key does not travel through Raft, and no generation entry is kept for it. Valid
 // keys in the same call are removed.
 func TestRemoveInvalidKeys(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	ctx := context.Background()
 	if res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}); err != nil || res[0].Outcome != kvoffload.Stored {
@@ -31,7 +31,7 @@ func TestRemoveInvalidKeys(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"", huge, "bad\x01key", "\xff"} {
-		if g := m.f.Generation(k); g != 0 {
+		if g := m.FSM.Generation(k); g != 0 {
 			t.Fatalf("a generation entry (%d) was kept for an invalid key of %d bytes", g, len(k))
 		}
 	}

@@ -8,13 +8,14 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // Remove under a txn ID already used for another request is refused with ErrTxnIDInUse, as
 // BatchOffload refuses one, instead of answering removed=false for keys it never looked at;
 // a true retry still gets the original answer.
 func TestRemoveReusedTxnID(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	ctx := context.Background()
 	offID := kvoffload.NewTxnID()
@@ -24,7 +25,7 @@ func TestRemoveReusedTxnID(t *testing.T) {
 	if res, err := c.RemoveTxn(ctx, offID, []string{"a"}); !errors.Is(err, ErrTxnIDInUse) || !strings.Contains(err.Error(), "commit") {
 		t.Fatalf("remove under an offload's txn ID: %v %+v, want ErrTxnIDInUse naming the commit", err, res)
 	}
-	if _, ok := m.f.Lookup("a"); !ok {
+	if _, ok := m.FSM.Lookup("a"); !ok {
 		t.Fatal("the refused remove removed the key")
 	}
 
@@ -40,7 +41,7 @@ func TestRemoveReusedTxnID(t *testing.T) {
 			t.Fatalf("remove of %q under the txn ID of a remove of [a]: %v %+v, want ErrTxnIDInUse", keys, err, res)
 		}
 	}
-	if _, ok := m.f.Lookup("b"); !ok {
+	if _, ok := m.FSM.Lookup("b"); !ok {
 		t.Fatal("a refused remove removed b")
 	}
 }
@@ -48,10 +49,10 @@ func TestRemoveReusedTxnID(t *testing.T) {
 // The check also holds when this node has not applied the earlier request (a lagging
 // member): the proposal's de-duplicated result is checked too.
 func TestRemoveReusedTxnIDNotYetApplied(t *testing.T) {
-	m := &laggingMeta{flakyMeta: &flakyMeta{f: fsm.New()}, hidden: map[string]bool{}}
-	c, _ := newCoordinatorFor(t, m, m.f)
+	m := &laggingMeta{Meta: txntest.NewMeta(), hidden: map[string]bool{}}
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	id := kvoffload.NewTxnID()
-	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: []fsm.KeyGen{{Key: "x"}}}))
+	m.Apply(fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: []fsm.KeyGen{{Key: "x"}}}))
 	hid := &hiddenResults{Meta: m, id: id}
 	c.meta = hid
 	if res, err := c.RemoveTxn(context.Background(), id, []string{"y"}); !errors.Is(err, ErrTxnIDInUse) {
@@ -75,7 +76,7 @@ func (h *hiddenResults) TxnResult(id fsm.TxnID) (*fsm.Result, bool) {
 // Every request-level refusal names the limit, its value, the size and the key at which it
 // was reached; the per-key reason of an object too large names its size and the limit.
 func TestLimitMessagesNameTheNumbers(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	c.cfg.MaxBatchKeys, c.cfg.MaxBatchBytes, c.cfg.MaxObjectBytes = 3, 10, 6
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 )
 
@@ -19,9 +20,9 @@ import (
 // coordinator leaves the bytes counted until a restart, and every later offload Rejected
 // "quota".
 func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	const capacity = 16 * 4096
-	c, data := newCoordinatorCap(t, m, m.f, capacity)
+	c, data := newCoordinatorCap(t, m, m.FSM, capacity)
 	ctx := context.Background()
 	var kg []fsm.KeyGen
 	for i := range 8 {
@@ -29,24 +30,24 @@ func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
 		if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj(k, byte(i))}); err != nil {
 			t.Fatal(err)
 		}
-		e, _ := m.f.Lookup(k)
+		e, _ := m.FSM.Lookup(k)
 		kg = append(kg, fsm.KeyGen{Key: k, Gen: e.Gen})
 	}
 	// The leader's state: the same, then a Remove of all eight keys, sent as a snapshot.
 	var buf bytes.Buffer
-	if _, err := m.f.Snapshot().WriteTo(&buf); err != nil {
+	if _, err := m.FSM.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
 	lead := fsm.New()
 	if err := lead.Restore(&buf); err != nil {
 		t.Fatal(err)
 	}
-	lead.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: kg, Reason: "remove"}))
+	lead.ApplyCommand(m.NextIndex(), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: kg, Reason: "remove"}))
 	buf.Reset()
 	if _, err := lead.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.f.Restore(&buf); err != nil {
+	if err := m.FSM.Restore(&buf); err != nil {
 		t.Fatal(err)
 	}
 	waitLive(t, data, 0) // the reclaimer frees them after the Restore, off Raft's goroutine
@@ -69,13 +70,13 @@ func TestSnapshotRestoreFreesRemovedKeys(t *testing.T) {
 // removeAfterCopy applies then to the metadata right after the first LiveOf: a removal that
 // lands between start-up collection's metadata copy and the end of recovery.
 type removeAfterCopy struct {
-	*flakyMeta
+	*txntest.Meta
 	once sync.Once
 	then func()
 }
 
 func (m *removeAfterCopy) LiveOf(owner string) []fsm.Entry {
-	live := m.flakyMeta.LiveOf(owner)
+	live := m.Meta.LiveOf(owner)
 	m.once.Do(m.then)
 	return live
 }
@@ -86,7 +87,7 @@ func (m *removeAfterCopy) LiveOf(owner string) []fsm.Entry {
 // bytes stay counted until the next restart.
 func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	ctx := context.Background()
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	cfg := bucketstore.DefaultConfig("/b")
 	cfg.FS = memfs.New()
 	open := func(meta Meta) (*Coordinator, *bucketstore.Store) {
@@ -98,7 +99,7 @@ func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.f.Watch(c.OnApplied)
+		m.FSM.Watch(c.OnApplied)
 		return c, data
 	}
 	c, data := open(m)
@@ -108,12 +109,12 @@ func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	if _, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), []kvoffload.Object{obj("k", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	e, _ := m.f.Lookup("k")
+	e, _ := m.FSM.Lookup("k")
 	c.Close()
 	data.Close()
 
-	meta := &removeAfterCopy{flakyMeta: m, then: func() {
-		m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
+	meta := &removeAfterCopy{Meta: m, then: func() {
+		m.Apply(fsm.EncodeRemove(fsm.Remove{TxnID: kvoffload.NewTxnID(), Keys: []fsm.KeyGen{{Key: "k", Gen: e.Gen}}}))
 	}}
 	c, data = open(meta)
 	defer data.Close()
@@ -121,7 +122,7 @@ func TestRemoveDuringRecoveryIsFreed(t *testing.T) {
 	if _, err := c.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.f.Lookup("k"); ok {
+	if _, ok := m.FSM.Lookup("k"); ok {
 		t.Fatal("the REMOVE was not applied during recovery")
 	}
 	if st, _ := data.Stats(); st.LiveBytes != 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 )
 
 // value returns n bytes of b.
@@ -39,7 +40,7 @@ func wantValue(t *testing.T, c *Coordinator, key string, want []byte) {
 // A finished txn ID reused for other bytes of the same length is refused, and the key keeps
 // the bytes first stored.
 func TestFinishedTxnIDOtherBytesSameLength(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	id := kvoffload.NewTxnID()
 	a, b := value('A', 4096), value('B', 4096)
@@ -55,7 +56,7 @@ func TestFinishedTxnIDOtherBytesSameLength(t *testing.T) {
 
 // A finished txn ID reused for a value of another length is refused.
 func TestFinishedTxnIDOtherLength(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	id := kvoffload.NewTxnID()
 	a := value('A', 4096)
@@ -73,7 +74,7 @@ func TestFinishedTxnIDOtherLength(t *testing.T) {
 // an extra key cannot be told from the original (keys not written are not recorded) and
 // learns that key's standing without storing it.
 func TestFinishedTxnIDOtherKeys(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	id := kvoffload.NewTxnID()
 	offloadOK(t, c, id, []kvoffload.Object{obj("k1", 1), obj("k2", 2)})
@@ -84,17 +85,17 @@ func TestFinishedTxnIDOtherKeys(t *testing.T) {
 	if err != nil || res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Stored || res[2].Outcome != kvoffload.Failed {
 		t.Fatalf("retry with an extra key: %v %+v", err, res)
 	}
-	if _, ok := m.f.Lookup("k3"); ok {
+	if _, ok := m.FSM.Lookup("k3"); ok {
 		t.Fatal("a key added to a retried batch was stored")
 	}
 }
 
 // The ID of a command that is not an offload (here a REMOVE) is refused for a batch.
 func TestTxnIDOfAnotherCommand(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	id := kvoffload.NewTxnID()
-	m.f.ApplyCommand(m.index.Add(1), fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: []fsm.KeyGen{{Key: "k"}}}))
+	m.Apply(fsm.EncodeRemove(fsm.Remove{TxnID: id, Keys: []fsm.KeyGen{{Key: "k"}}}))
 	if _, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{obj("k", 1)}); !errors.Is(err, ErrTxnIDInUse) {
 		t.Fatalf("offload under a REMOVE's txn ID: %v, want ErrTxnIDInUse", err)
 	}
@@ -102,7 +103,7 @@ func TestTxnIDOfAnotherCommand(t *testing.T) {
 
 // holdMeta holds the first proposal until release is closed, so a call stays running.
 type holdMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	proposing chan struct{}
 	release   chan struct{}
 	held      bool
@@ -114,7 +115,7 @@ func (m *holdMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 		close(m.proposing)
 		<-m.release
 	}
-	return m.flakyMeta.Propose(ctx, cmd)
+	return m.Meta.Propose(ctx, cmd)
 }
 
 // goOffload offloads objs under id in a goroutine and sends its results.
@@ -144,13 +145,13 @@ func startHeld(t *testing.T, c *Coordinator, m *holdMeta, id fsm.TxnID, objs []k
 }
 
 func newHoldMeta() *holdMeta {
-	return &holdMeta{flakyMeta: &flakyMeta{f: fsm.New()}, proposing: make(chan struct{}), release: make(chan struct{})}
+	return &holdMeta{Meta: txntest.NewMeta(), proposing: make(chan struct{}), release: make(chan struct{})}
 }
 
 // A running txn ID reused for other bytes of the same length is refused, not joined.
 func TestRunningTxnIDOtherBytes(t *testing.T) {
 	m := newHoldMeta()
-	c, _ := newCoordinatorFor(t, m, m.f)
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	id := kvoffload.NewTxnID()
 	a, b := value('A', 4096), value('B', 4096)
 	done := startHeld(t, c, m, id, []kvoffload.Object{{Key: "k", Value: a}})
@@ -170,7 +171,7 @@ func TestRunningTxnIDOtherBytes(t *testing.T) {
 // A true retry joining the running call gets its results.
 func TestRunningTxnIDRetryJoins(t *testing.T) {
 	m := newHoldMeta()
-	c, _ := newCoordinatorFor(t, m, m.f)
+	c, _ := newCoordinatorFor(t, m, m.FSM)
 	id := kvoffload.NewTxnID()
 	objs := []kvoffload.Object{{Key: "k", Value: value('A', 4096)}}
 	done := startHeld(t, c, m, id, objs)
@@ -187,7 +188,7 @@ func TestRunningTxnIDRetryJoins(t *testing.T) {
 // every kind of key: stored, already stored, in conflict, invalid, repeated with the same and
 // with other bytes. Nothing is stored twice.
 func TestFinishedTxnIDRetryGetsOriginalResults(t *testing.T) {
-	m := &flakyMeta{f: fsm.New()}
+	m := txntest.NewMeta()
 	c, _ := newTestCoordinator(t, m)
 	offloadOK(t, c, kvoffload.NewTxnID(), []kvoffload.Object{obj("old", 1), obj("other", 1)})
 	id := kvoffload.NewTxnID()
@@ -213,10 +214,10 @@ func TestFinishedTxnIDRetryGetsOriginalResults(t *testing.T) {
 			t.Fatalf("retry:\n got %+v\nwant %+v", retry, first)
 		}
 	}
-	if e, _ := m.f.Lookup("new"); e.TxnID != id {
+	if e, _ := m.FSM.Lookup("new"); e.TxnID != id {
 		t.Fatalf("new committed by %s, want %s", e.TxnID, id)
 	}
-	if st := m.f.Stats(); st.Keys != 4 {
+	if st := m.FSM.Stats(); st.Keys != 4 {
 		t.Fatalf("%d live keys, want 4", st.Keys)
 	}
 }
@@ -250,16 +251,16 @@ func TestMayMatch(t *testing.T) {
 // raceMeta applies a COMMIT of another batch under the same txn ID (as a call on another node
 // would) just before the first proposal.
 type raceMeta struct {
-	*flakyMeta
+	*txntest.Meta
 	foreign []byte
 }
 
 func (m *raceMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	if m.foreign != nil {
-		m.f.ApplyCommand(m.index.Add(1), m.foreign)
+		m.Apply(m.foreign)
 		m.foreign = nil
 	}
-	return m.flakyMeta.Propose(ctx, cmd)
+	return m.Meta.Propose(ctx, cmd)
 }
 
 // A COMMIT de-duplicated against another batch's COMMIT under the same txn ID is refused:
@@ -267,14 +268,14 @@ func (m *raceMeta) Propose(ctx context.Context, cmd []byte) (*fsm.Result, error)
 func TestCommitDeduplicatedAgainstOtherBatch(t *testing.T) {
 	id := kvoffload.NewTxnID()
 	b := value('B', 4096)
-	m := &raceMeta{flakyMeta: &flakyMeta{f: fsm.New()}, foreign: fsm.EncodeCommit(fsm.Commit{TxnID: id, Node: "n2",
+	m := &raceMeta{Meta: txntest.NewMeta(), foreign: fsm.EncodeCommit(fsm.Commit{TxnID: id, Node: "n2",
 		Entries: []fsm.Entry{{Key: "k", Size: uint32(len(b)), Sum: xxhash.Sum64(b), Gen: 1}}})}
-	c, data := newCoordinatorFor(t, m, m.f)
+	c, data := newCoordinatorFor(t, m, m.FSM)
 	res, err := c.BatchOffload(context.Background(), id, []kvoffload.Object{{Key: "k", Value: value('A', 4096)}})
 	if !errors.Is(err, ErrTxnIDInUse) {
 		t.Fatalf("offload whose COMMIT lost to another batch's: %v %+v, want ErrTxnIDInUse", err, res)
 	}
-	if e, _ := m.f.Lookup("k"); e.Owner != "n2" {
+	if e, _ := m.FSM.Lookup("k"); e.Owner != "n2" {
 		t.Fatalf("k owned by %q, want n2", e.Owner)
 	}
 	waitLive(t, data, 0)
