@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // fakeLeader is a leader's read index: the highest acknowledged write when the request
@@ -93,7 +95,7 @@ func TestSharedReadIndexOneNextRequest(t *testing.T) {
 			got <- i
 		}()
 	}
-	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.next != nil && s.next.waiters == callers })
+	testkit.Eventually(t, 5*time.Second, "the callers to wait on the next request", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.next != nil && s.next.waiters == callers })
 	close(f.release)
 	if i := <-first; i != 1 {
 		t.Errorf("first caller: index %d, want 1", i)
@@ -120,7 +122,7 @@ func TestSharedReadIndexError(t *testing.T) {
 		go func() { _, err := s.get(context.Background()); errs <- err }()
 	}
 	<-f.started
-	waitFor(t, func() bool {
+	testkit.Eventually(t, 5*time.Second, "every caller to wait on a request", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		n := s.cur.waiters
@@ -180,7 +182,7 @@ func TestSharedReadIndexCallerContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request of a caller that left is not cancelled")
 	}
-	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.cur == nil })
+	testkit.Eventually(t, 5*time.Second, "the abandoned request to end", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.cur == nil })
 
 	// Two callers share the next request; one leaves, the other gets the answer.
 	first := get(context.Background())
@@ -188,7 +190,7 @@ func TestSharedReadIndexCallerContext(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	leaver, stayer := get(ctx), get(context.Background())
-	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.next != nil && s.next.waiters == 2 })
+	testkit.Eventually(t, 5*time.Second, "both callers to wait on the next request", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.next != nil && s.next.waiters == 2 })
 	release <- struct{}{}
 	if err := <-first; err != nil {
 		t.Fatalf("first caller: %v", err)
@@ -204,14 +206,5 @@ func TestSharedReadIndexCallerContext(t *testing.T) {
 	release <- struct{}{}
 	if err := <-stayer; err != nil {
 		t.Errorf("caller still waiting: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5 s")
-		}
 	}
 }
