@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/internal/wire"
 	"github.com/kvoffload/kvoffload/txn"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
@@ -172,7 +173,7 @@ func checkRegionAtLimits(t *testing.T, c *client.Client, objs []kvoffload.Object
 // the local socket (the shared-memory calls, and gRPC for BatchGet, whose values do not fit
 // a staging region, and the other calls).
 func TestEveryLimitAtItsValue(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	cfg := testConfig(t.TempDir())
 	cfg.FS = memfs.New()
 	cfg.APIAddr = "127.0.0.1:0"
@@ -226,7 +227,7 @@ func TestEveryLimitAtItsValueForwarded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	lim := followers[0].cfg.Txn
-	objs := objects(testSeed(t), 64, limitKeys(lim, "fwd")...)
+	objs := objects(testkit.Seed(t), 64, limitKeys(lim, "fwd")...)
 	keys := make([]string, len(objs))
 	for i, o := range objs {
 		keys[i] = o.Key

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // budgetNode is a node on a fresh API address whose buffer budget and batch limit are both
@@ -66,14 +67,14 @@ func TestBufferBudgetStalledReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := n.metrics
-	waitFor(t, "the first stream to hold its bytes", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
+	testkit.Eventually(t, 10*time.Second, "the first stream to hold its bytes", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
 	st2, err := cl.BatchGet(ctx2, &pb.GetRequest{Keys: keys})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second stream to wait", func() bool { return metricValue(t, m.bufferWaits) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "the second stream to wait", func() bool { return metricValue(t, m.bufferWaits) >= 1 })
 	time.Sleep(100 * time.Millisecond)
 	if got := metricValue(t, m.bufferedBytes); got > 16*size {
 		t.Fatalf("%v bytes buffered, over MaxBufferedBytes %d", got, 16*size)
@@ -82,7 +83,7 @@ func TestBufferBudgetStalledReaders(t *testing.T) {
 	if got := readStream(t, st2); got != 16*size {
 		t.Fatalf("second stream: %d bytes, want %d", got, 16*size)
 	}
-	waitFor(t, "every byte released", func() bool { return metricValue(t, m.bufferedBytes) == 0 })
+	testkit.Eventually(t, 10*time.Second, "every byte released", func() bool { return metricValue(t, m.bufferedBytes) == 0 })
 	checkReadable(t, n, 3, size, keys...)
 }
 
@@ -106,7 +107,7 @@ func TestBufferBudgetRepeatedKeyCountsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := n.metrics
-	waitFor(t, "the stream to hold its bytes", func() bool { return metricValue(t, m.bufferedBytes) > 0 })
+	testkit.Eventually(t, 10*time.Second, "the stream to hold its bytes", func() bool { return metricValue(t, m.bufferedBytes) > 0 })
 	if got := metricValue(t, m.bufferedBytes); got != size {
 		t.Fatalf("16 positions of one %d-byte key hold %v bytes of the budget, want %d", size, got, size)
 	}
@@ -150,7 +151,7 @@ func TestBufferBudgetSizedByTheReadsLookup(t *testing.T) {
 	if _, err := cl.BatchGet(ctxA, &pb.GetRequest{Keys: ka}); err != nil { // never read
 		t.Fatal(err)
 	}
-	waitFor(t, "A to hold the budget", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
+	testkit.Eventually(t, 10*time.Second, "A to hold the budget", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
 	later := make([]string, 15)
 	for i := range later {
 		later[i] = keyOf("later", i)
@@ -161,7 +162,7 @@ func TestBufferBudgetSizedByTheReadsLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "B to wait", func() bool { return metricValue(t, m.bufferWaits) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "B to wait", func() bool { return metricValue(t, m.bufferWaits) >= 1 })
 	mustOffload(t, n, objects(4, size, later...))
 	cancelA()
 	var found, absent int
@@ -205,8 +206,8 @@ func TestIdleReaderLosesItsStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := n.metrics
-	waitFor(t, "the stream to hold its bytes", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
-	waitFor(t, "the idle stream's bytes to be released", func() bool { return metricValue(t, m.bufferedBytes) == 0 })
+	testkit.Eventually(t, 10*time.Second, "the stream to hold its bytes", func() bool { return metricValue(t, m.bufferedBytes) == 16*size })
+	testkit.Eventually(t, 10*time.Second, "the idle stream's bytes to be released", func() bool { return metricValue(t, m.bufferedBytes) == 0 })
 	readStream(t, st)
 	if _, err := st.Recv(); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("the idle stream ended with %v, want DeadlineExceeded", err)
@@ -225,16 +226,6 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 		return out.Counter.GetValue()
 	}
 	return out.Gauge.GetValue()
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // TestIdleOffloadStreamEnds: an offload stream that announces an object, sends one byte and
@@ -263,12 +254,12 @@ func TestIdleOffloadStreamEnds(t *testing.T) {
 	if err := st.Send(&pb.OffloadChunk{TxnId: id[:], Key: keyOf("idle", 0), Size: 4 << 20, Data: []byte{1}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stream to hold its first buffer", func() bool { return metricValue(t, n.metrics.bufferedBytes) > 0 })
+	testkit.Eventually(t, 10*time.Second, "the stream to hold its first buffer", func() bool { return metricValue(t, n.metrics.bufferedBytes) > 0 })
 	if held := metricValue(t, n.metrics.bufferedBytes); held > float64(firstValueBytes) {
 		t.Fatalf("one byte of a 4 MiB object holds %v bytes of the budget, want at most %d", held, firstValueBytes)
 	}
 	// The client sends nothing more and does not close: the server ends the stream.
-	waitFor(t, "the budget released by the idle limit", func() bool { return metricValue(t, n.metrics.bufferedBytes) == 0 })
+	testkit.Eventually(t, 10*time.Second, "the budget released by the idle limit", func() bool { return metricValue(t, n.metrics.bufferedBytes) == 0 })
 	if _, err := st.CloseAndRecv(); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("the idle stream ended with %v, want DeadlineExceeded", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -19,7 +20,7 @@ import (
 // bytes go, so a concurrent reader sees each key either with its bytes or NotFound, never a
 // corrupt or wrong read.
 func TestC10FullDiskKeepsOffloading(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	const quota, block, total, batch = 64 << 20, 1 << 20, 200, 4
 	cfg := testConfig(t.TempDir())
 	cfg.Capacity = quota

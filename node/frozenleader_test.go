@@ -8,6 +8,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/internal/failpoint"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // frozenLeaderCluster starts three members and puts a cutProxy in front of the leader's peer
@@ -59,7 +60,7 @@ func TestFrozenLeaderForwardedBatch(t *testing.T) {
 	}{{"unapplied", false}, {"applied", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			leader, follower, other, proxy := frozenLeaderCluster(t)
-			seed, size := testSeed(t), 16<<10
+			seed, size := testkit.Seed(t), 16<<10
 			keys := keysN("frozen-"+tc.name, 4)
 			id := kvoffload.NewTxnID()
 			stopRaft := func() {
@@ -166,7 +167,7 @@ func TestFrozenLeaderForwardedBatch(t *testing.T) {
 // (possibly to the frozen leader, whose stall watch then costs another 2 s).
 func TestFrozenLeaderCatchUp(t *testing.T) {
 	leader, follower, _, proxy := frozenLeaderCluster(t)
-	seed, size := testSeed(t), 16<<10
+	seed, size := testkit.Seed(t), 16<<10
 	keys := keysN("frozen-catchup", 4)
 	frozenAt := time.Now()
 	proxy.hold()

@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"testing"
 	"time"
@@ -11,21 +10,9 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
-
-var seedFlag = flag.Uint64("seed", 0, "seed for randomized tests (0 = time-based)")
-
-// testSeed returns the run's seed and logs it so a failure can be reproduced with -seed.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	s := *seedFlag
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -seed %d)", s, s)
-	return s
-}
 
 func testConfig(dir string) Config {
 	cfg := DefaultConfig(dir)
@@ -39,17 +26,13 @@ func mustOpen(t *testing.T, cfg Config) *Node {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := Open(ctx, cfg)
-	if err != nil {
-		t.Fatalf("open %s: %v", cfg.DataDir, err)
-	}
+	testkit.Must(t, err, "open %s", cfg.DataDir)
 	return n
 }
 
 func mustClose(t *testing.T, n *Node) {
 	t.Helper()
-	if err := n.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
+	testkit.Must(t, n.Close(), "close")
 }
 
 func keyOf(prefix string, i int) string { return fmt.Sprintf("m@pcp0@dcp0@test:%s@%04d", prefix, i) }

@@ -18,6 +18,7 @@ import (
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/storetest"
 )
 
@@ -79,7 +80,7 @@ func checkSums(t *testing.T, n *Node, keys []string) map[string][]byte {
 
 // TestLocalRoundTrip: the Store calls and the zero-copy Region through the local socket.
 func TestLocalRoundTrip(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	n, c := openLocal(t, Local{})
 	ctx := context.Background()
 	keys := []string{keyOf("a", 0), keyOf("a", 1), keyOf("a", 2)}
@@ -141,7 +142,7 @@ func TestLocalConformance(t *testing.T) {
 // verified, with the metadata's checksum that of the bytes read (the node copies before it
 // checksums; a value may mix versions of the block, which is the client's doing).
 func TestLocalScribble(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	n, c := openLocal(t, Local{})
 	const block, blocks = 64 << 10, 32
 	r, err := c.NewRegion(block * blocks)
@@ -204,7 +205,7 @@ func TestLocalScribble(t *testing.T) {
 // them run: every key is Stored (its bytes copied before the close), Failed or Conflict, or
 // the call fails; every Stored key reads back with its checksum.
 func TestLocalCloseMidWrite(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	n, _ := openLocal(t, Local{})
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var mu sync.Mutex

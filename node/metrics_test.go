@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/internal/wire"
 )
 
@@ -190,7 +191,7 @@ func TestKeyFailuresCountedAndLogged(t *testing.T) {
 	if _, err := cl.BatchGet(ctx, &pb.GetRequest{Keys: []string{key}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the BatchGet latency observed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the BatchGet latency observed", func() bool {
 		return series(t, reg, "kvoffload_get_batch_seconds")[""].GetHistogram().GetSampleCount() == 1
 	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // TestPrecheckUploadsOnlyNeeded: over the TCP API and the local socket, a BatchOffload
@@ -13,7 +14,7 @@ import (
 // the Stats counter payload_bytes_received); a changed value is uploaded (and is a
 // Conflict); NoPrecheck uploads everything and still reads AlreadyStored.
 func TestPrecheckUploadsOnlyNeeded(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	cfg := testConfig(t.TempDir())
 	cfg.APIAddr = "127.0.0.1:0"
 	cfg.Local.Socket = localSocketPath(t)

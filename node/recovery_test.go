@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvoffload/kvoffload"
 	"github.com/kvoffload/kvoffload/bucketstore"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/wal"
 )
 
@@ -119,7 +120,7 @@ func TestC7RemovedKeyNeverReturns(t *testing.T) {
 // run, every key BatchExists reports Present reads back with the bytes recorded at offload,
 // unless it was removed in between; no read ever returns wrong bytes.
 func TestC11ExistsImpliesReadable(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	n := mustOpen(t, testConfig(t.TempDir()))
 	defer mustClose(t, n)
 	const size, total = 16 << 10, 400
@@ -208,7 +209,7 @@ func existsButUnreadable(t *testing.T, n *Node, seed uint64, size, total int, go
 // TestC12TornWALTail is docs/cases.md C12, WAL tail: torn and zero-filled tails are repaired at
 // start-up and reported; every committed key survives.
 func TestC12TornWALTail(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 12))
 	for _, tc := range []struct {
 		name   string
@@ -280,7 +281,7 @@ func TestC12MidWALFlip(t *testing.T) {
 // every position of the batch that names it), then NotFound (repaired in metadata); no other
 // key is affected.
 func TestC12BucketBitFlip(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	dir := t.TempDir()
 	n := mustOpen(t, testConfig(dir))
 	keys := []string{keyOf("bf", 0), keyOf("bf", 1), keyOf("bf", 2)}

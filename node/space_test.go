@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/internal/tmpfs"
 )
 
@@ -25,7 +26,7 @@ func TestNoSpaceRefusedPerKeyAndFreedByRemove(t *testing.T) {
 	defer mustClose(t, n)
 	ctx := context.Background()
 	const size = 1 << 20
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 
 	var stored []string
 	var refused kvoffload.KeyResult
@@ -146,7 +147,7 @@ func TestRaftLogFullFailStops(t *testing.T) {
 	n := mustOpen(t, cfg)
 	defer func() { _ = n.Close() }()
 	ctx := context.Background()
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	mustOffload(t, n, objects(seed, 4<<10, keyOf("k", 0)))
 	fill(t, filepath.Join(mnt, "filler"))
 	deadline := time.Now().Add(10 * time.Second)
@@ -168,7 +169,7 @@ func TestRaftLogFullFailStops(t *testing.T) {
 	if err := n.Ready(); err == nil || !strings.Contains(err.Error(), "Raft log") {
 		t.Errorf("Ready: %v, want the Raft log named", err)
 	}
-	waitFor(t, "Raft to stop", func() bool { return n.raft.Raft().State().String() == "Shutdown" })
+	testkit.Eventually(t, 10*time.Second, "Raft to stop", func() bool { return n.raft.Raft().State().String() == "Shutdown" })
 	start := time.Now()
 	_, err = n.BatchOffload(ctx, kvoffload.NewTxnID(), objects(seed, 4<<10, keyOf("after", 0)))
 	if err == nil || time.Since(start) > refusalBound {
@@ -186,7 +187,7 @@ func TestSmallDiskAutoReserve(t *testing.T) {
 	n := mustOpen(t, cfg)
 	ctx := context.Background()
 	const size = 1 << 20
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	var stored []string
 	refused := false
 	for b := 0; !refused && b < 64; b++ {

@@ -12,8 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kvoffload/kvoffload"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/workload/trace"
 )
 
@@ -97,7 +99,7 @@ func TestOpensDataDirectoryOfTheLastRelease(t *testing.T) {
 	}
 	n := mustOpen(t, cfg)
 	check(n)
-	waitFor(t, "a cluster ID recorded for the old cluster", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a cluster ID recorded for the old cluster", func() bool {
 		id, err := readClusterID(dir)
 		return err == nil && id != "" && n.fsm.ClusterID() == id
 	})

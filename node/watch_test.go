@@ -18,6 +18,7 @@ import (
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/fsm"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 	"github.com/kvoffload/kvoffload/internal/watch"
 )
 
@@ -108,7 +109,7 @@ func mapsEqual(a, b map[string]uint64) bool {
 // appear as one event per key per change, in commit order, through any member; resuming
 // from any position yields exactly the events after it.
 func TestWatchCommitOrderAndResume(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 32))
 	nodes, _ := openNamed(t, "a", "b", "c")
 	var stored [][]string // the keys of each offload, in commit order
@@ -178,7 +179,7 @@ func TestWatchCommitOrderAndResume(t *testing.T) {
 // snapshot and it restarts, a resume from before the snapshot gets a reset, the listing of
 // the state at one position, then the rest.
 func TestWatchAcrossRestartAndCompaction(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	nodes, cfgs := openNamed(t, "a", "b", "c")
 	for b := range 4 {
 		mustOffload(t, nodes[0], objects(seed, 1<<10, keysN("r"+string(rune('a'+b)), 3)...))
@@ -258,7 +259,7 @@ func TestWatchAcrossRestartAndCompaction(t *testing.T) {
 // "evicted"; a consumer further behind than the retained window gets a reset and a listing,
 // and its view is still the store's.
 func TestWatchEvictionAndSlowConsumer(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	cfg := testConfig(t.TempDir())
 	cfg.Capacity, cfg.BucketSize = 16<<20, 4<<20
 	cfg.APIAddr = freeAddr(t)

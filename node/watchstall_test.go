@@ -12,13 +12,14 @@ import (
 
 	pb "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 	"github.com/kvoffload/kvoffload/client"
+	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
 // Two WatchEvents streams that ask for a listing and never read lose their streams after the
 // idle limit, so they cannot hold the node's listing slots: a consumer that needs a listing
 // (one behind the retained window) gets it.
 func TestStalledListingsLoseTheirSlots(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	cfg := testConfig(t.TempDir())
 	cfg.APIAddr = freeAddr(t)
 	cfg.WatchRetain = 16
