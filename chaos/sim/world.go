@@ -10,6 +10,7 @@ import (
 	"github.com/kvoffload/kvoffload/bucketstore"
 	"github.com/kvoffload/kvoffload/fsm"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/txn/txntest"
 	"github.com/kvoffload/kvoffload/vfs/errorfs"
 	"github.com/kvoffload/kvoffload/vfs/memfs"
 	"github.com/kvoffload/kvoffload/wal"
@@ -41,10 +42,10 @@ type world struct {
 }
 
 // meta is the single node's Raft: a Propose appends to the disk's Raft log (a persistence
-// point) and applies the command to the FSM, in log order.
+// point) and applies the command to the FSM, in log order. Its reads are txntest.Meta's.
 type meta struct {
+	*txntest.Meta
 	disk    *disk
-	f       *fsm.FSM
 	applyMu sync.Mutex // one append-and-apply at a time: the FSM applies in log order
 }
 
@@ -57,7 +58,7 @@ func (m *meta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) {
 		// batch indeterminate).
 		return nil, fmt.Errorf("%w: %w", txn.ErrRefused, err)
 	}
-	res := m.f.ApplyCommand(index, cmd)
+	res := m.FSM.ApplyCommand(index, cmd)
 	if lost {
 		return nil, errAnswerLost
 	}
@@ -67,11 +68,6 @@ func (m *meta) Propose(_ context.Context, cmd []byte) (*fsm.Result, error) {
 // errAnswerLost is a Propose whose command committed but whose answer was lost.
 var errAnswerLost = errors.New("sim: leadership lost after the entry committed")
 
-func (m *meta) Barrier(context.Context) error     { return nil }
-func (m *meta) ReadIndex(context.Context) error   { return nil }
-func (m *meta) Lookup(k string) (fsm.Entry, bool) { return m.f.Lookup(k) }
-func (m *meta) Generation(k string) uint64        { return m.f.Generation(k) }
-
 // TxnResult sometimes answers as a member whose FSM has not applied the transaction yet
 // would, so that a retried batch is proposed again and the FSM's de-duplication by txn ID
 // decides (a client that retries on another member meets this).
@@ -79,9 +75,8 @@ func (m *meta) TxnResult(id fsm.TxnID) (*fsm.Result, bool) {
 	if m.disk.lagging() {
 		return nil, false
 	}
-	return m.f.TxnResult(id)
+	return m.Meta.TxnResult(id)
 }
-func (m *meta) LiveOf(owner string) []fsm.Entry { return m.f.LiveOf(owner) }
 
 // openWorld recovers a node from fs and the Raft log, as a restart after a power loss: the
 // stores open (the WAL repairs its tail), the log is applied to a fresh FSM, and the
@@ -92,7 +87,7 @@ func openWorld(ctx context.Context, d *disk) (w *world, err error) {
 	d.mu.Lock()
 	d.onOff = w.cancel
 	d.mu.Unlock()
-	w.meta = &meta{disk: d, f: w.f}
+	w.meta = &meta{Meta: &txntest.Meta{FSM: w.f}, disk: d}
 	fs := errorfs.Wrap(d.mem, d.inject)
 	defer func() {
 		if err != nil {
