@@ -30,8 +30,9 @@ const (
 	// ownerReadRate is the transfer rate (bytes/s) the rest of the deadline assumes.
 	ownerReadRate = 100 << 20
 	// ownerReadPerKey is the deadline's allowance per key: each is a record read, verified
-	// and framed on its own, so a batch of many small values costs more than its bytes
-	// (4,096 keys take ~1 s on a busy 2-core machine; TestEveryLimitAtItsValueForwarded).
+	// and framed on its own, so a batch of many small values costs more than its bytes. A
+	// batch at MaxBatchKeys must be read whole within its deadline
+	// (TestEveryLimitAtItsValueForwarded, TestReadDeadline).
 	ownerReadPerKey = 250 * time.Microsecond
 )
 
