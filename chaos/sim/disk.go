@@ -71,10 +71,7 @@ func signature(kind, name, phase string) string {
 }
 
 // crashModes are the ways memfs.Crash may treat unsynced changes (memfs.CrashMode).
-var crashModes = [...]struct {
-	name string
-	mode memfs.CrashMode
-}{{"drop", memfs.CrashDropAll}, {"prefix", memfs.CrashPrefix}, {"torn", memfs.CrashTorn}}
+var crashModes = [...]memfs.CrashMode{memfs.CrashDropAll, memfs.CrashPrefix, memfs.CrashTorn}
 
 // inject is the errorfs.Injector of the world's filesystem.
 func (d *disk) inject(op errorfs.Op, name string) error {
@@ -175,9 +172,9 @@ func (d *disk) pointLocked(kind, name string, cmd []byte) error {
 	if cmd != nil && d.rng.IntN(2) == 0 {
 		log = append(log[:len(log):len(log)], cmd)
 	}
-	m := crashModes[d.rng.IntN(len(crashModes))]
+	mode := crashModes[d.rng.IntN(len(crashModes))]
 	d.img = &image{
-		fs:    d.mem.Crash(m.mode, d.rng),
+		fs:    d.mem.Crash(mode, d.rng),
 		log:   log,
 		model: d.model.afterCrash(),
 		point: kind,
