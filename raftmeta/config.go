@@ -17,8 +17,14 @@ type Config struct {
 	NodeID string
 	// Dir holds raft.db (raft-boltdb/v2: log store and stable store in one
 	// bolt file, fsynced per write) and snapshots/ (FileSnapshotStore,
-	// retaining SnapshotRetain snapshots). Created if missing.
+	// retaining SnapshotRetain snapshots). Created if missing. Unused, and may
+	// be "", with Stores.
 	Dir string
+	// Stores, when set, are Raft's log, stable and snapshot stores and its
+	// transport, supplied by the caller (a simulator's); Dir, BindAddr and the
+	// TCP options are then unused and BindAddr must be "". nil: raft.db and
+	// the file snapshot store on Dir, and the transport BindAddr says.
+	Stores *Stores
 	// BindAddr is the TCP host:port the raft transport listens on; it may be
 	// a wildcard (0.0.0.0:7000, [::]:7000) when AdvertiseAddr is set. "" means
 	// an in-memory transport: an embedded single node, or tests that connect
@@ -141,7 +147,13 @@ func (c Config) Validate() error {
 	if c.NodeID == "" {
 		bad("NodeID is empty")
 	}
-	if c.Dir == "" {
+	switch {
+	case c.Stores != nil:
+		c.Stores.check(bad)
+		if c.BindAddr != "" {
+			bad("%v", errStoresWithAddr)
+		}
+	case c.Dir == "":
 		bad("Dir is empty")
 	}
 	c.validateAddrs(bad)

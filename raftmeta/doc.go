@@ -10,6 +10,11 @@
 //	snapshots/   FileSnapshotStore: <term>-<index>-<ms>/{meta.json,state.bin},
 //	             CRC-checked, written to .tmp, fsynced and renamed
 //
+// A caller may supply the log, stable and snapshot stores and the transport instead
+// (Config.Stores): the crash simulator runs a cluster in one process so, on stores that
+// survive its simulated power losses and a transport over its simulated network. Their
+// write errors are log faults as raft.db's are.
+//
 // # Invariants and delivery
 //
 //   - A Result from Propose means the command is committed and applied on

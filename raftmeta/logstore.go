@@ -23,30 +23,18 @@ import (
 // entry is copied field by field and the sentinel is mapped on the way back. This is the
 // only place where upstream Raft types meet the fork (third_party/raft/KVOFFLOAD.md).
 //
-// BoltStore is the fork's StableStore as it is: that interface uses only []byte and
-// uint64, and the fork recognizes a missing key by its message "not found", which
-// raftboltdb.ErrKeyNotFound has.
+// BoltStore is the fork's StableStore as it is (wrapped in faultStable, which records its
+// write errors): that interface uses only []byte and uint64, and the fork recognizes a
+// missing key by its message "not found", which raftboltdb.ErrKeyNotFound has.
 type boltLogs struct {
 	s     *raftboltdb.BoltStore
 	fault *logFault
 }
 
-// boltStable is BoltStore as the fork's StableStore, its writes recorded by fault.
-type boltStable struct {
-	*raftboltdb.BoltStore
-	fault *logFault
-}
-
 var (
 	_ raft.LogStore    = boltLogs{}
-	_ raft.StableStore = boltStable{}
+	_ raft.StableStore = (*raftboltdb.BoltStore)(nil) // wrapped in faultStable
 )
-
-func (b boltStable) Set(k, v []byte) error { return b.fault.record(b.BoltStore.Set(k, v)) }
-
-func (b boltStable) SetUint64(k []byte, v uint64) error {
-	return b.fault.record(b.BoltStore.SetUint64(k, v))
-}
 
 // logFault keeps the first error writing raft.db and calls onFault with it once. Every such
 // error is fatal to the member: bolt does not retry, and Raft cannot go on without its log.

@@ -86,31 +86,8 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 func (n *Node) open() error {
 	defer close(n.opened)
 	cfg := n.cfg
-	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
-		return fmt.Errorf("raftmeta: %w", err)
-	}
-	var err error
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.Dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
-		NoSync:      false, // term, vote and log entries are fsynced before raft acts on them
-	})
+	logs, stable, snaps, err := n.openStores()
 	if err != nil {
-		return fmt.Errorf("raftmeta: open raft.db: %w", err)
-	}
-	n.fault = &logFault{onFault: n.onLogFault}
-	stable := boltStable{n.store, n.fault}
-	logs, err := raft.NewLogCache(logCacheSize, boltLogs{n.store, n.fault})
-	if err != nil {
-		return fmt.Errorf("raftmeta: log cache: %w", err)
-	}
-	n.logs = logs
-	hl := newHCLogger(cfg.Logger, "raft")
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotRetain, hl.Named("snapshots"))
-	if err != nil {
-		return fmt.Errorf("raftmeta: snapshot store: %w", err)
-	}
-	if n.trans, n.stream, err = newTransport(cfg, hl); err != nil {
 		return err
 	}
 	rc := cfg.raftConfig(cfg.Logger)
@@ -132,6 +109,43 @@ func (n *Node) open() error {
 	n.log.Info("raft started", "dir", cfg.Dir, "addr", n.trans.LocalAddr(), "bootstrap", cfg.Bootstrap,
 		"fsm_applied", n.fsm.AppliedIndex())
 	return nil
+}
+
+// openStores opens Raft's stores and transport: the supplied ones (Config.Stores), or
+// raft.db and the file snapshot store on Dir and the transport BindAddr says.
+func (n *Node) openStores() (raft.LogStore, raft.StableStore, raft.SnapshotStore, error) {
+	if n.cfg.Stores != nil {
+		return n.openSupplied()
+	}
+	cfg := n.cfg
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return nil, nil, nil, fmt.Errorf("raftmeta: %w", err)
+	}
+	var err error
+	n.store, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.Dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
+		NoSync:      false, // term, vote and log entries are fsynced before raft acts on them
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("raftmeta: open raft.db: %w", err)
+	}
+	n.fault = &logFault{onFault: n.onLogFault}
+	stable := faultStable{n.store, n.fault}
+	logs, err := raft.NewLogCache(logCacheSize, boltLogs{n.store, n.fault})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("raftmeta: log cache: %w", err)
+	}
+	n.logs = logs
+	hl := newHCLogger(cfg.Logger, "raft")
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotRetain, hl.Named("snapshots"))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("raftmeta: snapshot store: %w", err)
+	}
+	if n.trans, n.stream, err = newTransport(cfg, hl); err != nil {
+		return nil, nil, nil, err
+	}
+	return logs, stable, snaps, nil
 }
 
 // onLogFault tells the owner of the first error writing raft.db (Config.OnLogFault), then
