@@ -106,7 +106,12 @@ type memOp struct {
 	off  int64 // write/punch offset, truncate size
 	n    int64 // punch length
 	data []byte
+	seq  uint64 // the FS's operation number: its place among every file's and directory's
+	prev int64  // the file size before the op: a write ending past it extends the file
 }
+
+// extends reports whether op is a write that grew the file.
+func (op memOp) extends() bool { return op.kind == memWrite && op.off+int64(len(op.data)) > op.prev }
 
 func (d *memData) apply(op memOp) {
 	switch op.kind {

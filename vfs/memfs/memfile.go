@@ -30,8 +30,19 @@ func (f *memFile) do(op string, write bool, off int64, fn func() error) error {
 	return fn()
 }
 
-// record applies op to the current content and queues it as pending; fs.mu must be held.
+// record applies op to the current content and queues it as pending, numbered; a truncate
+// or punch also enters the journal, and a write that grows the file marks the inode changed
+// in the running transaction. fs.mu must be held.
 func (f *memFile) record(op memOp) error {
+	f.fs.jnl.seq++
+	op.seq, op.prev = f.fs.jnl.seq, f.ino.cur.size
+	switch {
+	case op.kind != memWrite:
+		f.fs.jnl.seqs = append(f.fs.jnl.seqs, op.seq)
+		f.ino.jseq = op.seq
+	case op.extends():
+		f.ino.jseq = op.seq
+	}
 	f.ino.cur.apply(op)
 	f.ino.pending = append(f.ino.pending, op)
 	return nil
@@ -55,13 +66,18 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
-// Sync makes every pending operation of the file durable.
+// Sync makes every pending operation of the file durable and, if the file's inode changed in
+// the running journal transaction (created, truncated, punched or grown since the last
+// commit), commits the journal: every metadata operation of the FS before it.
 func (f *memFile) Sync() error {
 	return f.do("sync", false, 0, func() error {
 		for _, op := range f.ino.pending {
 			f.ino.durable.apply(op)
 		}
 		f.ino.pending = nil
+		if f.ino.jseq > f.fs.jnl.committed {
+			f.fs.commit() // the inode changed in the running transaction: fsync commits it
+		}
 		return nil
 	})
 }
