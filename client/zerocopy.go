@@ -33,8 +33,9 @@ func (c *Client) NewRegion(size int) (*Region, error) {
 }
 
 // OffloadFrom stores the ranges descs name in r as one transaction named id, like
-// BatchOffload, without copying them on the client: the node copies each range out of the
-// region before it checksums it. A range outside the region is Rejected (CodeInvalidValue)
+// BatchOffload, without copying them on the client: the node reads each range in place and
+// a range rewritten during the call is Rejected (CodeInvalidValue) or stored as it was read,
+// never under a checksum it does not have. A range outside the region is Rejected (CodeInvalidValue)
 // and nothing of it is stored. If the call moves to a member that does not hold r (a
 // failover), the ranges are streamed from r. Do not rewrite the ranges until the call
 // returns; after ErrIndeterminate, not until a retry with the same id has returned (it may

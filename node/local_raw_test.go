@@ -229,8 +229,8 @@ func TestRegionCloseWaits(t *testing.T) {
 	if r.mem != nil {
 		t.Fatal("the region is still mapped after its close")
 	}
-	if _, err := copyOut(r, []*pb.Desc{{Key: "k", Length: 1}}, []int{0}, 1); err == nil || !strings.Contains(err.Error(), "unregistered before its bytes were copied") {
-		t.Fatalf("copy after the close: %v", err)
+	if _, err := inPlace(r, []*pb.Desc{{Key: "k", Length: 1}}, []int{0}); err == nil || !strings.Contains(err.Error(), "unregistered before the offload began") {
+		t.Fatalf("offload after the close: %v", err)
 	}
 	if _, err := n.regions.lookup(ref.Id, ref.Token, p.uid, p.pid); err == nil {
 		t.Fatal("a closed region can still be named")

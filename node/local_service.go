@@ -74,10 +74,13 @@ func (s localService) region(ctx context.Context, ref *pb.RegionRef) (*region, e
 	return r, nil
 }
 
-// Offload copies each described range out of the region into one buffer of the node's
-// (within the buffer budget), releases the region, and runs the copies as one transaction:
-// the checksum is of the copy, so a client writing its region meanwhile cannot make a
-// record whose bytes differ from its checksum.
+// Offload runs the described ranges of the region as one transaction, reading them in place:
+// the coordinator hashes each value in the region (admission), and the bucket store copies it
+// into its aligned write buffer and hashes the copy (bucketstore.EncodeRecord), so a client
+// rewriting a range meanwhile gets that key Rejected, never a record whose bytes differ from
+// its checksum. The region is held until the transaction has ended: unregistering it waits.
+// Reads of a sealed memfd's mapping cannot fault (checkMemfd: it cannot shrink, and a hole
+// reads as zeros), so the coordinator reads it like any other memory.
 func (s localService) Offload(ctx context.Context, req *pb.LocalOffloadRequest) (*pb.OffloadResponse, error) {
 	if err := s.n.waitReady(ctx); err != nil {
 		return nil, err
@@ -116,21 +119,15 @@ func (s localService) Offload(ctx context.Context, req *pb.LocalOffloadRequest) 
 		}
 		pos = append(pos, i)
 	}
-	buf := s.n.metrics.buffers.NewHold()
-	defer buf.Release() // after the response: the coordinator may hold the values until then
-	if err := buf.Acquire(ctx, int64(total)); err != nil {
-		return nil, grpcError(fmt.Errorf("node: waiting for buffer space (MaxBufferedBytes %d) for %d bytes: %w", s.n.metrics.buffers.Limit(), total, err))
-	}
-	objs, err := copyOut(r, req.Objects, pos, total)
-	if err == nil {
-		s.n.payloadIn.Add(total)
-	}
+	objs, err := inPlace(r, req.Objects, pos)
 	if err != nil {
 		for _, i := range pos {
 			out[i] = kvoffload.KeyResult{Key: req.Objects[i].Key, Outcome: kvoffload.Failed, Code: kvoffload.CodeCanceled, Reason: err.Error()}
 		}
 		return resultsPB(out), nil
 	}
+	defer r.release()
+	s.n.payloadIn.Add(total)
 	res, err := s.n.coord.BatchOffload(ctx, id, objs)
 	if err != nil {
 		return nil, grpcError(err)
@@ -142,23 +139,17 @@ func (s localService) Offload(ctx context.Context, req *pb.LocalOffloadRequest) 
 	return resultsPB(out), nil
 }
 
-// copyOut copies the ranges descs[pos] out of r into one allocation of total bytes.
-func copyOut(r *region, descs []*pb.Desc, pos []int, total uint64) ([]kvoffload.Object, error) {
+// inPlace takes a reference on r and returns the ranges descs[pos] as objects whose values
+// alias r's mapping; the caller releases r once nothing reads them any more (after
+// BatchOffload returns: the coordinator reads values only within the call).
+func inPlace(r *region, descs []*pb.Desc, pos []int) ([]kvoffload.Object, error) {
 	if !r.acquire() {
-		return nil, fmt.Errorf("node: region %s was unregistered before its bytes were copied; nothing was stored", r.name())
+		return nil, fmt.Errorf("node: region %s was unregistered before the offload began; nothing was stored", r.name())
 	}
-	defer r.release()
-	all := make([]byte, total)
 	objs := make([]kvoffload.Object, len(pos))
-	at := uint64(0)
 	for j, i := range pos {
 		d := descs[i]
-		v := all[at : at+d.Length : at+d.Length]
-		if err := safeCopy(v, r.mem[d.Offset:d.Offset+d.Length]); err != nil {
-			return nil, err
-		}
-		objs[j] = kvoffload.Object{Key: d.Key, Value: v}
-		at += d.Length
+		objs[j] = kvoffload.Object{Key: d.Key, Value: r.mem[d.Offset : d.Offset+d.Length : d.Offset+d.Length]}
 	}
 	return objs, nil
 }

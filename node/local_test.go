@@ -139,8 +139,10 @@ func TestLocalConformance(t *testing.T) {
 
 // TestLocalScribble: a client rewriting its region while offloads of it run never gets a
 // committed record whose bytes differ from its checksum: every Stored key reads back
-// verified, with the metadata's checksum that of the bytes read (the node copies before it
-// checksums; a value may mix versions of the block, which is the client's doing).
+// verified, with the metadata's checksum that of the bytes read, and every other key is
+// Rejected (CodeInvalidValue: it changed while it was written). The node reads the region in
+// place: admission hashes it there, the bucket store hashes its copy and refuses a mismatch;
+// a stored value may mix versions of the block, which is the client's doing.
 func TestLocalScribble(t *testing.T) {
 	seed := testkit.Seed(t)
 	n, c := openLocal(t, Local{})
@@ -176,6 +178,7 @@ func TestLocalScribble(t *testing.T) {
 		}
 	}()
 	var stored []string
+	rejected := 0
 	for round := 0; round < 20 && ctx.Err() == nil; round++ {
 		descs := make([]client.Desc, blocks)
 		for i := range descs {
@@ -186,8 +189,13 @@ func TestLocalScribble(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, x := range res {
-			if x.Outcome == kvoffload.Stored {
+			switch {
+			case x.Outcome == kvoffload.Stored:
 				stored = append(stored, x.Key)
+			case x.Outcome == kvoffload.Rejected && x.Code == kvoffload.CodeInvalidValue:
+				rejected++
+			default:
+				t.Errorf("%s: %s (%s) %s, want Stored or Rejected for a rewritten value", x.Key, x.Outcome, x.Code, x.Reason)
 			}
 		}
 	}
@@ -198,7 +206,7 @@ func TestLocalScribble(t *testing.T) {
 	}
 	checkSums(t, n, stored)
 	checkConsistent(t, n)
-	t.Logf("%d keys stored while the region was rewritten", len(stored))
+	t.Logf("%d keys stored and %d rejected while the region was rewritten", len(stored), rejected)
 }
 
 // TestLocalCloseMidWrite: regions unregistered, and a client closed, while offloads through

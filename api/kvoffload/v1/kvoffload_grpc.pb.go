@@ -821,9 +821,9 @@ const (
 // token, and the calls below name the region by both. Bytes never travel in messages: a
 // descriptor names a key and a byte range of the region.
 type LocalKVOffloadClient interface {
-	// Offload stores the described ranges as one transaction. The node copies each range out
-	// of the region into its own buffer before anything else, and checksums that copy. A
-	// range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+	// Offload stores the described ranges as one transaction. The node reads them in place
+	// and checksums them there and again as it copies them into its write buffers; a range
+	// rewritten meanwhile is that key's Rejected (CODE_INVALID_VALUE), as is a range outside the region. A retry with the
 	// same txn_id returns the original results.
 	Offload(ctx context.Context, in *LocalOffloadRequest, opts ...grpc.CallOption) (*OffloadResponse, error)
 	// Get reads and verifies each key, then copies its value into the region at the
@@ -871,9 +871,9 @@ func (c *localKVOffloadClient) Get(ctx context.Context, in *LocalGetRequest, opt
 // token, and the calls below name the region by both. Bytes never travel in messages: a
 // descriptor names a key and a byte range of the region.
 type LocalKVOffloadServer interface {
-	// Offload stores the described ranges as one transaction. The node copies each range out
-	// of the region into its own buffer before anything else, and checksums that copy. A
-	// range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+	// Offload stores the described ranges as one transaction. The node reads them in place
+	// and checksums them there and again as it copies them into its write buffers; a range
+	// rewritten meanwhile is that key's Rejected (CODE_INVALID_VALUE), as is a range outside the region. A retry with the
 	// same txn_id returns the original results.
 	Offload(context.Context, *LocalOffloadRequest) (*OffloadResponse, error)
 	// Get reads and verifies each key, then copies its value into the region at the

@@ -630,9 +630,9 @@ class LocalKVOffloadServicer(object):
     """
 
     def Offload(self, request, context):
-        """Offload stores the described ranges as one transaction. The node copies each range out
-        of the region into its own buffer before anything else, and checksums that copy. A
-        range outside the region is that key's Rejected (CODE_INVALID_VALUE). A retry with the
+        """Offload stores the described ranges as one transaction. The node reads them in place
+        and checksums them there and again as it copies them into its write buffers; a range
+        rewritten meanwhile is that key's Rejected (CODE_INVALID_VALUE), as is a range outside the region. A retry with the
         same txn_id returns the original results.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
