@@ -22,6 +22,7 @@ type image struct {
 	log   [][]byte
 	model *model
 	point string // the persistence point's kind (errorfs.Op name, or "append" to the Raft log)
+	mode  string // what the loss kept of unsynced changes (memfs.CrashMode's name)
 	sig   string // its signature (signature)
 	n     int    // its number in this world
 }
@@ -71,7 +72,7 @@ func signature(kind, name, phase string) string {
 }
 
 // crashModes are the ways memfs.Crash may treat unsynced changes (memfs.CrashMode).
-var crashModes = [...]memfs.CrashMode{memfs.CrashDropAll, memfs.CrashPrefix, memfs.CrashTorn}
+var crashModes = [...]memfs.CrashMode{memfs.CrashDropAll, memfs.CrashPrefix, memfs.CrashTorn, memfs.CrashExt4Ordered}
 
 // inject is the errorfs.Injector of the world's filesystem.
 func (d *disk) inject(op errorfs.Op, name string) error {
@@ -178,6 +179,7 @@ func (d *disk) pointLocked(kind, name string, cmd []byte) error {
 		log:   log,
 		model: d.model.afterCrash(),
 		point: kind,
+		mode:  mode.String(),
 		sig:   sig,
 		n:     d.n,
 	}
