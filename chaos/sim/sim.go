@@ -11,10 +11,14 @@ import (
 
 // Options are one seed's run. Zero fields take the defaults.
 type Options struct {
-	Seed   uint64
-	Epochs int // worlds per seed, each ended by a power loss or a clean stop; default 8
-	Ops    int // operations per world at most; default 40
-	Keys   int // the key space; default 48
+	Seed uint64
+	// Members is the cluster's size: 1 (or 0), the single node; 3 or 5, a cluster world
+	// (cluster.go): Epochs rounds of Ops operations on one cluster whose members lose
+	// power, restart and are cut off as the seed draws.
+	Members int
+	Epochs  int // worlds per seed, each ended by a power loss or a clean stop; default 8
+	Ops     int // operations per world at most; default 40
+	Keys    int // the key space; default 48
 	// Window bounds the persistence point a power loss strikes at, drawn uniformly from
 	// [1, Window]; default 3*Ops (a world of 40 operations passes 110-150 points).
 	Window int
@@ -52,12 +56,20 @@ type Stats struct {
 	InvariantChecks int            `json:"invariant_checks"`
 	Violations      int            `json:"violations"`
 	CrashesByPoint  map[string]int `json:"crashes_by_point"`
+	CrashesByMode   map[string]int `json:"crashes_by_mode"`
 	Faults          map[string]int `json:"faults"` // storage faults injected without a power loss
 	Exits           int            `json:"exits"`  // restarts after a fail-stop or a recovery that gave up
 	// Signatures counts, per persistence point signature (signature), the points passed;
 	// Crashed, the power losses at one.
 	Signatures map[string]int `json:"-"`
 	Crashed    map[string]int `json:"-"`
+	// ByMembers counts crash recoveries by the cluster size of their seed ("1", "3", "5");
+	// a cluster member's power loss and recovery counts once.
+	ByMembers   map[string]int `json:"crash_recoveries_by_members"`
+	SeedsBySize map[string]int `json:"seeds_by_members"`
+	LeaderKills int            `json:"leader_kills"` // cluster leaders' power failed between rounds
+	Partitions  int            `json:"partitions"`   // network cuts (a side isolated or a link cut)
+	Drops       int            `json:"network_drops"`
 }
 
 // Add adds o's counts to s.
@@ -69,12 +81,15 @@ func (s *Stats) Add(o Stats) {
 	s.Exits += o.Exits
 	s.InvariantChecks += o.InvariantChecks
 	s.Violations += o.Violations
+	s.LeaderKills += o.LeaderKills
+	s.Partitions += o.Partitions
+	s.Drops += o.Drops
 	for _, m := range []struct {
 		dst *map[string]int
 		src map[string]int
 	}{
-		{&s.CrashesByPoint, o.CrashesByPoint}, {&s.Signatures, o.Signatures}, {&s.Crashed, o.Crashed},
-		{&s.Faults, o.Faults},
+		{&s.CrashesByPoint, o.CrashesByPoint}, {&s.CrashesByMode, o.CrashesByMode}, {&s.Signatures, o.Signatures}, {&s.Crashed, o.Crashed},
+		{&s.Faults, o.Faults}, {&s.ByMembers, o.ByMembers}, {&s.SeedsBySize, o.SeedsBySize},
 	} {
 		if *m.dst == nil {
 			*m.dst = map[string]int{}
@@ -87,17 +102,21 @@ func (s *Stats) Add(o Stats) {
 
 // Failure is a violated invariant (or a recovery that failed), with where it happened.
 type Failure struct {
-	Seed  uint64
-	Focus string // Options.Focus of the run
-	Epoch int    // the world that found it, from 0
-	After string // the power loss that preceded it ("raft #12", "sync #40"), or "start"
-	Err   error
+	Seed    uint64
+	Members int    // Options.Members of the run (0 or 1: the single node)
+	Focus   string // Options.Focus of the run
+	Epoch   int    // the world that found it, from 0
+	After   string // the power loss that preceded it ("raft #12", "sync #40"), or "start"
+	Err     error
 }
 
 func (f *Failure) Error() string {
 	focus := ""
 	if f.Focus != "" {
 		focus = fmt.Sprintf(" (focus %q)", f.Focus)
+	}
+	if f.Members > 1 {
+		return fmt.Sprintf("seed %d, %d members, round %d: %v", f.Seed, f.Members, f.Epoch, f.Err)
 	}
 	return fmt.Sprintf("seed %d%s, world %d, after a power loss before %s: %v", f.Seed, focus, f.Epoch, f.After, f.Err)
 }
@@ -122,13 +141,20 @@ func Run(ctx context.Context, opt Options) (Stats, error) {
 		opt:      opt,
 		rng:      rand.New(rand.NewPCG(opt.Seed, 1)),
 		crashRng: rand.New(rand.NewPCG(opt.Seed, 2)),
-		stats: Stats{Seeds: 1, CrashesByPoint: map[string]int{}, Signatures: map[string]int{}, Crashed: map[string]int{},
-			Faults: map[string]int{}},
+		stats: Stats{Seeds: 1, CrashesByPoint: map[string]int{}, CrashesByMode: map[string]int{}, Signatures: map[string]int{}, Crashed: map[string]int{},
+			Faults: map[string]int{}, ByMembers: map[string]int{}, SeedsBySize: map[string]int{}},
 	}
 	for i := range opt.Keys {
 		s.keys = append(s.keys, fmt.Sprintf("k%02d/%d", i, keySize(i)))
 	}
-	err := s.run(ctx)
+	var err error
+	if opt.Members > 1 {
+		s.stats.SeedsBySize[fmt.Sprint(opt.Members)]++
+		err = s.runCluster(ctx)
+	} else {
+		s.stats.SeedsBySize["1"]++
+		err = s.run(ctx)
+	}
 	if err != nil {
 		s.stats.Violations++
 	}
@@ -185,7 +211,9 @@ func (s *sim) run(ctx context.Context) error {
 			}
 			after = fmt.Sprintf("%s #%d", img.point, img.n)
 			s.stats.CrashRecoveries++
+			s.stats.ByMembers["1"]++
 			s.stats.CrashesByPoint[img.point]++
+			s.stats.CrashesByMode[img.mode]++
 		case err != nil && !isViolation(err) && exits < maxExits &&
 			(errors.Is(err, errAnswerLost) || errors.Is(err, errFailStopped) || faulted(d)):
 			// The node exits and is restarted: recovery gave up when a proposal's answer was
