@@ -1,5 +1,6 @@
 // Package errorfs wraps a vfs.FS and injects errors for tests: before each operation, FS asks
-// an Injector whether it fails. FailNth, OnName and Any build the usual injectors.
+// an Injector whether it fails. FailNth, OnName and Any build the usual injectors. Hooks
+// add short writes and changed or failed reads.
 package errorfs
 
 import (
@@ -42,10 +43,26 @@ func (o Op) String() string {
 type Injector func(op Op, name string) error
 
 // FS wraps a vfs.FS and asks its Injector before every operation. An injected OpWrite
-// error writes nothing (no short write). An injected error is returned as is, unwrapped.
+// error writes nothing; Hooks.Write makes short writes. An injected error is returned as is,
+// unwrapped.
 type FS struct {
 	inner  vfs.FS
 	inject Injector
+	hooks  Hooks
+}
+
+// Hooks are faults other than an error instead of the whole call. Each is asked only about
+// a call its Injector let through, and must be safe for concurrent use.
+type Hooks struct {
+	// Read, if set, sees each read's result: p[:n] holds the bytes read and err the read's
+	// error. It returns the result the caller gets, and may change p[:n] first (a bit
+	// flipped between the disk and memory) or fail the read (EIO).
+	Read func(name string, p []byte, off int64, n int, err error) (int, error)
+	// Write, if set, is asked before each write of p at off. A nil err passes the write
+	// whole. Otherwise only p[:keep] reaches the file (keep is clamped to [0, len(p)]) and
+	// the caller gets (min(n, keep), err): a short write reports n = keep, a write that
+	// stored part and reports nothing n = 0.
+	Write func(name string, p []byte, off int64) (keep, n int, err error)
 }
 
 // Compile-time checks that FS satisfies the seam.
@@ -57,6 +74,11 @@ var (
 // Wrap returns an FS that injects the errors inject chooses into inner.
 func Wrap(inner vfs.FS, inject Injector) *FS {
 	return &FS{inner: inner, inject: inject}
+}
+
+// WrapHooks is Wrap with the faults of h too.
+func WrapHooks(inner vfs.FS, inject Injector, h Hooks) *FS {
+	return &FS{inner: inner, inject: inject, hooks: h}
 }
 
 // FailNth fails the n-th (1-based) operation of kind op with err; all others pass.
@@ -103,7 +125,7 @@ func (e *FS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error)
 	if err != nil {
 		return nil, err
 	}
-	return &errorFile{File: f, name: name, inject: e.inject}, nil
+	return &errorFile{File: f, name: name, inject: e.inject, hooks: e.hooks}, nil
 }
 
 // Remove implements vfs.FS.
@@ -143,18 +165,34 @@ type errorFile struct {
 	vfs.File
 	name   string
 	inject Injector
+	hooks  Hooks
 }
 
 func (f *errorFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.inject(OpRead, f.name); err != nil {
 		return 0, err
 	}
-	return f.File.ReadAt(p, off)
+	n, err := f.File.ReadAt(p, off)
+	if f.hooks.Read != nil {
+		return f.hooks.Read(f.name, p, off, n, err)
+	}
+	return n, err
 }
 
 func (f *errorFile) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.inject(OpWrite, f.name); err != nil {
 		return 0, err
+	}
+	if f.hooks.Write != nil {
+		if keep, n, err := f.hooks.Write(f.name, p, off); err != nil {
+			keep = max(0, min(keep, len(p)))
+			if keep > 0 {
+				if _, werr := f.File.WriteAt(p[:keep], off); werr != nil {
+					return 0, werr
+				}
+			}
+			return max(0, min(n, keep)), err
+		}
 	}
 	return f.File.WriteAt(p, off)
 }
