@@ -61,12 +61,31 @@ func regionRef(r *Region) *kvoffloadv1.RegionRef {
 	return &kvoffloadv1.RegionRef{Id: r.id[:], Token: r.token[:]}
 }
 
-// offloadLocal is one BatchOffload attempt through a staging region; ok is false when no
-// region could be had (then the caller streams).
+// offloadLocal is one BatchOffload attempt on the local path: descriptors of the caller's
+// region when every value lies in one, else through a staging region; ok is false when no
+// region could be used (then the caller streams).
 func (c *Client) offloadLocal(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) (res []kvoffload.KeyResult, ok bool, err error) {
 	total := 0
 	for _, o := range objs {
 		total += len(o.Value)
+	}
+	if r, offs := a.m.local.staging.reg.holding(len(objs), func(i int) []byte { return objs[i].Value }); r != nil {
+		// The values are in a region of the caller's: descriptors, no copy. A region the
+		// node no longer knows (it restarted) stored nothing: this attempt streams.
+		descs := make([]*kvoffloadv1.Desc, len(objs))
+		for i, o := range objs {
+			descs[i] = &kvoffloadv1.Desc{Key: o.Key, Offset: uint64(offs[i]), Length: uint64(len(o.Value))}
+		}
+		resp, err := a.m.local.kv.Offload(ctx, &kvoffloadv1.LocalOffloadRequest{TxnId: id[:], Region: regionRef(r), Objects: descs})
+		if lostRegion(err) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, true, err
+		}
+		a.received()
+		res, err = keyResults(resp, objs)
+		return res, true, err
 	}
 	if total > maxStagingBytes {
 		return nil, false, nil
@@ -142,6 +161,24 @@ func (c *Client) getLocalOnce(ctx context.Context, a *attempt, keys []string, le
 		descs[i] = &kvoffloadv1.Desc{Key: k, Offset: uint64(total), Length: uint64(lengths[i])}
 		total += lengths[i]
 	}
+	if bufs != nil {
+		if r, offs := a.m.local.staging.reg.holding(len(bufs), func(i int) []byte { return bufs[i] }); r != nil {
+			// The buffers are in a region of the caller's: the node reads into them.
+			for i := range descs {
+				descs[i].Offset = uint64(offs[i])
+			}
+			resp, err := a.m.local.kv.Get(ctx, &kvoffloadv1.LocalGetRequest{Region: regionRef(r), Keys: descs})
+			if lostRegion(err) {
+				return nil, false, nil // the node restarted: this attempt streams
+			}
+			if err != nil {
+				return nil, true, err
+			}
+			a.received()
+			out, err := localResults(resp, descs, r.mem, nil, true)
+			return out, true, err
+		}
+	}
 	if total > maxStagingBytes {
 		return nil, false, nil
 	}
@@ -156,14 +193,15 @@ func (c *Client) getLocalOnce(ctx context.Context, a *attempt, keys []string, le
 		return nil, true, retryLost(err)
 	}
 	a.received()
-	out, err := localResults(resp, descs, r.mem, bufs)
+	out, err := localResults(resp, descs, r.mem, bufs, false)
 	a.m.local.staging.put(r, false)
 	return out, true, err
 }
 
-// localResults converts a LocalGet answer, copying each Found value out of mem (into
-// bufs[i] when given, else a new slice).
-func localResults(resp *kvoffloadv1.LocalGetResponse, descs []*kvoffloadv1.Desc, mem []byte, bufs [][]byte) ([]kvoffload.GetResult, error) {
+// localResults converts a LocalGet answer: each Found value aliases mem when inPlace (the
+// caller's own region), else is copied out of mem (into bufs[i] when given, else a new
+// slice).
+func localResults(resp *kvoffloadv1.LocalGetResponse, descs []*kvoffloadv1.Desc, mem []byte, bufs [][]byte, inPlace bool) ([]kvoffload.GetResult, error) {
 	if len(resp.GetResults()) != len(descs) {
 		return nil, fmt.Errorf("%w: %d results for %d keys", kvoffload.ErrProtocol, len(resp.GetResults()), len(descs))
 	}
@@ -178,9 +216,12 @@ func localResults(resp *kvoffloadv1.LocalGetResponse, descs []*kvoffloadv1.Desc,
 			return nil, fmt.Errorf("%w: key %q: a value of %d bytes for a descriptor of %d", kvoffload.ErrProtocol, d.Key, g.GetSize(), d.Length)
 		}
 		src := mem[d.Offset : d.Offset+g.GetSize()]
-		if bufs != nil {
+		switch {
+		case inPlace:
+			out[i].Value = src
+		case bufs != nil:
 			out[i].Value = bufs[i][:copy(bufs[i], src)]
-		} else {
+		default:
 			out[i].Value = append([]byte(nil), src...)
 		}
 	}

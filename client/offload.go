@@ -21,6 +21,9 @@ import (
 // each new batch. If a retried attempt finds id aborted (CodeAborted: the lost attempt was
 // rolled back, storing nothing), the batch is sent once more under a fresh ID and the
 // results are that transaction's. The values must not be modified until the call returns.
+// On a local member, values that all lie in one Region of this client travel as
+// descriptors of it, as OffloadFrom's do (no staging copy); others are copied into a
+// staging region.
 //
 // A key that kvoffload.CheckKey refuses is Rejected (CodeInvalidKey) at once and not sent;
 // the other objects are sent as the batch (if none is left, nothing is sent).
@@ -248,10 +251,12 @@ func spread[T, R any](items []T, got []R, pos []int, unsent func(T) R) []R {
 
 // precheck asks the attempt's member which objects are already stored with the same size
 // and checksum (the lean path: their payloads are not uploaded). nil means upload all: the
-// batch repeats a key (whose results the coordinator decides together), or the member
-// predates Precheck (remembered).
+// member is local (unix://), the batch repeats a key (whose results the coordinator decides
+// together), or the member predates Precheck (remembered).
 func (c *Client) precheck(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) ([]bool, error) {
-	if a.m.noPrecheck.Load() || len(objs) == 0 {
+	// A local member reads the values through shared memory: asking first would save no
+	// upload and cost a pass over every value, a call and a read index.
+	if a.m.local != nil || a.m.noPrecheck.Load() || len(objs) == 0 {
 		return nil, nil
 	}
 	req := &kvoffloadv1.PrecheckRequest{TxnId: id[:], Keys: make([]*kvoffloadv1.PrecheckKey, len(objs))}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -67,6 +69,9 @@ type registrar struct {
 	path string
 	mu   sync.Mutex
 	conn *net.UnixConn
+
+	liveMu sync.Mutex
+	live   []*Region // registered and not closed: what holding searches
 }
 
 // register creates a sealed memfd of size bytes, maps it, and registers it with the node.
@@ -99,12 +104,61 @@ func (g *registrar) register(size int) (*Region, error) {
 	r := &Region{reg: g, mem: mem}
 	copy(r.id[:], reply[:16])
 	copy(r.token[:], reply[16:])
+	g.liveMu.Lock()
+	g.live = append(g.live, r)
+	g.liveMu.Unlock()
 	return r, nil
 }
 
 func (g *registrar) unregister(r *Region) error {
+	g.liveMu.Lock()
+	g.live = slices.DeleteFunc(g.live, func(x *Region) bool { return x == r })
+	g.liveMu.Unlock()
 	_, err := g.call(append([]byte(magicUnregister), r.id[:]...), nil, 0)
 	return err
+}
+
+// holding returns the registered region whose memory holds each of the n non-empty byte
+// slices at(i), and each one's offset in it; nil when there is none (a slice outside every
+// region, an empty one, or slices in different regions). A value the caller placed in a
+// Region then travels as a descriptor, with no copy.
+func (g *registrar) holding(n int, at func(int) []byte) (*Region, []int) {
+	if n == 0 {
+		return nil, nil
+	}
+	g.liveMu.Lock()
+	defer g.liveMu.Unlock()
+	var r *Region
+	for _, x := range g.live {
+		if _, ok := offsetIn(x.mem, at(0)); ok {
+			r = x
+			break
+		}
+	}
+	if r == nil {
+		return nil, nil
+	}
+	offs := make([]int, n)
+	for i := range n {
+		off, ok := offsetIn(r.mem, at(i))
+		if !ok {
+			return nil, nil
+		}
+		offs[i] = off
+	}
+	return r, offs
+}
+
+// offsetIn is the offset of v in mem when v is a non-empty subslice of it.
+func offsetIn(mem, v []byte) (int, bool) {
+	if len(v) == 0 || len(mem) == 0 {
+		return 0, false
+	}
+	base, p := uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	if p < base || p-base > uintptr(len(mem)) || uintptr(len(v)) > uintptr(len(mem))-(p-base) {
+		return 0, false
+	}
+	return int(p - base), true
 }
 
 // errRefused is a refusal the node answered (the connection is fine).

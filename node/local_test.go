@@ -129,6 +129,75 @@ func TestLocalRoundTrip(t *testing.T) {
 	}
 }
 
+// TestLocalValuesInRegion: BatchOffload of values the caller placed in a Region, and
+// BatchGetInto into buffers in it, travel as descriptors of that region: the node maps no
+// staging region, the values read back are the region's bytes, and a batch that is only
+// partly in the region still goes through staging.
+func TestLocalValuesInRegion(t *testing.T) {
+	seed := testkit.Seed(t)
+	n, c := openLocal(t, Local{})
+	ctx := context.Background()
+	const block = 64 << 10
+	r, err := c.NewRegion(8 * block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	mem := r.Bytes()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	var objs []kvoffload.Object
+	for i := range 4 {
+		v := mem[i*block : (i+1)*block]
+		for j := range v {
+			v[j] = byte(rng.Uint32())
+		}
+		objs = append(objs, kvoffload.Object{Key: keyOf("inregion", i), Value: v})
+	}
+	want := make([][]byte, len(objs))
+	for i, o := range objs {
+		want[i] = bytes.Clone(o.Value)
+	}
+	mapped := func() int {
+		n.regions.mu.Lock()
+		defer n.regions.mu.Unlock()
+		return len(n.regions.byID)
+	}
+	res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range res {
+		if x.Outcome != kvoffload.Stored {
+			t.Fatalf("%s: %s %s", x.Key, x.Outcome, x.Reason)
+		}
+	}
+	keys := make([]string, len(objs))
+	bufs := make([][]byte, len(objs))
+	for i, o := range objs {
+		keys[i], bufs[i] = o.Key, mem[(4+i)*block:(5+i)*block]
+	}
+	got, err := c.BatchGetInto(ctx, keys, bufs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range got {
+		if g.Status != kvoffload.Found || !bytes.Equal(g.Value, want[i]) || &g.Value[0] != &bufs[i][0] {
+			t.Fatalf("%s: %s %s, or not read into its buffer in the region", g.Key, g.Status, g.Reason)
+		}
+	}
+	if m := mapped(); m != 1 {
+		t.Fatalf("%d regions mapped after offloading and reading values in the caller's region, want 1 (no staging)", m)
+	}
+	mixed := []kvoffload.Object{{Key: keyOf("mixed", 0), Value: mem[:block]}, {Key: keyOf("mixed", 1), Value: bytes.Clone(want[1])}}
+	if res, err = c.BatchOffload(ctx, kvoffload.NewTxnID(), mixed); err != nil || res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Stored {
+		t.Fatalf("a batch partly in the region: %v %+v", err, res)
+	}
+	if m := mapped(); m != 2 {
+		t.Fatalf("%d regions mapped after a batch partly in the region, want 2 (one staging region)", m)
+	}
+	checkSums(t, n, append(keys, mixed[0].Key, mixed[1].Key))
+}
+
 // TestLocalConformance: the client on the local path passes the Store conformance suite.
 func TestLocalConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) kvoffload.Store {
