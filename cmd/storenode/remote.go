@@ -65,6 +65,9 @@ func dialRemote(ctx context.Context, addr string, creds apiCreds, verbose bool) 
 		}
 		spread.Targets = append(spread.Targets, c)
 	}
+	if len(clients) == 1 {
+		return clients[0], closeAll, nil // the client itself: it reads into buffers (a Pool's)
+	}
 	return &spread, closeAll, nil
 }
 

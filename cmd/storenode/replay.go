@@ -15,9 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvoffload/kvoffload/client"
 	"github.com/kvoffload/kvoffload/internal/nodehook"
 	"github.com/kvoffload/kvoffload/node"
 	"github.com/kvoffload/kvoffload/txn"
+	"github.com/kvoffload/kvoffload/workload/bench"
 	"github.com/kvoffload/kvoffload/workload/diskbench"
 	"github.com/kvoffload/kvoffload/workload/replay"
 	"github.com/kvoffload/kvoffload/workload/trace"
@@ -112,9 +114,18 @@ func runReplay(ctx context.Context, f replayFlags) error {
 		}
 	}
 	var progress io.Writer = os.Stderr
-	sum, err := replay.Run(ctx, target, reqs, replay.Options{
-		Writers: f.writers, Ahead: ahead, BlockSize: int(block), Model: f.model, Seed: f.seed, Progress: progress,
-	})
+	opt := replay.Options{Writers: f.writers, Ahead: ahead, BlockSize: int(block), Model: f.model, Seed: f.seed, Progress: progress}
+	if c, ok := target.(*client.Client); ok {
+		// A unix:// member: the payloads live in a registered region, as a co-located
+		// engine's host pool does, and travel as descriptors of it.
+		pool, release, err := bench.RegionPool(c, reqs, opt)
+		if err != nil {
+			return err
+		}
+		defer release()
+		opt.Pool = pool
+	}
+	sum, err := replay.Run(ctx, target, reqs, opt)
 	if err != nil {
 		return err
 	}

@@ -57,8 +57,17 @@ func servedChild(spec string) int {
 	case j.Replay != nil:
 		opt := *j.Replay
 		opt.Progress = nil
+		reqs := replayTrace(j.Requests)
+		// On the local path the payloads live in a registered region, as an engine's pool does.
+		pool, release, perr := RegionPool(cs.c, reqs, opt)
+		if perr != nil {
+			fmt.Fprintln(os.Stderr, "bench served child:", perr)
+			return 4
+		}
+		defer release()
+		opt.Pool = pool
 		// A replay that stopped or lost keys prints its Summary too: the bench names the problem.
-		result, err = replay.Run(ctx, cs.target(), replayTrace(j.Requests), opt)
+		result, err = replay.Run(ctx, cs.target(), reqs, opt)
 		prefix = servedReplay
 	case j.Get:
 		result, err = readAll(ctx, cs, read{Keys: j.Load.keys(), Readers: j.Readers, Batch: j.Batch, Seed: j.Load.Seed})

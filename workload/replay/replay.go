@@ -37,6 +37,15 @@ type Options struct {
 	ReadBatch int       // keys per BatchGet during verification (default 64)
 	Readers   int       // concurrent BatchGets during verification (default 4)
 	Progress  io.Writer // progress lines, about once a second; nil = none
+	// Pool, when set, holds the payloads (and the read-back's buffers): see Pool. The Target
+	// must then also have BatchGetInto (IntoTarget).
+	Pool *Pool `json:"-"`
+}
+
+// IntoTarget is a Target that reads into the caller's buffers (client.Client.BatchGetInto).
+type IntoTarget interface {
+	Target
+	BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) ([]kvoffload.GetResult, error)
 }
 
 // Summary is the replay's result. Field names are the --json contract.
@@ -85,6 +94,9 @@ func Run(ctx context.Context, t Target, reqs []trace.Request, opt Options) (Summ
 	}
 	if opt.Readers < 1 {
 		opt.Readers = 4
+	}
+	if err := checkPool(t, reqs, opt); err != nil {
+		return Summary{}, err
 	}
 	s := Summary{}
 	w := newWriter(t, opt, reqs)
@@ -146,8 +158,9 @@ type writer struct {
 // batch is one request's objects, each value the payload its key derives; req is the
 // request's index in the trace.
 type batch struct {
-	req  int
-	objs []kvoffload.Object
+	req   int
+	objs  []kvoffload.Object
+	slots []int // the Pool's slots holding the values, given back after the offload
 }
 
 // DefaultAhead is how many payload bytes prepare generates before the clock starts and then
@@ -204,7 +217,17 @@ func (w *writer) prepare(ctx context.Context, ready chan<- batch, primed, quit c
 		}
 		b := batch{req: i, objs: make([]kvoffload.Object, len(keys))}
 		for j, k := range keys {
-			b.objs[j] = kvoffload.Object{Key: k, Value: trace.Payload(w.opt.Seed, k, w.opt.BlockSize)}
+			if w.opt.Pool == nil {
+				b.objs[j] = kvoffload.Object{Key: k, Value: trace.Payload(w.opt.Seed, k, w.opt.BlockSize)}
+				continue
+			}
+			slot, buf, ok := w.opt.Pool.get(ctx, quit)
+			if !ok {
+				w.opt.Pool.put(b.slots)
+				return
+			}
+			trace.FillPayload(buf, w.opt.Seed, k)
+			b.objs[j], b.slots = kvoffload.Object{Key: k, Value: buf}, append(b.slots, slot)
 		}
 		w.ahead.Add(size)
 		ready <- b // never blocks: ready has room (checked above, and only prepare sends)
@@ -252,13 +275,22 @@ func (w *writer) run(ctx context.Context, ready <-chan batch) {
 			defer wg.Done()
 			for b, ok := w.take(ready); ok; b, ok = w.take(ready) {
 				if ctx.Err() != nil || w.stopped.Load() {
+					w.release(b)
 					return
 				}
 				w.one(ctx, b)
+				w.release(b)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// release gives b's slots back to the Pool (none without one).
+func (w *writer) release(b batch) {
+	if w.opt.Pool != nil {
+		w.opt.Pool.put(b.slots)
+	}
 }
 
 func (w *writer) one(ctx context.Context, b batch) {
@@ -409,9 +441,20 @@ func verify(ctx context.Context, t Target, keys []string, opt Options, s *Summar
 		go func() {
 			defer wg.Done()
 			want := make([]byte, opt.BlockSize)
+			bufs, slots, ok := readBuffers(ctx, opt)
+			if !ok {
+				return
+			}
+			defer opt.Pool.putAll(slots)
 			for b := int(next.Add(1) - 1); b*opt.ReadBatch < len(keys); b = int(next.Add(1) - 1) {
 				batch := keys[b*opt.ReadBatch : min((b+1)*opt.ReadBatch, len(keys))]
-				res, err := t.BatchGet(ctx, batch)
+				var res []kvoffload.GetResult
+				var err error
+				if bufs != nil {
+					res, err = t.(IntoTarget).BatchGetInto(ctx, batch, bufs[:len(batch)])
+				} else {
+					res, err = t.BatchGet(ctx, batch)
+				}
 				var got checked
 				if err != nil {
 					got.unavailable = len(batch)
@@ -431,6 +474,23 @@ func verify(ctx context.Context, t Target, keys []string, opt Options, s *Summar
 	}
 	wg.Wait()
 	return read
+}
+
+// readBuffers takes a reader's buffers from opt.Pool, one slot per key of a batch: nil
+// without a Pool (BatchGet allocates), and ok false if ctx ended first.
+func readBuffers(ctx context.Context, opt Options) (bufs [][]byte, slots []int, ok bool) {
+	if opt.Pool == nil {
+		return nil, nil, true
+	}
+	for range opt.ReadBatch {
+		slot, buf, ok := opt.Pool.get(ctx, nil)
+		if !ok {
+			opt.Pool.put(slots)
+			return nil, nil, false
+		}
+		bufs, slots = append(bufs, buf), append(slots, slot)
+	}
+	return bufs, slots, true
 }
 
 // checked is what one batch's read-back found.
