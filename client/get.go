@@ -30,9 +30,7 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([]kvoffload.GetRe
 // is assembled in bufs[i] as it arrives, with no other copy, and GetResult.Value is
 // bufs[i][:Size]. A buffer shorter than its value gives that key ShortBuffer, with Size.
 // len(bufs) != len(keys) is ErrInvalidArgument. The buffers must not be used by anything
-// else until the call returns; a retried attempt may write a buffer again. On a local
-// member, buffers that all lie in one Region of this client are read into in place, as
-// GetInto does (no staging copy).
+// else until the call returns; a retried attempt may write a buffer again.
 func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) ([]kvoffload.GetResult, error) {
 	if len(bufs) != len(keys) {
 		return nil, fmt.Errorf("%w: BatchGetInto: %d buffers for %d keys", kvoffload.ErrInvalidArgument, len(bufs), len(keys))

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -57,6 +58,23 @@ func retryLost(err error) error {
 	return err
 }
 
+// drainTimeout bounds drainLocal.
+const drainTimeout = 10 * time.Second
+
+// drainLocal sends req, an in-place offload from the caller's region whose call failed, once
+// more and waits for the answer, within drainTimeout whatever the caller's context: the node
+// may still be reading the region for the failed call (a transaction, once begun, runs to its
+// end), and a call with the same txn ID returns only once that one has ended (or runs the
+// batch itself, if the first never arrived). So BatchOffload returns only when the node has
+// let go of the caller's values, which the caller may then reuse; its outcome stays that of
+// the failed call (a retry with the same ID learns the transaction's). A node that cannot be
+// reached reads nothing and fails the call at once.
+func drainLocal(kv kvoffloadv1.LocalKVOffloadClient, req *kvoffloadv1.LocalOffloadRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	_, _ = kv.Offload(ctx, req)
+}
+
 func regionRef(r *Region) *kvoffloadv1.RegionRef {
 	return &kvoffloadv1.RegionRef{Id: r.id[:], Token: r.token[:]}
 }
@@ -76,11 +94,13 @@ func (c *Client) offloadLocal(ctx context.Context, a *attempt, id kvoffload.TxnI
 		for i, o := range objs {
 			descs[i] = &kvoffloadv1.Desc{Key: o.Key, Offset: uint64(offs[i]), Length: uint64(len(o.Value))}
 		}
-		resp, err := a.m.local.kv.Offload(ctx, &kvoffloadv1.LocalOffloadRequest{TxnId: id[:], Region: regionRef(r), Objects: descs})
+		req := &kvoffloadv1.LocalOffloadRequest{TxnId: id[:], Region: regionRef(r), Objects: descs}
+		resp, err := a.m.local.kv.Offload(ctx, req)
 		if lostRegion(err) {
 			return nil, false, nil
 		}
 		if err != nil {
+			drainLocal(a.m.local.kv, req)
 			return nil, true, err
 		}
 		a.received()
@@ -161,24 +181,6 @@ func (c *Client) getLocalOnce(ctx context.Context, a *attempt, keys []string, le
 		descs[i] = &kvoffloadv1.Desc{Key: k, Offset: uint64(total), Length: uint64(lengths[i])}
 		total += lengths[i]
 	}
-	if bufs != nil {
-		if r, offs := a.m.local.staging.reg.holding(len(bufs), func(i int) []byte { return bufs[i] }); r != nil {
-			// The buffers are in a region of the caller's: the node reads into them.
-			for i := range descs {
-				descs[i].Offset = uint64(offs[i])
-			}
-			resp, err := a.m.local.kv.Get(ctx, &kvoffloadv1.LocalGetRequest{Region: regionRef(r), Keys: descs})
-			if lostRegion(err) {
-				return nil, false, nil // the node restarted: this attempt streams
-			}
-			if err != nil {
-				return nil, true, err
-			}
-			a.received()
-			out, err := localResults(resp, descs, r.mem, nil, true)
-			return out, true, err
-		}
-	}
 	if total > maxStagingBytes {
 		return nil, false, nil
 	}
@@ -193,15 +195,14 @@ func (c *Client) getLocalOnce(ctx context.Context, a *attempt, keys []string, le
 		return nil, true, retryLost(err)
 	}
 	a.received()
-	out, err := localResults(resp, descs, r.mem, bufs, false)
+	out, err := localResults(resp, descs, r.mem, bufs)
 	a.m.local.staging.put(r, false)
 	return out, true, err
 }
 
-// localResults converts a LocalGet answer: each Found value aliases mem when inPlace (the
-// caller's own region), else is copied out of mem (into bufs[i] when given, else a new
-// slice).
-func localResults(resp *kvoffloadv1.LocalGetResponse, descs []*kvoffloadv1.Desc, mem []byte, bufs [][]byte, inPlace bool) ([]kvoffload.GetResult, error) {
+// localResults converts a LocalGet answer, copying each Found value out of mem (into
+// bufs[i] when given, else a new slice).
+func localResults(resp *kvoffloadv1.LocalGetResponse, descs []*kvoffloadv1.Desc, mem []byte, bufs [][]byte) ([]kvoffload.GetResult, error) {
 	if len(resp.GetResults()) != len(descs) {
 		return nil, fmt.Errorf("%w: %d results for %d keys", kvoffload.ErrProtocol, len(resp.GetResults()), len(descs))
 	}
@@ -216,12 +217,9 @@ func localResults(resp *kvoffloadv1.LocalGetResponse, descs []*kvoffloadv1.Desc,
 			return nil, fmt.Errorf("%w: key %q: a value of %d bytes for a descriptor of %d", kvoffload.ErrProtocol, d.Key, g.GetSize(), d.Length)
 		}
 		src := mem[d.Offset : d.Offset+g.GetSize()]
-		switch {
-		case inPlace:
-			out[i].Value = src
-		case bufs != nil:
+		if bufs != nil {
 			out[i].Value = bufs[i][:copy(bufs[i], src)]
-		default:
+		} else {
 			out[i].Value = append([]byte(nil), src...)
 		}
 	}

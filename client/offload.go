@@ -22,8 +22,10 @@ import (
 // rolled back, storing nothing), the batch is sent once more under a fresh ID and the
 // results are that transaction's. The values must not be modified until the call returns.
 // On a local member, values that all lie in one Region of this client travel as
-// descriptors of it, as OffloadFrom's do (no staging copy); others are copied into a
-// staging region.
+// descriptors of it, as OffloadFrom's do (no staging copy, no precheck); others are copied
+// into a staging region. Either way the node has let go of the values when the call
+// returns, also after an error (it then waits up to 10 s for the node to finish the
+// transaction it began).
 //
 // A key that kvoffload.CheckKey refuses is Rejected (CodeInvalidKey) at once and not sent;
 // the other objects are sent as the batch (if none is left, nothing is sent).
@@ -251,12 +253,12 @@ func spread[T, R any](items []T, got []R, pos []int, unsent func(T) R) []R {
 
 // precheck asks the attempt's member which objects are already stored with the same size
 // and checksum (the lean path: their payloads are not uploaded). nil means upload all: the
-// member is local (unix://), the batch repeats a key (whose results the coordinator decides
-// together), or the member predates Precheck (remembered).
+// values lie in a Region of a local member (the node reads them in place: asking first would
+// save no copy and cost a pass over every value, a call and a read index), the batch repeats
+// a key (whose results the coordinator decides together), or the member predates Precheck
+// (remembered).
 func (c *Client) precheck(ctx context.Context, a *attempt, id kvoffload.TxnID, objs []kvoffload.Object) ([]bool, error) {
-	// A local member reads the values through shared memory: asking first would save no
-	// upload and cost a pass over every value, a call and a read index.
-	if a.m.local != nil || a.m.noPrecheck.Load() || len(objs) == 0 {
+	if a.m.noPrecheck.Load() || len(objs) == 0 || inRegion(a, objs) {
 		return nil, nil
 	}
 	req := &kvoffloadv1.PrecheckRequest{TxnId: id[:], Keys: make([]*kvoffloadv1.PrecheckKey, len(objs))}
@@ -305,4 +307,14 @@ func spreadStored(objs []kvoffload.Object, res []kvoffload.KeyResult, pos []int,
 		return kvoffload.KeyResult{Key: o.Key, Outcome: kvoffload.AlreadyStored,
 			Reason: "already stored with the same size and checksum (precheck); no payload sent"}
 	})
+}
+
+// inRegion reports whether a's member is local and every value of objs lies in one of its
+// registered regions (they then travel as descriptors: offloadLocal).
+func inRegion(a *attempt, objs []kvoffload.Object) bool {
+	if a.m.local == nil {
+		return false
+	}
+	r, _ := a.m.local.staging.reg.holding(len(objs), func(i int) []byte { return objs[i].Value })
+	return r != nil
 }

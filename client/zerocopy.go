@@ -82,6 +82,9 @@ func (c *Client) OffloadFrom(ctx context.Context, id kvoffload.TxnID, r *Region,
 // BatchGetInto: GetResult.Value aliases r.Bytes() (valid until the range is reused). A
 // value longer than its Length is ShortBuffer with Size; a range outside the region is
 // ErrInvalidArgument. A member that does not hold r (a failover) streams into the ranges.
+// After an error the node may still be copying the values of reads it had in flight into
+// the ranges (until those reads end, within its read deadline): a range must not be read as
+// the value of another key until then.
 // Errors as BatchGet.
 func (c *Client) GetInto(ctx context.Context, r *Region, descs []Desc) ([]kvoffload.GetResult, error) {
 	ctx, cancel := c.callContext(ctx)

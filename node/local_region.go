@@ -158,17 +158,10 @@ func (t *regions) register(conn *regConn, fd int, size int64) (*region, error) {
 
 // checkMemfd accepts only a memfd sealed against shrinking whose size covers size: a file
 // that could be truncated under the mapping would make the node's accesses fault (SIGBUS).
+// The seals are read before the size: once F_SEAL_SHRINK is set the size can only grow, so
+// a size read after it holds for the mapping's life, while one read before could be shrunk
+// by the client, which then seals, between the two reads.
 func checkMemfd(fd int, size int64) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("fstat of the region's fd: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("the region's fd is not a regular file (a memfd)")
-	}
-	if st.Size < size {
-		return fmt.Errorf("the memfd has %d bytes, fewer than the %d registered", st.Size, size)
-	}
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil {
 		return fmt.Errorf("fstatfs of the region's fd: %w", err)
@@ -182,6 +175,16 @@ func checkMemfd(fd int, size int64) error {
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
 		return fmt.Errorf("the memfd must be sealed with F_SEAL_SHRINK, so that it cannot be truncated under the node")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("fstat of the region's fd: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("the region's fd is not a regular file (a memfd)")
+	}
+	if st.Size < size {
+		return fmt.Errorf("the memfd has %d bytes, fewer than the %d registered", st.Size, size)
 	}
 	return nil
 }

@@ -129,10 +129,9 @@ func TestLocalRoundTrip(t *testing.T) {
 	}
 }
 
-// TestLocalValuesInRegion: BatchOffload of values the caller placed in a Region, and
-// BatchGetInto into buffers in it, travel as descriptors of that region: the node maps no
-// staging region, the values read back are the region's bytes, and a batch that is only
-// partly in the region still goes through staging.
+// TestLocalValuesInRegion: BatchOffload of values the caller placed in a Region travels as
+// descriptors of that region: the node maps no staging region and the values read back;
+// a batch that is only partly in the region still goes through staging.
 func TestLocalValuesInRegion(t *testing.T) {
 	seed := testkit.Seed(t)
 	n, c := openLocal(t, Local{})
@@ -153,15 +152,6 @@ func TestLocalValuesInRegion(t *testing.T) {
 		}
 		objs = append(objs, kvoffload.Object{Key: keyOf("inregion", i), Value: v})
 	}
-	want := make([][]byte, len(objs))
-	for i, o := range objs {
-		want[i] = bytes.Clone(o.Value)
-	}
-	mapped := func() int {
-		n.regions.mu.Lock()
-		defer n.regions.mu.Unlock()
-		return len(n.regions.byID)
-	}
 	res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), objs)
 	if err != nil {
 		t.Fatal(err)
@@ -171,31 +161,107 @@ func TestLocalValuesInRegion(t *testing.T) {
 			t.Fatalf("%s: %s %s", x.Key, x.Outcome, x.Reason)
 		}
 	}
-	keys := make([]string, len(objs))
-	bufs := make([][]byte, len(objs))
-	for i, o := range objs {
-		keys[i], bufs[i] = o.Key, mem[(4+i)*block:(5+i)*block]
+	if m := mappedRegions(n); m != 1 {
+		t.Fatalf("%d regions mapped after offloading values in the caller's region, want 1 (no staging)", m)
 	}
-	got, err := c.BatchGetInto(ctx, keys, bufs)
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	got, err := c.BatchGet(ctx, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, g := range got {
-		if g.Status != kvoffload.Found || !bytes.Equal(g.Value, want[i]) || &g.Value[0] != &bufs[i][0] {
-			t.Fatalf("%s: %s %s, or not read into its buffer in the region", g.Key, g.Status, g.Reason)
+		if g.Status != kvoffload.Found || !bytes.Equal(g.Value, objs[i].Value) {
+			t.Fatalf("%s: %s %s", g.Key, g.Status, g.Reason)
 		}
 	}
-	if m := mapped(); m != 1 {
-		t.Fatalf("%d regions mapped after offloading and reading values in the caller's region, want 1 (no staging)", m)
-	}
-	mixed := []kvoffload.Object{{Key: keyOf("mixed", 0), Value: mem[:block]}, {Key: keyOf("mixed", 1), Value: bytes.Clone(want[1])}}
+	mixed := []kvoffload.Object{{Key: keyOf("mixed", 0), Value: mem[:block]}, {Key: keyOf("mixed", 1), Value: bytes.Clone(mem[block : 2*block])}}
 	if res, err = c.BatchOffload(ctx, kvoffload.NewTxnID(), mixed); err != nil || res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Stored {
 		t.Fatalf("a batch partly in the region: %v %+v", err, res)
 	}
-	if m := mapped(); m != 2 {
-		t.Fatalf("%d regions mapped after a batch partly in the region, want 2 (one staging region)", m)
-	}
 	checkSums(t, n, append(keys, mixed[0].Key, mixed[1].Key))
+}
+
+// TestLocalInRegionReturnsReleased: a BatchOffload of values in the caller's region returns,
+// even when its context ends mid-call, only once the node holds no reference on the region,
+// so the caller may reuse its pages at once: nothing it writes afterwards is stored.
+func TestLocalInRegionReturnsReleased(t *testing.T) {
+	seed := testkit.Seed(t)
+	n, c := openLocal(t, Local{})
+	const block, blocks = 1 << 20, 16
+	r, err := c.NewRegion(block * blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	mem := r.Bytes()
+	rng := rand.New(rand.NewPCG(seed, 4))
+	cut := 0
+	for try := 0; try < 40 && cut < 5; try++ {
+		for i := range mem {
+			mem[i] = 'A'
+		}
+		objs := make([]kvoffload.Object, blocks)
+		for i := range objs {
+			objs[i] = kvoffload.Object{Key: keyOf(fmt.Sprintf("drain%d", try), i), Value: mem[i*block : (i+1)*block]}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+rng.IntN(2000))*time.Microsecond)
+		_, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), objs)
+		cancel()
+		if err == nil {
+			continue
+		}
+		cut++
+		if refs := regionRefs(n); refs != 0 {
+			t.Fatalf("try %d: BatchOffload returned (%v) while the node held %d references on the region", try, err, refs)
+		}
+		for i := range mem {
+			mem[i] = 'B'
+		}
+		keys := make([]string, blocks)
+		for i := range keys {
+			keys[i] = objs[i].Key
+		}
+		got, err := c.BatchGet(context.Background(), keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range got {
+			if g.Status == kvoffload.Found && bytes.IndexByte(g.Value, 'B') >= 0 {
+				t.Fatalf("try %d: %s was stored with bytes written after BatchOffload returned", try, g.Key)
+			}
+		}
+	}
+	if cut == 0 {
+		t.Skip("no call was cut short by its deadline on this machine")
+	}
+	t.Logf("%d calls cut short by their deadline; each returned with the region released", cut)
+}
+
+// mappedRegions is the number of regions the node has mapped.
+func mappedRegions(n *Node) int {
+	n.regions.mu.Lock()
+	defer n.regions.mu.Unlock()
+	return len(n.regions.byID)
+}
+
+// regionRefs is the number of operations holding any of the node's regions.
+func regionRefs(n *Node) int {
+	n.regions.mu.Lock()
+	rs := make([]*region, 0, len(n.regions.byID))
+	for _, r := range n.regions.byID {
+		rs = append(rs, r)
+	}
+	n.regions.mu.Unlock()
+	refs := 0
+	for _, r := range rs {
+		r.mu.Lock()
+		refs += r.refs
+		r.mu.Unlock()
+	}
+	return refs
 }
 
 // TestLocalConformance: the client on the local path passes the Store conformance suite.

@@ -24,9 +24,10 @@ func TestClientConformanceLocal(t *testing.T) {
 	storetest.Run(t, func(*testing.T) kvoffload.Store { return c })
 }
 
-// TestWarmReplayUploadsNothing: a second `replay --addr` of the same trace, through the local
-// socket and then the TCP API, brings the node no payload bytes (the precheck answers every
-// key AlreadyStored), while the first brought every unique key's.
+// TestWarmReplayUploadsNothing: a second `replay --addr` of the same trace through the TCP API
+// brings the node no payload bytes (the precheck answers every key AlreadyStored), while the
+// first, through the local socket, brought every unique key's. (A warm replay through the
+// local socket sends descriptors of its pool, which the node reads in place to compare.)
 func TestWarmReplayUploadsNothing(t *testing.T) {
 	sock, api, c := startLocalServe(t)
 	received := func() uint64 {
@@ -48,10 +49,9 @@ func TestWarmReplayUploadsNothing(t *testing.T) {
 	if cold == 0 {
 		t.Fatal("the cold replay brought no payload bytes")
 	}
-	replay("unix://" + sock)
 	replay(api)
 	if warm := received() - cold; warm != 0 {
-		t.Fatalf("the warm replays brought %d payload bytes, want 0 (the cold one brought %d)", warm, cold)
+		t.Fatalf("the warm replay brought %d payload bytes, want 0 (the cold one brought %d)", warm, cold)
 	}
 }
 
