@@ -136,7 +136,7 @@ func runReplay(ctx context.Context, f replayFlags) error {
 	}
 	if sum.Stopped {
 		printSummary(os.Stdout, sum, f.json, false)
-		return fmt.Errorf("stopped after %d of %d requests: the store could not take a batch (%s); keys not verified", sum.Requests, len(reqs), sum.FirstProblem)
+		return fmt.Errorf("stopped: the store could not take a batch (%s), so no further batch was sent (%d of %d requests had been sent, %d batch errors); keys not verified", sum.FirstProblem, sum.Requests, len(reqs), sum.BatchErrors)
 	}
 	if baseline && sum.Bytes > 0 {
 		if err := addBaseline(ctx, &sum, f, before); err != nil {

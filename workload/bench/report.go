@@ -194,9 +194,9 @@ func (r Report) WriteJSON(w io.Writer) error {
 // this run meets it.
 func (r Report) WriteTable(w io.Writer) {
 	if r.Only != "" {
-		fmt.Fprintf(w, "only the %s phase (--only %s): medians of %d rounds (a ratio is the median of the rounds' ratios, each to the embedded run just before it in its round)\n\n", r.Only, r.Only, r.Rounds)
+		fmt.Fprintf(w, "only the %s phase (--only %s): %s (a ratio is the median of the rounds' ratios, each to the embedded run just before it in its round: the local path's to the first embedded run of the round, the stream path's to the second; the embedded row shows the median of all of them, so a ratio need not equal the figures' quotient)\n\n", r.Only, r.Only, roundsText(r.Rounds))
 	} else {
-		fmt.Fprintf(w, "medians of %d rounds (limit and store runs alternate; a ratio is the median of the rounds' ratios, each to the limit measured just before it in its round, so it need not equal the ratio of the medians beside it; the limit shown is the median of the limits that row's ratios were taken against)\n\n", r.Rounds)
+		fmt.Fprintf(w, "%s (limit and store runs alternate; a ratio is the median of the rounds' ratios, each to the limit measured just before it in its round, so it need not equal the ratio of the medians beside it; the limit shown is the median of the limits that row's ratios were taken against)\n\n", roundsText(r.Rounds))
 	}
 	fmt.Fprintf(w, "| %-62s | %-26s | %-30s | %-7s | %-26s |\n", "what", "disk limit", "figure", "ratio", "target")
 	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 28), strings.Repeat("-", 32), strings.Repeat("-", 9), strings.Repeat("-", 28))
@@ -294,4 +294,12 @@ func (r Report) replayRows(row func(what, limit, fig, ratio, target string)) {
 		row("  local path (unix socket + shared memory); ratio: / embedded", "-", mb(p.local), rt(p.localRatio), atLeast(p.localRatio, 0.90, "%.2f"))
 		row("  stream path (gRPC, loopback TCP); ratio: / embedded", "-", mb(p.stream), rt(p.streamRatio), atLeast(p.streamRatio, 0.75, "%.2f"))
 	}
+}
+
+// roundsText is "medians of N rounds", or "one round" for one.
+func roundsText(n int) string {
+	if n == 1 {
+		return "one round"
+	}
+	return fmt.Sprintf("medians of %d rounds", n)
 }
