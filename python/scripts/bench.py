@@ -21,7 +21,11 @@ made inside the timed loop).
 --sides picks what is compared (the first side is the ratios' denominator): go and py over the
 node's TCP API, go-local and py-local over its --local-socket (the shared-memory path,
 docs/design.md "The local path"; py-local with local=True, so every call goes through a
-region). `--sides py,py-local` compares the Python client's two paths.
+region), py-pool over the socket from an engine-like host pool in a registered region
+(offload_from / get_into_region, payloads made before the clock), and embedded
+(`storenode replay` into an embedded node on a fresh directory, the Go side's own pace).
+`--sides py,py-local` compares the Python client's two paths; `--sides embedded,py-pool` is
+issue 29's Python-over-the-socket ratio.
 """
 
 import argparse
@@ -99,6 +103,93 @@ def python_replay(addrs, reqs, model, writers, size, local=None):
             "seconds": secs, "errors": len(errors), "missing": missing, "unique_keys": len(keys)}
 
 
+def python_pool_replay(addrs, reqs, model, writers, size, readers=4, batch=64):
+    """The py-pool side: an engine's host pool in a registered region. Every payload is made
+    in the pool before the clock starts (as storenode replay makes its payloads ahead), the
+    batches go as descriptors of it (offload_from), and the read-back reads into a second
+    region, `readers` threads of `batch` keys at a time (storenode replay's read-back), each
+    value compared with the payload it was offloaded with."""
+    c = kvoffload.Client(addrs, timeout=120, local=True)
+    key_lists = [[trace_key(model, h) for h in r] for r in reqs]
+    pool = c.new_region(sum(len(k) for k in key_lists) * size)
+    descs, slot, sent = [], 0, {}
+    for keys in key_lists:
+        d = []
+        for k in keys:
+            b = sent.setdefault(k, block(k, size))
+            pool.buf[slot * size:(slot + 1) * size] = b
+            d.append((k, slot * size, size))
+            slot += 1
+        descs.append(d)
+    nxt, lock = [0], threading.Lock()
+    stored, errors = [0], []
+
+    def writer():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(descs):
+                return
+            try:
+                res = c.offload_from(kvoffload.new_txn_id(), pool, descs[i])
+            except kvoffload.KVOffloadError as e:
+                errors.append(e)
+                continue
+            n = sum(r.outcome == kvoffload.Outcome.STORED for r in res)
+            bad = [r for r in res if not r.ok]
+            with lock:
+                stored[0] += n * size
+                errors.extend(bad)
+
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=writer) for _ in range(writers)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    secs = time.monotonic() - t0
+    keys = list(dict.fromkeys(k for ks in key_lists for k in ks))
+    into = c.new_region(readers * batch * size)
+    read, missing, nb = [0], [0], [0]
+
+    def reader(w):
+        base = w * batch * size
+        while True:
+            with lock:
+                lo = nb[0] * batch
+                nb[0] += 1
+            if lo >= len(keys):
+                return
+            part = keys[lo:lo + batch]
+            got = c.get_into_region(into, [(k, base + j * size, size) for j, k in enumerate(part)])
+            # Each value is compared with the payload its key was offloaded with, made before
+            # the clock (a memoryview compares byte by byte; as bytes it is one memcmp).
+            good = sum(1 for g in got if g.ok and g.value.tobytes() == sent[g.key])
+            with lock:
+                read[0] += good * size
+                missing[0] += len(part) - good
+
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=reader, args=(w,)) for w in range(readers)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    rsecs = time.monotonic() - t0
+    c.close()
+    return {"mb_per_s": stored[0] / 1e6 / secs, "read_mb_per_s": read[0] / 1e6 / rsecs, "bytes": stored[0],
+            "seconds": secs, "errors": len(errors), "missing": missing[0], "unique_keys": len(keys)}
+
+
+def embedded_replay(binary, tmp, n, model, writers, size):
+    """The embedded side: storenode replay into an embedded node on a fresh directory."""
+    data = tempfile.mkdtemp(prefix="embedded-", dir=tmp)
+    try:
+        out = subprocess.run([binary, "replay", "--data", data, "--requests", str(n), "--json", "--baseline", "0",
+                              "--model", model, "--writers", str(writers), "--block-size", str(size)],
+                             capture_output=True, text=True, check=True).stdout
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def go_replay(binary, addrs, n, model, writers, size):
     out = subprocess.run([binary, "replay", "--addr", ",".join(addrs), "--requests", str(n), "--json",
                           "--model", model, "--writers", str(writers), "--block-size", str(size)],
@@ -113,7 +204,7 @@ def main():
     ap.add_argument("--writers", type=int, default=32)
     ap.add_argument("--block-size", type=int, default=256 << 10)
     ap.add_argument("--bin", help="a storenode binary (default: go build one)")
-    ap.add_argument("--sides", default="go,py", help="comma-separated: go, py, go-local, py-local")
+    ap.add_argument("--sides", default="go,py", help="comma-separated: go, py, go-local, py-local, py-pool, embedded")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvoffload-bench-")
     binary = a.bin
@@ -124,8 +215,8 @@ def main():
     reqs = [json.loads(l)["hash_ids"] for l in (REPO / "workload/trace/conversation_sample.jsonl").read_text().splitlines()[:a.requests]]
     print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs", flush=True)
     sides = a.sides.split(",")
-    if len(sides) != 2 or not set(sides) <= {"go", "py", "go-local", "py-local"}:
-        ap.error("--sides: two of go, py, go-local, py-local")
+    if len(sides) != 2 or not set(sides) <= {"go", "py", "go-local", "py-local", "py-pool", "embedded"}:
+        ap.error("--sides: two of go, py, go-local, py-local, py-pool, embedded")
     sock = os.path.join(tmp, "local.sock")
     cluster = Cluster(binary, 1, tmp, ["--local-socket", sock])
     try:
@@ -135,8 +226,12 @@ def main():
             res = {}
             for side in order:
                 model = f"bench-{side}-{r}-{os.getpid()}"
-                addrs = ["unix://" + sock] if side.endswith("-local") else cluster.addrs
-                if side.startswith("go"):
+                addrs = ["unix://" + sock] if side.endswith(("-local", "-pool")) else cluster.addrs
+                if side == "embedded":
+                    res[side] = embedded_replay(binary, tmp, a.requests, model, a.writers, a.block_size)
+                elif side == "py-pool":
+                    res[side] = python_pool_replay(addrs, reqs, model, a.writers, a.block_size)
+                elif side.startswith("go"):
                     res[side] = go_replay(binary, addrs, a.requests, model, a.writers, a.block_size)
                 else:
                     res[side] = python_replay(addrs, reqs, model, a.writers, a.block_size,

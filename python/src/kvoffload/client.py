@@ -722,8 +722,9 @@ class Client:
     def offload_from(self, txn_id: bytes, region: Region, descs: Sequence[Tuple[str, int, int]], *,
                      timeout: Optional[float] = None) -> List[KeyResult]:
         """Stores the ranges descs name, (key, offset, length) of region, as one transaction
-        named txn_id, like batch_offload, without a copy on the client: the node copies each
-        range out of the region and checksums its copy (Go Client.OffloadFrom). A descriptor
+        named txn_id, like batch_offload, without a copy on the client: the node reads each
+        range in place, and a range rewritten during the call is REJECTED (CODE_INVALID_VALUE)
+        or stored as read, never under a checksum it does not have (Go Client.OffloadFrom). A descriptor
         outside the region raises InvalidArgumentError; keys and empty ranges are checked as
         in batch_offload. If the call moves to a member that does not hold the region (a
         failover), the ranges are streamed from it. Do not rewrite the ranges until the call
