@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"strings"
@@ -47,6 +48,11 @@ type disk struct {
 	seen    map[string]int
 	faults  map[string]int // storage faults injected, by kind
 	trace   func(format string, args ...any)
+	// reading is set while the workload's client reads run: only their bucket reads fail
+	// (EIO) or come back flipped, each noted in readFaults.
+	reading    bool
+	readKeys   map[string]string // readAt(name, off) -> the key whose record is there
+	readFaults map[string]string // readAt(name, off) -> the fault its read met
 }
 
 // signature names a persistence point by kind, the file it touches and the phase, e.g.
@@ -102,6 +108,82 @@ const (
 	writeFullOdds = 128
 	walEIOOdds    = 512
 )
+
+// Storage faults of reads and writes, one in this many of their operations: a client's
+// bucket read fails with EIO or returns a flipped bit (once: the disk keeps its bytes), a
+// bucket write stores only part of its bytes (ENOSPC midway), a WAL write too (EIO).
+const (
+	readEIOOdds        = 64
+	readFlipOdds       = 64
+	shortWriteOdds     = 128
+	walShortWriteOdds  = 512
+	shortWriteReported = 2 // one short write in this many reports its byte count; the rest 0
+)
+
+// readAt names a read of a file at an offset (readFaults' key).
+func readAt(name string, off int64) string { return fmt.Sprintf("%s@%d", name, off) }
+
+// hooks are the world's read and write faults (errorfs.Hooks).
+func (d *disk) hooks() errorfs.Hooks { return errorfs.Hooks{Read: d.readHook, Write: d.writeHook} }
+
+// readHook draws a fault for a read of a bucket by the workload's client reads.
+func (d *disk) readHook(name string, p []byte, off int64, n int, err error) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.reading || !strings.HasPrefix(name, bucketDir+"/") || err != nil && n == 0 {
+		return n, err
+	}
+	switch {
+	case d.rng.IntN(readEIOOdds) == 0:
+		d.readFault("eio-bucket-read", name, off)
+		return 0, &fs.PathError{Op: "read", Path: name, Err: syscall.EIO}
+	case n > 0 && d.rng.IntN(readFlipOdds) == 0:
+		p[d.rng.IntN(n)] ^= 1 << d.rng.IntN(8)
+		d.readFault("flip-bucket-read", name, off)
+		// The read reports Corrupt and the key is dropped: from now on, also in the image of
+		// a power loss, it may be found, Corrupt or gone, never wrong.
+		if k := d.readKeys[readAt(name, off)]; k != "" && d.model.keys[k] != absent {
+			d.model.keys[k] = damaged
+		}
+	}
+	return n, err
+}
+
+func (d *disk) readFault(kind, name string, off int64) {
+	d.faults[kind]++
+	d.readFaults[readAt(name, off)] = kind
+	d.trace("fault %s on %s at %d", kind, name, off)
+}
+
+// writeHook draws a short write of a bucket or WAL file: a sector-aligned part of p is
+// stored, and the write reports that part or nothing, with ENOSPC (a bucket) or EIO (the
+// WAL, which then fail-stops the node).
+func (d *disk) writeHook(name string, p []byte, off int64) (keep, n int, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var kind string
+	var errno syscall.Errno
+	switch {
+	case len(p) < 2:
+		return 0, 0, nil
+	case strings.HasPrefix(name, bucketDir+"/") && d.rng.IntN(shortWriteOdds) == 0:
+		kind, errno = "short-bucket-write", syscall.ENOSPC
+	case strings.HasPrefix(name, walDir+"/") && d.rng.IntN(walShortWriteOdds) == 0:
+		kind, errno = "short-wal-write", syscall.EIO
+	default:
+		return 0, 0, nil
+	}
+	keep = d.rng.IntN(len(p)) // a strict prefix, at a sector boundary of a write of several
+	if len(p) > 512 {
+		keep &^= 511
+	}
+	if d.rng.IntN(shortWriteReported) == 0 {
+		n = keep
+	}
+	d.faults[kind]++
+	d.trace("fault %s on %s: %d of %d bytes stored, %d reported (point #%d)", kind, name, keep, len(p), n, d.n)
+	return keep, n, &fs.PathError{Op: "write", Path: name, Err: errno}
+}
 
 // faultLocked draws a storage fault for op on name (after its persistence point passed).
 func (d *disk) faultLocked(op errorfs.Op, name string) error {

@@ -28,8 +28,7 @@ func (s *sim) flipBit(mem *memfs.FS, log [][]byte, m *model) error {
 		return nil
 	}
 	e := live[s.crashRng.IntN(len(live))]
-	// Bucket files are named as bucketstore/bucket.go's bucketName does (on-disk format).
-	name := fmt.Sprintf("%s/bucket-%010d.kvb", bucketDir, e.Extent.Bucket)
+	name := bucketFile(e.Extent.Bucket)
 	file, err := mem.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("flip a bit of %s: %w", e.Key, err)
@@ -52,3 +51,7 @@ func (s *sim) flipBit(mem *memfs.FS, log [][]byte, m *model) error {
 	s.trace("bit flipped in %s at %d", e.Key, off)
 	return nil
 }
+
+// bucketFile is the path of bucket id's file, named as bucketstore/bucket.go's bucketName
+// does (on-disk format).
+func bucketFile(id uint32) string { return fmt.Sprintf("%s/bucket-%010d.kvb", bucketDir, id) }

@@ -158,20 +158,51 @@ func (s *sim) removeKeys(ctx context.Context, w *world, keys []string) error {
 	return errors.Join(errs...)
 }
 
-// read reads 1-8 keys and checks each answer against the model.
+// read reads 1-8 keys and checks each answer against the model. Its bucket reads may fail
+// with EIO or return a flipped bit (disk.readHook): a key whose read failed must read
+// Unavailable (an error, not NotFound or bytes), one whose read was flipped must not read
+// wrong bytes (the checksum catches it and the key is dropped: the hook marks it damaged),
+// and the node must stay usable.
 func (s *sim) read(ctx context.Context, w *world) error {
 	keys := s.pick(1 + s.rng.IntN(8))
+	w.disk.mu.Lock()
+	w.disk.reading = true
+	for _, k := range keys {
+		if e, ok := w.f.Lookup(k); ok {
+			w.disk.readKeys[readAt(bucketFile(e.Extent.Bucket), e.Extent.Offset)] = k
+		}
+	}
+	w.disk.mu.Unlock()
 	res, err := w.coord.BatchGet(ctx, keys)
+	w.disk.mu.Lock()
+	defer w.disk.mu.Unlock()
+	faulted := map[string]string{} // key -> the fault its record's read met
+	for at, kind := range w.disk.readFaults {
+		if k := w.disk.readKeys[at]; k != "" {
+			faulted[k] = kind
+		}
+	}
+	w.disk.reading = false
+	clear(w.disk.readKeys)
+	clear(w.disk.readFaults)
 	if err != nil {
 		return nil
 	}
-	w.disk.mu.Lock()
-	defer w.disk.mu.Unlock()
 	var errs []error
 	for _, r := range res {
+		switch kind := faulted[r.Key]; {
+		case kind == "eio-bucket-read" && r.Status == kvoffload.Unavailable:
+			continue
+		case kind == "eio-bucket-read" && r.Status != kvoffload.Found:
+			errs = append(errs, violation{"read-fault", r.Key, fmt.Sprintf("read EIO, answered %s (%s), want Unavailable", r.Status, r.Reason)})
+			continue
+		}
 		if err := s.judge(r, w.disk.model.keys[r.Key]); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(faulted) > 0 && w.coord.Usable() != nil && !w.disk.off {
+		errs = append(errs, violation{"read-fault", "-", fmt.Sprintf("the node fail-stopped on a read fault: %v", w.coord.Usable())})
 	}
 	return errors.Join(errs...)
 }

@@ -88,7 +88,7 @@ func openWorld(ctx context.Context, d *disk) (w *world, err error) {
 	d.onOff = w.cancel
 	d.mu.Unlock()
 	w.meta = &meta{Meta: &txntest.Meta{FSM: w.f}, disk: d}
-	fs := errorfs.Wrap(d.mem, d.inject)
+	fs := errorfs.WrapHooks(d.mem, d.inject, d.hooks())
 	defer func() {
 		if err != nil {
 			w.close()
@@ -144,5 +144,6 @@ func (w *world) close() error {
 // last, failing its power at the crashAt-th persistence point (0: never).
 func newDisk(mem *memfs.FS, log [][]byte, m *model, crashAt int, s *sim) *disk {
 	return &disk{mem: mem, log: log, model: m, crashAt: crashAt, rng: s.crashRng,
-		phase: "recovery", focus: s.opt.Focus, seen: map[string]int{}, faults: map[string]int{}, trace: s.trace}
+		phase: "recovery", focus: s.opt.Focus, seen: map[string]int{}, faults: map[string]int{}, trace: s.trace,
+		readKeys: map[string]string{}, readFaults: map[string]string{}}
 }
