@@ -10,11 +10,13 @@
 // injector. A persistence point is each write, sync, directory sync, rename, removal,
 // truncate and hole punch the store asks of the disk, and each Raft append (a COMMIT,
 // ABORT or REMOVE reaching the log). At the chosen point, memfs.Crash builds the disk a
-// power loss leaves, in one of three modes drawn from the seed: unsynced changes all lost,
-// a prefix of them kept per file, or a random subset kept with the last write torn at a
-// 512-byte sector. Created, removed and renamed names survive only if their directory was
-// synced. After the point every operation fails (the power is off), so nothing the world
-// does afterwards reaches the image.
+// power loss leaves, in one of four modes drawn from the seed: unsynced changes all lost,
+// a prefix of them kept per file, a random subset kept with the last write torn at a
+// 512-byte sector (in these three, created, removed and renamed names survive only if their
+// directory was synced), or what ext4 with data=ordered could leave (a prefix of the
+// journaled metadata since the last commit, overwrites per 4 KiB page, appends as a whole
+// prefix; memfs.CrashExt4Ordered). After the point every operation fails (the power is
+// off), so nothing the world does afterwards reaches the image.
 //
 // The Raft log. A single node's metadata is the FSM applied from its Raft log, which
 // raft-boltdb fsyncs before an entry is applied. The simulator keeps that log as a list of
@@ -35,7 +37,8 @@
 // Other faults, from the seed: a Raft answer lost after its entry committed, a member's FSM
 // lagging behind a retried transaction, client retries with the txn ID, a bit flipped at
 // rest, EIO on a bucket fdatasync (the file loses its unsynced writes) or a WAL write (the
-// node fail-stops and restarts), a full disk. Coverage guidance focuses seeds on the
+// node fail-stops and restarts), a full disk, short writes of buckets and the WAL, and EIO
+// or a flipped bit on a client's bucket read (an error or Corrupt, never wrong bytes). Coverage guidance focuses seeds on the
 // persistence point signatures crashed least (TestSimulate). docs/chaos.md, "The crash
 // simulator", has the fault table and each planted bug's catch.
 //
