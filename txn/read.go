@@ -18,8 +18,9 @@ func xxhashOf(b []byte) uint64 { return xxhash.Sum64(b) }
 
 // BatchGet reads keys and returns one result per key, in input order. Every returned value
 // has been verified against its record header and the metadata (key, txn ID, generation,
-// length, xxhash64). A record that fails verification is reported Corrupt and its key is
-// removed from the metadata, so later reads see NotFound rather than wrong bytes. Reads are
+// length, xxhash64). A record that fails verification twice (it is read again, alone, once)
+// is reported Corrupt and its key is removed from the metadata, so later reads see NotFound
+// rather than wrong bytes. Reads are
 // issued in (bucket, offset) order. A key named more than once is read once, and every
 // position gets the same answer (a Corrupt record is not reported NotFound at its second
 // position because the first removed it) in bytes of its own.
@@ -265,9 +266,15 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 			deliver(i, kvoffload.GetResult{Key: key, Status: kvoffload.NotFound, Reason: "removed while reading"}, nil)
 			return bucketstore.Extent{}, bucketstore.Header{}, false
 		}
-		return e.Extent, bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}, true
+		return e.Extent, committedHeader(key, e), true
 	}, func(j int, val []byte, release func(), err error) {
 		i := idx[j]
+		if errors.Is(err, bucketstore.ErrCorrupt) {
+			// A record that fails verification once may be whole on the disk (a bit flipped
+			// on its way to memory): it is read once more, alone, before its key is removed.
+			val, err = c.data.Read(entries[i].Extent, committedHeader(keys[i], entries[i]))
+			release = nil // a fresh slice, or an error
+		}
 		c.reclaim.unpin(entries[i].Extent)
 		r := c.readResult(keys[i], entries[i], val, err)
 		if r.Status == kvoffload.Corrupt {
@@ -276,6 +283,11 @@ func (c *Coordinator) readLocal(ctx context.Context, keys []string, entries []fs
 		deliver(i, r, release)
 	})
 	c.repair(ctx, corrupt)
+}
+
+// committedHeader is what the record of key's committed entry e must hold.
+func committedHeader(key string, e fsm.Entry) bucketstore.Header {
+	return bucketstore.Header{Key: key, TxnID: e.TxnID, Generation: e.Gen, PayloadLen: e.Size, PayloadSum: e.Sum}
 }
 
 // readResult answers a read of key's committed entry e that gave val or err: Found (the
