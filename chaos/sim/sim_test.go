@@ -9,6 +9,8 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,7 +26,22 @@ var (
 	simJSON    = flag.String("sim.json", "", "TestSimulate: write the run's Stats as JSON to this file")
 	simTrace   = flag.Bool("sim.trace", false, "TestSimulate: log every operation and power loss")
 	simFocus   = flag.String("sim.focus", "", "TestSimulate: Options.Focus of every seed (replays a guided seed); off: coverage guidance")
+	simMembers = flag.String("sim.members", "1",
+		"TestSimulate: cluster sizes, seed i runs the (i mod n)-th (a size listed k times runs k times as often); e.g. 1,3,5")
 )
+
+// memberSizes parses -sim.members.
+func memberSizes(t *testing.T) []int {
+	var sizes []int
+	for _, f := range strings.Split(*simMembers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n != 1 && n != 3 && n != 5 {
+			t.Fatalf("-sim.members %q: each size is 1, 3 or 5", *simMembers)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
 
 // budgetSpent reports whether TestSimulate has run its flags' worth after seeds seeds,
 // elapsed time and total counts.
@@ -32,6 +49,8 @@ func budgetSpent(seeds int, elapsed time.Duration, total Stats) bool {
 	switch {
 	case *simSeconds > 0 && elapsed >= *simSeconds:
 		return true
+	case *simCrashes > 0 && total.SeedsBySize["1"] > 0:
+		return total.ByMembers["1"] >= *simCrashes
 	case *simCrashes > 0:
 		return total.CrashRecoveries >= *simCrashes
 	default:
@@ -40,8 +59,10 @@ func budgetSpent(seeds int, elapsed time.Duration, total Stats) bool {
 }
 
 // TestSimulate runs seeds from testkit.Seed (one seed replays exactly that seed with
-// -sim.seeds 1), each a chain of power losses and recoveries, and fails on the first
-// violated invariant with the command that replays its seed.
+// -sim.seeds 1), each a chain of power losses and recoveries on a single node or a cluster
+// (-sim.members), and fails on the first violated invariant with the command that replays
+// its seed. -sim.crashes counts the single node's crash recoveries when single-node seeds
+// run (cluster seeds run on top), else every crash recovery.
 //
 // Coverage guidance: every other seed is given the persistence point signature that has
 // had the fewest power losses so far (of those passed), as its Options.Focus, so that rare
@@ -53,11 +74,16 @@ func TestSimulate(t *testing.T) {
 	start := time.Now()
 	var total Stats
 	total.CrashesByPoint = map[string]int{}
+	sizes, singles := memberSizes(t), 0
 	for i := 0; !budgetSpent(i, time.Since(start), total); i++ {
 		seed := base + uint64(i)
-		opt := Options{Seed: seed, Focus: *simFocus}
-		if *simFocus == "" && i%2 == 1 {
-			opt.Focus = leastCrashed(total)
+		opt := Options{Seed: seed, Members: sizes[i%len(sizes)]}
+		if opt.Members == 1 {
+			opt.Focus = *simFocus
+			if *simFocus == "" && singles%2 == 1 {
+				opt.Focus = leastCrashed(total)
+			}
+			singles++
 		}
 		if *simTrace {
 			opt.Trace = t.Logf
@@ -78,7 +104,11 @@ func TestSimulate(t *testing.T) {
 			if m := os.Getenv(mutant.Env); m != "" {
 				env = mutant.Env + "=" + m + " "
 			}
-			t.Errorf("%v\nreplay: %sscripts/sim.sh --seed %d%s", f, env, f.Seed, focus)
+			members := ""
+			if f.Members > 1 {
+				members = fmt.Sprintf(" --members %d", f.Members)
+			}
+			t.Errorf("%v\nreplay: %sscripts/sim.sh --seed %d%s%s", f, env, f.Seed, focus, members)
 			break
 		}
 		if err != nil {
