@@ -5,32 +5,38 @@
 #   scripts/sim.sh [--seconds N | --crashes N] [--seed S]   run fresh seeds (default 60 s)
 #   scripts/sim.sh --seed S [--focus F]                     replay exactly seed S (a failure
 #                                                           prints this line, with its focus)
+#   scripts/sim.sh ... --members 1,3,5                      cluster sizes the seeds cycle through
+#                                                           (default 1; a cluster seed's failure
+#                                                           prints --members N)
 #   scripts/sim.sh --mutants [--seconds N]                  each planted bug, time to catch
 #   scripts/sim.sh --soak [--seconds N]                     fresh seeds for N s (default 4 h),
 #                                                           printing only failing seeds
 #
 # The last line is one JSON object: seeds, crash_recoveries, invariant_checks, violations,
-# seconds, crashes_by_point (and restarts, exits, bit_flips, faults, signatures); --mutants prints per mutant its time
+# seconds, crashes_by_point, crash_recoveries_by_members (and restarts, exits, bit_flips, faults,
+# signatures, leader_kills, partitions, network_drops); --mutants prints per mutant its time
 # to catch. A violation prints the one command that replays its seed, and the exit status
 # is 1. docs/chaos.md, "The crash simulator", explains the model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-seconds="" crashes="" seed="" focus="" mode=run
+seconds="" crashes="" seed="" focus="" members="" mode=run
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --crashes) crashes=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --focus) focus=$2; shift 2 ;;
+    --members) members=$2; shift 2 ;;
     --mutants) mode=mutants; shift ;;
     --soak) mode=soak; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "sim.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 # One P and no asynchronous preemption: with the simulator's worlds in a synctest bubble
 # (virtual time), a seed then makes the same choices in the same order on every run.
-export GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1
+# randseednop=0 lets a cluster seed seed Raft's election timeouts (math/rand's global source).
+export GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,randseednop=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Built with -tags chaos so that a planted bug can be switched on (internal/mutant).
@@ -55,6 +61,7 @@ case $mode in
 run)
   args=()
   [ -n "$focus" ] && args+=(-sim.focus "$focus")
+  [ -n "$members" ] && args+=(-sim.members "$members")
   if [ -n "$seed" ] && [ -z "$seconds$crashes" ]; then
     args+=(-seed "$seed" -sim.seeds 1)
   else
