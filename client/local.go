@@ -75,8 +75,21 @@ func drainLocal(kv kvoffloadv1.LocalKVOffloadClient, req *kvoffloadv1.LocalOfflo
 	_, _ = kv.Offload(ctx, req)
 }
 
-func regionRef(r *Region) *kvoffloadv1.RegionRef {
-	return &kvoffloadv1.RegionRef{Id: r.id[:], Token: r.token[:]}
+func regionRef(r *Region) *kvoffloadv1.RegionRef { return r.ref() }
+
+// onRegion runs call with r's current reference; when the node does not know r (it
+// restarted), r is registered again and call runs once more. The error is call's, or, if
+// the registration failed, the first call's (lostRegion).
+func onRegion(r *Region, call func(ref *kvoffloadv1.RegionRef) error) error {
+	ref := r.ref()
+	err := call(ref)
+	if !lostRegion(err) {
+		return err
+	}
+	if rerr := r.renew(ref.Id); rerr != nil {
+		return err
+	}
+	return call(r.ref())
 }
 
 // offloadLocal is one BatchOffload attempt on the local path: descriptors of the caller's
@@ -89,13 +102,19 @@ func (c *Client) offloadLocal(ctx context.Context, a *attempt, id kvoffload.TxnI
 	}
 	if r, offs := a.m.local.staging.reg.holding(len(objs), func(i int) []byte { return objs[i].Value }); r != nil {
 		// The values are in a region of the caller's: descriptors, no copy. A region the
-		// node no longer knows (it restarted) stored nothing: this attempt streams.
+		// node no longer knows (it restarted) is registered again; if that fails, nothing
+		// was stored and this attempt streams.
 		descs := make([]*kvoffloadv1.Desc, len(objs))
 		for i, o := range objs {
 			descs[i] = &kvoffloadv1.Desc{Key: o.Key, Offset: uint64(offs[i]), Length: uint64(len(o.Value))}
 		}
-		req := &kvoffloadv1.LocalOffloadRequest{TxnId: id[:], Region: regionRef(r), Objects: descs}
-		resp, err := a.m.local.kv.Offload(ctx, req)
+		req := &kvoffloadv1.LocalOffloadRequest{TxnId: id[:], Objects: descs}
+		var resp *kvoffloadv1.OffloadResponse
+		err := onRegion(r, func(ref *kvoffloadv1.RegionRef) (err error) {
+			req.Region = ref
+			resp, err = a.m.local.kv.Offload(ctx, req)
+			return err
+		})
 		if lostRegion(err) {
 			return nil, false, nil
 		}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvoffload/kvoffload"
+	kvoffloadv1 "github.com/kvoffload/kvoffload/api/kvoffload/v1"
 )
 
 // The registration messages of a node's local socket, whose bytes node/local_listen.go
@@ -37,14 +39,62 @@ func localPath(addr string) string {
 // Region is a shared-memory region registered with the node on the client's local socket
 // (the zero-copy path, docs/design.md "The local path"): fill Bytes in place and offload
 // ranges of it with OffloadFrom, or read values into it with GetInto. It stays registered
-// until Close, the Client's Close, or the node dropping the registration connection (a
-// restart): then calls naming it fail with kvoffload.ErrDenied. Safe for concurrent use;
-// the caller decides which ranges each call uses.
+// until Close or the Client's Close; when the node drops the registration (it restarted),
+// the next call naming the region registers the same memory again, under a new ID, and
+// goes on. Safe for concurrent use; the caller decides which ranges each call uses.
 type Region struct {
-	reg       *registrar
+	reg  *registrar
+	mem  []byte
+	once sync.Once
+
+	refMu     sync.Mutex // guards id, token and fd
 	id, token [16]byte
-	mem       []byte
-	once      sync.Once
+	fd        int // the memfd, kept to register it again; -1 once closed
+}
+
+// ref is the region's current ID and token, as calls name it.
+func (r *Region) ref() *kvoffloadv1.RegionRef {
+	r.refMu.Lock()
+	defer r.refMu.Unlock()
+	return &kvoffloadv1.RegionRef{Id: bytes.Clone(r.id[:]), Token: bytes.Clone(r.token[:])}
+}
+
+// renew registers the region's memfd with the node again after the node refused stale, the
+// ID a call named (it no longer knows it: a restart broke the registration connection).
+// Callers that saw the same refusal renew once between them: a later one finds the ID
+// changed and returns at once.
+func (r *Region) renew(stale []byte) error {
+	r.refMu.Lock()
+	defer r.refMu.Unlock()
+	if !bytes.Equal(r.id[:], stale) {
+		return nil
+	}
+	if r.fd < 0 {
+		return fmt.Errorf("%w: the region is closed", kvoffload.ErrInvalidArgument)
+	}
+	msg := binary.LittleEndian.AppendUint64([]byte(magicRegister), uint64(len(r.mem)))
+	reply, err := r.reg.call(msg, unix.UnixRights(r.fd), 32)
+	if errors.Is(err, kvoffload.ErrUnavailable) {
+		// The registration connection was the restarted node's predecessor's: call dropped
+		// it, and dials afresh now.
+		reply, err = r.reg.call(msg, unix.UnixRights(r.fd), 32)
+	}
+	if err != nil {
+		return err
+	}
+	copy(r.id[:], reply[:16])
+	copy(r.token[:], reply[16:])
+	return nil
+}
+
+// closeFD closes the kept memfd.
+func (r *Region) closeFD() {
+	r.refMu.Lock()
+	defer r.refMu.Unlock()
+	if r.fd >= 0 {
+		_ = unix.Close(r.fd)
+		r.fd = -1
+	}
 }
 
 // Bytes is the region's memory (len = the size it was created with). Writing a range while
@@ -59,6 +109,7 @@ func (r *Region) Close() error {
 	r.once.Do(func() {
 		err = r.reg.unregister(r)
 		_ = unix.Munmap(r.mem)
+		r.closeFD()
 	})
 	return err
 }
@@ -84,7 +135,12 @@ func (g *registrar) register(size int) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: memfd_create: %w", err)
 	}
-	defer unix.Close(fd) // the mapping and the node's copy keep the memfd alive
+	kept := false
+	defer func() {
+		if !kept {
+			_ = unix.Close(fd)
+		}
+	}()
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		return nil, fmt.Errorf("client: sizing the region to %d bytes: %w", size, err)
 	}
@@ -101,7 +157,8 @@ func (g *registrar) register(size int) (*Region, error) {
 		_ = unix.Munmap(mem)
 		return nil, err
 	}
-	r := &Region{reg: g, mem: mem}
+	kept = true // kept open to register the same memory again after a node restart (renew)
+	r := &Region{reg: g, mem: mem, fd: fd}
 	copy(r.id[:], reply[:16])
 	copy(r.token[:], reply[16:])
 	g.liveMu.Lock()
@@ -277,6 +334,7 @@ func (s *staging) close() {
 	s.mu.Unlock()
 	for _, r := range free {
 		_ = unix.Munmap(r.mem)
+		r.closeFD()
 	}
 	s.reg.close()
 }

@@ -62,7 +62,10 @@ func (c *Client) OffloadFrom(ctx context.Context, id kvoffload.TxnID, r *Region,
 		var err error
 		if a.m.local != nil && a.m.local.staging.reg == r.reg {
 			var resp *kvoffloadv1.OffloadResponse
-			if resp, err = a.m.local.kv.Offload(ctx, &kvoffloadv1.LocalOffloadRequest{TxnId: id[:], Region: regionRef(r), Objects: pb}); err == nil {
+			if err = onRegion(r, func(ref *kvoffloadv1.RegionRef) (err error) {
+				resp, err = a.m.local.kv.Offload(ctx, &kvoffloadv1.LocalOffloadRequest{TxnId: id[:], Region: ref, Objects: pb})
+				return err
+			}); err == nil {
 				a.received()
 				res, err = keyResults(resp, objs)
 			}
@@ -109,7 +112,11 @@ func (c *Client) GetInto(ctx context.Context, r *Region, descs []Desc) ([]kvoffl
 			out = res
 			return err
 		}
-		resp, err := a.m.local.kv.Get(ctx, &kvoffloadv1.LocalGetRequest{Region: regionRef(r), Keys: pb})
+		var resp *kvoffloadv1.LocalGetResponse
+		err := onRegion(r, func(ref *kvoffloadv1.RegionRef) (err error) {
+			resp, err = a.m.local.kv.Get(ctx, &kvoffloadv1.LocalGetRequest{Region: ref, Keys: pb})
+			return err
+		})
 		if err != nil {
 			return err
 		}

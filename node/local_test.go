@@ -240,6 +240,53 @@ func TestLocalInRegionReturnsReleased(t *testing.T) {
 	t.Logf("%d calls cut short by their deadline; each returned with the region released", cut)
 }
 
+// TestLocalRegionOutlivesRestart: a client's Region survives its node's restart: the next
+// call naming it registers the same memory again, so offloads from it and reads into it go on
+// in place (the restarted node maps exactly that one region) and see the same bytes.
+func TestLocalRegionOutlivesRestart(t *testing.T) {
+	seed := testkit.Seed(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Local.Socket = localSocketPath(t)
+	n := mustOpen(t, cfg)
+	c := dialLocal(t, n)
+	const block = 64 << 10
+	r, err := c.NewRegion(4 * block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rng := rand.New(rand.NewPCG(seed, 5))
+	mem := r.Bytes()
+	for i := range mem {
+		mem[i] = byte(rng.Uint32())
+	}
+	offload := func(name string) {
+		t.Helper()
+		objs := []kvoffload.Object{{Key: keyOf(name, 0), Value: mem[:block]}, {Key: keyOf(name, 1), Value: mem[block : 2*block]}}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res, err := c.BatchOffload(ctx, kvoffload.NewTxnID(), objs)
+		if err != nil || res[0].Outcome != kvoffload.Stored || res[1].Outcome != kvoffload.Stored {
+			t.Fatalf("%s: %v %+v", name, err, res)
+		}
+	}
+	offload("before")
+	mustClose(t, n)
+	n = mustOpen(t, cfg)
+	defer mustClose(t, n)
+	offload("after")
+	if m := mappedRegions(n); m != 1 {
+		t.Fatalf("the restarted node maps %d regions, want 1: the client's region registered again (not streamed, not staged)", m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := c.GetInto(ctx, r, []client.Desc{{Key: keyOf("before", 1), Offset: 2 * block, Length: block}})
+	if err != nil || got[0].Status != kvoffload.Found || !bytes.Equal(got[0].Value, mem[block:2*block]) {
+		t.Fatalf("GetInto after the restart: %v %+v", err, got)
+	}
+	checkSums(t, n, []string{keyOf("before", 0), keyOf("after", 0), keyOf("after", 1)})
+}
+
 // mappedRegions is the number of regions the node has mapped.
 func mappedRegions(n *Node) int {
 	n.regions.mu.Lock()
