@@ -107,9 +107,9 @@ func (r *Region) Bytes() []byte { return r.mem }
 func (r *Region) Close() error {
 	var err error
 	r.once.Do(func() {
+		r.closeFD() // first: a call that meets the unregistered ID must not register it again
 		err = r.reg.unregister(r)
 		_ = unix.Munmap(r.mem)
-		r.closeFD()
 	})
 	return err
 }

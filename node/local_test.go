@@ -413,6 +413,10 @@ func TestLocalCloseMidWrite(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
+					if i == 2000 {
+						t.Errorf("trial %d writer %d: 2000 offloads and the closed region or client was never refused", trial, w)
+						return
+					}
 					descs := []client.Desc{{Key: keyOf(fmt.Sprintf("c%d-%d-%d", trial, w, i), 0), Offset: w << 20, Length: 1 << 20}}
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					res, err := c.OffloadFrom(ctx, kvoffload.NewTxnID(), r, descs)
