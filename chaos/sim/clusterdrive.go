@@ -326,9 +326,11 @@ func (c *cluster) offload(ctx context.Context, m *member, coord *txn.Coordinator
 	if err != nil {
 		c.model.fail(b.keys)
 		if errors.Is(err, txn.ErrIndeterminate) {
-			b.decided = make([]int, len(b.keys))
-			for i, k := range b.keys {
-				b.decided[i] = c.model.decided[k]
+			if b.decided == nil { // the first attempt's: a retry that fails again keeps it
+				b.decided = make([]int, len(b.keys))
+				for i, k := range b.keys {
+					b.decided[i] = c.model.decided[k]
+				}
 			}
 			s.retry = b
 		}

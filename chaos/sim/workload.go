@@ -96,9 +96,11 @@ func (s *sim) offload(ctx context.Context, w *world) error {
 		w.fail(b.keys)
 		if errors.Is(err, txn.ErrIndeterminate) {
 			w.disk.mu.Lock()
-			b.decided = make([]int, len(b.keys))
-			for i, k := range b.keys {
-				b.decided[i] = w.disk.model.decided[k]
+			if b.decided == nil { // the first attempt's: a retry that fails again keeps it
+				b.decided = make([]int, len(b.keys))
+				for i, k := range b.keys {
+					b.decided[i] = w.disk.model.decided[k]
+				}
 			}
 			w.disk.mu.Unlock()
 			s.retry = b
