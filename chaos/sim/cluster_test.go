@@ -9,7 +9,7 @@ import (
 	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
-var simCluster = flag.Bool("sim.cluster", false, "TestClusterSeed: run (a cluster seed fails about 1 in 200 runs: see docs/chaos.md)")
+var simCluster = flag.Bool("sim.cluster", false, "TestClusterSeed: run (a cluster seed may fail: docs/chaos.md, cluster worlds)")
 
 // TestClusterSeed runs one seed on a cluster of three and of five members, and requires
 // no violation, power losses with recoveries, and every member's checks run. It runs with

@@ -133,6 +133,10 @@ func (r remote) ReadRemote(ctx context.Context, owner string, keys []string, _ i
 			}
 			var err error
 			res, err = coord.BatchGetLocal(ctx, keys, nil)
+			if o.d.powerOff() {
+				// The owner's power failed during the read: its answer never leaves it.
+				return errUnreachable
+			}
 			return err
 		})
 	}
