@@ -266,6 +266,17 @@ func (m *member) live() (*raftmeta.Node, *txn.Coordinator) {
 	return m.node, m.coord
 }
 
+// ready is m's coordinator once this life's recovery has succeeded (it serves other members'
+// reads), or nil.
+func (m *member) ready() *txn.Coordinator {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.up || !m.recovered {
+		return nil
+	}
+	return m.coord
+}
+
 // broken reports why m's life must end: its power failed, its coordinator fail-stopped, or
 // its Raft log could not be written; "" if none.
 func (m *member) broken() string {

@@ -127,7 +127,10 @@ func (r remote) ReadRemote(ctx context.Context, owner string, keys []string, _ i
 	err := errUnreachable
 	if o != nil {
 		err = r.m.c.nw.call(r.m.i, o.i, func() error {
-			_, coord := o.live()
+			// An owner serves another member's read only once it is ready, as node's
+			// ReadLocal waits for Ready: until its recovery has caught its FSM up, its
+			// metadata can name extents its disk already freed in an earlier life.
+			coord := o.ready()
 			if coord == nil {
 				return errUnreachable
 			}
