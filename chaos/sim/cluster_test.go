@@ -2,22 +2,15 @@ package sim
 
 import (
 	"context"
-	"flag"
 	"testing"
 	"testing/synctest"
 
 	"github.com/kvoffload/kvoffload/internal/testkit"
 )
 
-var simCluster = flag.Bool("sim.cluster", false, "TestClusterSeed: run (a cluster seed may fail: docs/chaos.md, cluster worlds)")
-
 // TestClusterSeed runs one seed on a cluster of three and of five members, and requires
-// no violation, power losses with recoveries, and every member's checks run. It runs with
-// -sim.cluster only, until the acknowledged-data findings of docs/chaos.md are resolved.
+// no violation, power losses with recoveries, and every member's checks run.
 func TestClusterSeed(t *testing.T) {
-	if !*simCluster {
-		t.Skip("cluster seeds run with -sim.cluster (or scripts/sim.sh --members 3,5)")
-	}
 	seed := testkit.Seed(t)
 	for _, n := range []int{3, 5} {
 		var st Stats
