@@ -60,8 +60,10 @@ def block(key: str, size: int) -> bytes:
     return (d * (size // 32 + 1))[:size]
 
 
-def python_replay(addrs, reqs, model, writers, size, local=None):
-    c = kvoffload.Client(addrs, timeout=120, local=local)
+def offload_all(batches, offload, writers, size):
+    """Runs offload(i) for every batch index from `writers` threads, each taking the next
+    index; returns the bytes Stored (size per STORED key), the errors and failed keys, and
+    the seconds it took."""
     nxt, lock = [0], threading.Lock()
     stored, errors = [0], []
 
@@ -70,11 +72,10 @@ def python_replay(addrs, reqs, model, writers, size, local=None):
             with lock:
                 i = nxt[0]
                 nxt[0] += 1
-            if i >= len(reqs):
+            if i >= batches:
                 return
-            keys = [trace_key(model, h) for h in reqs[i]]
             try:
-                res = c.batch_offload(kvoffload.new_txn_id(), [(k, block(k, size)) for k in keys])
+                res = offload(i)
             except kvoffload.KVOffloadError as e:
                 errors.append(e)
                 continue
@@ -88,7 +89,17 @@ def python_replay(addrs, reqs, model, writers, size, local=None):
     ts = [threading.Thread(target=writer) for _ in range(writers)]
     [t.start() for t in ts]
     [t.join() for t in ts]
-    secs = time.monotonic() - t0
+    return stored[0], errors, time.monotonic() - t0
+
+
+def python_replay(addrs, reqs, model, writers, size, local=None):
+    c = kvoffload.Client(addrs, timeout=120, local=local)
+
+    def offload(i):
+        keys = [trace_key(model, h) for h in reqs[i]]
+        return c.batch_offload(kvoffload.new_txn_id(), [(k, block(k, size)) for k in keys])
+
+    stored, errors, secs = offload_all(len(reqs), offload, writers, size)
     keys = list(dict.fromkeys(trace_key(model, h) for r in reqs for h in r))
     t0, read, missing = time.monotonic(), 0, 0
     for lo in range(0, len(keys), 64):
@@ -99,7 +110,7 @@ def python_replay(addrs, reqs, model, writers, size, local=None):
                 missing += 1
     rsecs = time.monotonic() - t0
     c.close()
-    return {"mb_per_s": stored[0] / 1e6 / secs, "read_mb_per_s": read / 1e6 / rsecs, "bytes": stored[0],
+    return {"mb_per_s": stored / 1e6 / secs, "read_mb_per_s": read / 1e6 / rsecs, "bytes": stored,
             "seconds": secs, "errors": len(errors), "missing": missing, "unique_keys": len(keys)}
 
 
@@ -121,35 +132,11 @@ def python_pool_replay(addrs, reqs, model, writers, size, readers=4, batch=64):
             d.append((k, slot * size, size))
             slot += 1
         descs.append(d)
-    nxt, lock = [0], threading.Lock()
-    stored, errors = [0], []
-
-    def writer():
-        while True:
-            with lock:
-                i = nxt[0]
-                nxt[0] += 1
-            if i >= len(descs):
-                return
-            try:
-                res = c.offload_from(kvoffload.new_txn_id(), pool, descs[i])
-            except kvoffload.KVOffloadError as e:
-                errors.append(e)
-                continue
-            n = sum(r.outcome == kvoffload.Outcome.STORED for r in res)
-            bad = [r for r in res if not r.ok]
-            with lock:
-                stored[0] += n * size
-                errors.extend(bad)
-
-    t0 = time.monotonic()
-    ts = [threading.Thread(target=writer) for _ in range(writers)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
-    secs = time.monotonic() - t0
+    stored, errors, secs = offload_all(
+        len(descs), lambda i: c.offload_from(kvoffload.new_txn_id(), pool, descs[i]), writers, size)
     keys = list(dict.fromkeys(k for ks in key_lists for k in ks))
     into = c.new_region(readers * batch * size)
-    read, missing, nb = [0], [0], [0]
+    read, missing, nb, lock = [0], [0], [0], threading.Lock()
 
     def reader(w):
         base = w * batch * size
@@ -174,7 +161,7 @@ def python_pool_replay(addrs, reqs, model, writers, size, readers=4, batch=64):
     [t.join() for t in ts]
     rsecs = time.monotonic() - t0
     c.close()
-    return {"mb_per_s": stored[0] / 1e6 / secs, "read_mb_per_s": read[0] / 1e6 / rsecs, "bytes": stored[0],
+    return {"mb_per_s": stored / 1e6 / secs, "read_mb_per_s": read[0] / 1e6 / rsecs, "bytes": stored,
             "seconds": secs, "errors": len(errors), "missing": missing[0], "unique_keys": len(keys)}
 
 
