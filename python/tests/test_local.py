@@ -295,7 +295,8 @@ def test_local_sglang_backend(node1, seed):
 def test_local_node_restart(storenode_bin, seed):
     """A node restarted under a client drops its regions: the client's next calls find their
     staging regions lost, register new ones on a new registration connection, and go on
-    (client/local.go retryLost); a caller's own region is then DeniedError."""
+    (client/local.go retryLost); a caller's own region is registered again, the same memory
+    under a new ID, and both directions go on through it (Region.renew)."""
     from conftest import _cluster
     import shutil
 
@@ -307,7 +308,9 @@ def test_local_node_restart(storenode_bin, seed):
             regions = spy(c)
             k = f"restart/{seed}"
             assert c.batch_offload(kvoffload.new_txn_id(), [(k + "/0", payload(k, 9000))])[0].outcome == Outcome.STORED
-            own = c.new_region(4096)
+            own = c.new_region(16384)
+            own.buf[0:5000] = payload(k + "/own", 5000)
+            old_id = own.id
             p = cl.procs[0]
             cl.kill(p)
             cl.start(p)
@@ -319,8 +322,13 @@ def test_local_node_restart(storenode_bin, seed):
             assert len(regions) > before and regions[-1]._gen != regions[0]._gen  # a new connection's region
             got = c.batch_get([k + "/0", k + "/1"])
             assert [g.value for g in got] == [payload(k, 9000), payload(k, 7000)]
-            with pytest.raises(kvoffload.DeniedError, match="not registered by this client"):
-                c.get_into_region(own, [(k + "/0", 0, 4096)])
+            got = c.get_into_region(own, [(k + "/0", 5000, 9000)])
+            assert got[0].ok and bytes(own.buf[5000:14000]) == payload(k, 9000), got
+            assert own.id != old_id  # registered again
+            res = c.offload_from(kvoffload.new_txn_id(), own, [(k + "/own", 0, 5000)])
+            assert res[0].outcome == Outcome.STORED, res
+            assert c.batch_get([k + "/own"])[0].value == payload(k + "/own", 5000)
+            del got
             own.close()
     finally:
         cl.stop()

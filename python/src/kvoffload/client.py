@@ -150,6 +150,18 @@ def _lost(err: grpc.RpcError) -> bool:
             and "is not registered by this client" in (err.details() or ""))
 
 
+def _on_region(r: Region, renew: bool, call: Callable[[Any], Any]) -> Any:
+    """call(r's reference); when the node does not know r (it restarted) and renew is set (a
+    caller's region, not a staging one), r is registered again and call runs once more."""
+    ref = r.ref()
+    try:
+        return call(ref)
+    except grpc.RpcError as e:
+        if not renew or not _lost(e) or not r.renew(ref.id):
+            raise
+    return call(r.ref())
+
+
 def _byteview(v: Any, writable: bool = False) -> memoryview:
     mv = v if isinstance(v, memoryview) else memoryview(v)
     if writable and mv.readonly:
@@ -528,8 +540,8 @@ class Client:
                 descs.append(pb.Desc(key=k, offset=off, length=n))
                 off += n
         try:
-            resp = lm.stub.Offload(pb.LocalOffloadRequest(txn_id=tid, region=r.ref(), objects=descs),
-                                   timeout=remaining, metadata=self._metadata)
+            resp = _on_region(r, not staging, lambda ref: lm.stub.Offload(
+                pb.LocalOffloadRequest(txn_id=tid, region=ref, objects=descs), timeout=remaining, metadata=self._metadata))
         except grpc.RpcError as e:
             if staging:
                 lm.staging.put(r, failed=True)
@@ -686,7 +698,8 @@ class Client:
 
     def _get_region(self, lm: _Local, r: Region, descs: List[Any], remaining: Optional[float],
                     bufs: List[memoryview]) -> List[GetResult]:
-        resp = lm.stub.Get(pb.LocalGetRequest(region=r.ref(), keys=descs), timeout=remaining, metadata=self._metadata)
+        resp = _on_region(r, True, lambda ref: lm.stub.Get(pb.LocalGetRequest(region=ref, keys=descs),
+                                                            timeout=remaining, metadata=self._metadata))
         return _local_results(resp, descs, r.buf, bufs, copy=False)
 
     # -- the zero-copy local path ------------------------------------------------------
@@ -704,7 +717,7 @@ class Client:
             raise E.ClosedError("NewRegion: client closed")
         for lm in self._local:
             if lm is not None:
-                return lm.staging.reg.register(size)
+                return lm.staging.reg.register(size, keep=True)
         raise E.InvalidArgumentError("NewRegion: no member has a unix:// address (a node's --local-socket) with local enabled")
 
     @staticmethod
@@ -729,7 +742,8 @@ class Client:
         in batch_offload. If the call moves to a member that does not hold the region (a
         failover), the ranges are streamed from it. Do not rewrite the ranges until the call
         returns; after IndeterminateError, not until a retry with the same txn ID has returned.
-        A region the node no longer knows (closed, or the node restarted) is DeniedError."""
+        A closed region is InvalidArgumentError; one the node lost in a restart is registered
+        again (Region.renew) and the call goes on."""
         pdescs = self._check_descs("OffloadFrom", region, descs)
         objs = [(d.key, region.buf[d.offset:d.offset + d.length]) for d in pdescs]
         tid, out, send, pos = self._prepare(txn_id, objs, "OffloadFrom")

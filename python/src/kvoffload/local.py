@@ -56,11 +56,13 @@ class Region:
     """A shared-memory region registered with a node on its local socket: fill buf in place
     and offload ranges of it with Client.offload_from, or read values into it with
     Client.get_into_region (the zero-copy path; Go client.Region, client/region.go). It stays
-    registered until close(), the client's close(), or the node dropping the registration
-    connection (a restart): calls naming it then raise DeniedError. Only the process that
-    registered it may use it (docs/security.md)."""
+    registered until close() or the client's close(); when the node drops the registration
+    (it restarted), the next call naming the region registers the same memory again, under a
+    new ID, and goes on (Go client.Region). Only the process that registered it may use it
+    (docs/security.md)."""
 
-    def __init__(self, reg: "_Registrar", rid: bytes, token: bytes, mm: mmap.mmap, size: int):
+    def __init__(self, reg: "_Registrar", rid: bytes, token: bytes, mm: mmap.mmap, size: int,
+                 fd: int = -1):
         self._reg = reg
         self.id = rid
         self._token = token
@@ -70,6 +72,29 @@ class Region:
         self._closed = False
         self._lock = threading.Lock()
         self._gen = 0  # the registration connection's generation (_Registrar.gen)
+        self._fd = fd  # the memfd, kept to register it again (renew); -1: not kept, or closed
+
+    def renew(self, stale: bytes) -> bool:
+        """Registers the region's memfd again after the node refused stale, the ID a call
+        named (a restart broke the registration connection). Callers that saw the same
+        refusal renew once between them. False when the region cannot be renewed (closed,
+        or the node refused)."""
+        with self._lock:
+            if self.id != stale:
+                return True
+            if self._closed or self._fd < 0:
+                return False
+            try:
+                reply, gen = self._reg._call(_REGISTER + struct.pack("<Q", self.size), self._fd, 32)
+            except E.UnavailableError:
+                try:  # the broken connection was dropped: dial afresh
+                    reply, gen = self._reg._call(_REGISTER + struct.pack("<Q", self.size), self._fd, 32)
+                except E.KVOffloadError:
+                    return False
+            except E.KVOffloadError:
+                return False
+            self.id, self._token, self._gen = reply[:16], reply[16:], gen
+            return True
 
     @property
     def closed(self) -> bool:
@@ -86,7 +111,10 @@ class Region:
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
+            self._closed = True  # first: a call meeting the unregistered ID must not renew it
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         try:
             self._reg.unregister(self)
         finally:
@@ -119,8 +147,9 @@ class _Registrar:
         self._sock: Optional[socket.socket] = None
         self.gen = 0  # bumped when the connection is dropped: the regions of older ones are gone
 
-    def register(self, size: int) -> Region:
-        """A sealed memfd of size bytes, mapped and registered. Raises InvalidArgumentError
+    def register(self, size: int, keep: bool = False) -> Region:
+        """A sealed memfd of size bytes, mapped and registered; with keep, the region keeps
+        its memfd open to register it again after a node restart (Region.renew). Raises InvalidArgumentError
         (size, or the node refused the memfd), TooLargeError (a node limit, named by the
         node's message: MaxRegionBytes, MaxRegionsPerConn, MaxRegions, MaxMappedBytes),
         UnavailableError (the socket cannot be reached or the connection broke)."""
@@ -139,9 +168,13 @@ class _Registrar:
             except BaseException:
                 mm.close()
                 raise
-        finally:
+        except BaseException:
+            os.close(fd)
+            raise
+        if not keep:
             os.close(fd)  # the mapping and the node's copy keep the memfd alive
-        r = Region(self, reply[:16], reply[16:], mm, size)
+            fd = -1
+        r = Region(self, reply[:16], reply[16:], mm, size, fd)
         r._gen = gen
         return r
 
