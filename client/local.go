@@ -65,10 +65,11 @@ const drainTimeout = 10 * time.Second
 // more and waits for the answer, within drainTimeout whatever the caller's context: the node
 // may still be reading the region for the failed call (a transaction, once begun, runs to its
 // end), and a call with the same txn ID returns only once that one has ended (or runs the
-// batch itself, if the first never arrived). So BatchOffload returns only when the node has
-// let go of the caller's values, which the caller may then reuse; its outcome stays that of
-// the failed call (a retry with the same ID learns the transaction's). A node that cannot be
-// reached reads nothing and fails the call at once.
+// batch itself, if the first never arrived). So BatchOffload returns only when that
+// transaction has ended and stores nothing more from the caller's values, which the caller
+// may then reuse (a handler of the failed call that reaches the node late reads them only to
+// find that transaction's result); its outcome stays that of the failed call (a retry with
+// the same ID learns the transaction's). A node that cannot be reached fails it at once.
 func drainLocal(kv kvoffloadv1.LocalKVOffloadClient, req *kvoffloadv1.LocalOffloadRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,9 +48,10 @@ type Region struct {
 	mem  []byte
 	once sync.Once
 
-	refMu     sync.Mutex // guards id, token and fd
+	refMu     sync.Mutex // guards id, token, gen and fd
 	id, token [16]byte
-	fd        int // the memfd, kept to register it again; -1 once closed
+	gen       uint64 // the registration connection's generation (registrar.gen)
+	fd        int    // the memfd, kept to register it again; -1 once closed
 }
 
 // ref is the region's current ID and token, as calls name it.
@@ -73,15 +75,16 @@ func (r *Region) renew(stale []byte) error {
 		return fmt.Errorf("%w: the region is closed", kvoffload.ErrInvalidArgument)
 	}
 	msg := binary.LittleEndian.AppendUint64([]byte(magicRegister), uint64(len(r.mem)))
-	reply, err := r.reg.call(msg, unix.UnixRights(r.fd), 32)
+	reply, gen, err := r.reg.callGen(msg, unix.UnixRights(r.fd), 32)
 	if errors.Is(err, kvoffload.ErrUnavailable) {
 		// The registration connection was the restarted node's predecessor's: call dropped
 		// it, and dials afresh now.
-		reply, err = r.reg.call(msg, unix.UnixRights(r.fd), 32)
+		reply, gen, err = r.reg.callGen(msg, unix.UnixRights(r.fd), 32)
 	}
 	if err != nil {
 		return err
 	}
+	r.gen = gen
 	copy(r.id[:], reply[:16])
 	copy(r.token[:], reply[16:])
 	return nil
@@ -102,7 +105,8 @@ func (r *Region) closeFD() {
 // from the stored checksum; reading a range while a GetInto into it runs sees partial bytes.
 func (r *Region) Bytes() []byte { return r.mem }
 
-// Close unregisters the region (the node waits for its calls in flight) and unmaps it. The
+// Close unregisters the region (the node refuses new calls on it at once and unmaps it once
+// the calls reading it end) and unmaps it here. The
 // memory must not be used afterwards.
 func (r *Region) Close() error {
 	var err error
@@ -117,9 +121,11 @@ func (r *Region) Close() error {
 // registrar holds a member's registration connection (one per member with a unix:// address,
 // dialed on first use and again after it broke).
 type registrar struct {
-	path string
-	mu   sync.Mutex
-	conn *net.UnixConn
+	path   string
+	mu     sync.Mutex
+	conn   *net.UnixConn
+	gen    uint64 // bumped each time conn is dropped: the registrations of older ones are gone
+	closed bool   // the client closed: never dial again
 
 	liveMu sync.Mutex
 	live   []*Region // registered and not closed: what holding searches
@@ -152,13 +158,13 @@ func (g *registrar) register(size int) (*Region, error) {
 		return nil, fmt.Errorf("client: mmap of %d bytes: %w", size, err)
 	}
 	msg := binary.LittleEndian.AppendUint64([]byte(magicRegister), uint64(size))
-	reply, err := g.call(msg, unix.UnixRights(fd), 32)
+	reply, gen, err := g.callGen(msg, unix.UnixRights(fd), 32)
 	if err != nil {
 		_ = unix.Munmap(mem)
 		return nil, err
 	}
 	kept = true // kept open to register the same memory again after a node restart (renew)
-	r := &Region{reg: g, mem: mem, fd: fd}
+	r := &Region{reg: g, mem: mem, fd: fd, gen: gen}
 	copy(r.id[:], reply[:16])
 	copy(r.token[:], reply[16:])
 	g.liveMu.Lock()
@@ -171,8 +177,28 @@ func (g *registrar) unregister(r *Region) error {
 	g.liveMu.Lock()
 	g.live = slices.DeleteFunc(g.live, func(x *Region) bool { return x == r })
 	g.liveMu.Unlock()
-	_, err := g.call(append([]byte(magicUnregister), r.id[:]...), nil, 0)
-	return err
+	// r's ID and generation first, and not under g.mu: renew holds r.refMu while it calls
+	// (which takes g.mu), and Close has waited for any renew (closeFD) before this.
+	r.refMu.Lock()
+	id, gen := r.id, r.gen
+	r.refMu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.conn == nil || gen != g.gen {
+		return nil // its connection is gone, and with it the registration
+	}
+	_ = g.conn.SetDeadline(time.Now().Add(exchangeTimeout))
+	_, err := g.exchange(append([]byte(magicUnregister), id[:]...), nil, 0)
+	var refused errRefused
+	if err != nil && !errors.As(err, &refused) {
+		g.dropLocked()
+		return fmt.Errorf("%w: client: unregistering on %s: %w", kvoffload.ErrUnavailable, g.path, err)
+	}
+	_ = g.conn.SetDeadline(time.Time{})
+	if err != nil {
+		return fmt.Errorf("%w: %s", kvoffload.ErrInvalidArgument, refused.msg)
+	}
+	return nil
 }
 
 // holding returns the registered region whose memory holds each of the n non-empty byte
@@ -227,29 +253,52 @@ func (e errRefused) Error() string { return e.msg }
 // the connection if there is none. A broken connection is dropped (its regions are gone on
 // the node), so the next call dials afresh.
 func (g *registrar) call(msg, oob []byte, want int) ([]byte, error) {
+	out, _, err := g.callGen(msg, oob, want)
+	return out, err
+}
+
+// exchangeTimeout bounds one message's exchange on the registration connection: the node
+// answers each at once (an unregister does not wait for the calls using the region).
+const exchangeTimeout = 10 * time.Second
+
+// callGen is call, which also returns the generation of the connection that answered.
+func (g *registrar) callGen(msg, oob []byte, want int) ([]byte, uint64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.closed {
+		return nil, g.gen, fmt.Errorf("%w: the client's local registrations", kvoffload.ErrClosed)
+	}
 	if g.conn == nil {
 		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: g.path, Net: "unix"})
 		if err != nil {
-			return nil, fmt.Errorf("%w: client: local socket %s: %w", kvoffload.ErrUnavailable, g.path, err)
+			return nil, g.gen, fmt.Errorf("%w: client: local socket %s: %w", kvoffload.ErrUnavailable, g.path, err)
 		}
 		g.conn = c
 	}
+	_ = g.conn.SetDeadline(time.Now().Add(exchangeTimeout))
 	out, err := g.exchange(msg, oob, want)
 	var refused errRefused
 	if err != nil && !errors.As(err, &refused) {
-		_ = g.conn.Close()
-		g.conn = nil
-		return nil, fmt.Errorf("%w: client: registration on %s: %w", kvoffload.ErrUnavailable, g.path, err)
+		g.dropLocked()
+		return nil, g.gen, fmt.Errorf("%w: client: registration on %s: %w", kvoffload.ErrUnavailable, g.path, err)
 	}
+	_ = g.conn.SetDeadline(time.Time{})
 	if err != nil {
 		if strings.Contains(refused.msg, "Max") {
-			return nil, fmt.Errorf("%w: %s", kvoffload.ErrTooLarge, refused.msg)
+			return nil, g.gen, fmt.Errorf("%w: %s", kvoffload.ErrTooLarge, refused.msg)
 		}
-		return nil, fmt.Errorf("%w: %s", kvoffload.ErrInvalidArgument, refused.msg)
+		return nil, g.gen, fmt.Errorf("%w: %s", kvoffload.ErrInvalidArgument, refused.msg)
 	}
-	return out, nil
+	return out, g.gen, nil
+}
+
+// dropLocked closes the connection; the node forgets every region registered on it.
+func (g *registrar) dropLocked() {
+	if g.conn != nil {
+		_ = g.conn.Close()
+		g.conn = nil
+		g.gen++
+	}
 }
 
 func (g *registrar) exchange(msg, oob []byte, want int) ([]byte, error) {
@@ -279,10 +328,8 @@ func (g *registrar) exchange(msg, oob []byte, want int) ([]byte, error) {
 func (g *registrar) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.conn != nil {
-		_ = g.conn.Close()
-		g.conn = nil
-	}
+	g.dropLocked()
+	g.closed = true
 }
 
 // staging is a member's pool of regions that the kvoffload.Store calls copy through.

@@ -379,7 +379,7 @@ func (n *Node) unregister(rc *regConn) error {
 	if r == nil {
 		return replyErr(rc.c, fmt.Sprintf("node: region %x is not registered on this connection", id))
 	}
-	n.regions.drop(r)
+	n.regions.release(r)
 	n.log.Debug("local region unregistered", "region", r.name(), "uid", rc.uid, "pid", rc.pid, "reason", "asked")
 	_, err = rc.c.Write([]byte{0})
 	return err

@@ -241,6 +241,32 @@ func (t *regions) drop(r *region) {
 	t.mu.Unlock()
 }
 
+// release drops r on its owner's request: new operations on it are refused at once, and it is
+// unmapped (and stops counting against the limits) once the operations holding it end, in
+// the background, so an unregister is answered without waiting for a transaction that reads
+// the region in place. The client has unmapped its side by then, so no byte of the region
+// changes under those operations.
+func (t *regions) release(r *region) {
+	t.mu.Lock()
+	if t.byID[r.id] != r {
+		t.mu.Unlock()
+		return // dropped by another caller
+	}
+	delete(t.byID, r.id)
+	delete(r.conn.regions, r.id)
+	t.mu.Unlock()
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	go func() {
+		r.close()
+		t.mu.Lock()
+		t.mapped -= r.size
+		t.count--
+		t.mu.Unlock()
+	}()
+}
+
 // closeAll closes every region (the node is closing).
 func (t *regions) closeAll() {
 	t.mu.Lock()

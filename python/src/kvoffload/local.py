@@ -73,16 +73,18 @@ class Region:
         self._lock = threading.Lock()
         self._gen = 0  # the registration connection's generation (_Registrar.gen)
         self._fd = fd  # the memfd, kept to register it again (renew); -1: not kept, or closed
+        self._pid = os.getpid()  # a forked child shares the registrar's socket: it never renews
 
     def renew(self, stale: bytes) -> bool:
         """Registers the region's memfd again after the node refused stale, the ID a call
         named (a restart broke the registration connection). Callers that saw the same
-        refusal renew once between them. False when the region cannot be renewed (closed,
-        or the node refused)."""
+        refusal renew once between them. False when the region cannot be renewed (closed, the
+        node refused, or this is a forked child of the registering process, which the node
+        refuses the region to and which must not register on its parent's connection)."""
         with self._lock:
             if self.id != stale:
                 return True
-            if self._closed or self._fd < 0:
+            if self._closed or self._fd < 0 or os.getpid() != self._pid:
                 return False
             try:
                 reply, gen = self._reg._call(_REGISTER + struct.pack("<Q", self.size), self._fd, 32)
@@ -106,7 +108,8 @@ class Region:
         return pb.RegionRef(id=self.id, token=self._token)
 
     def close(self) -> None:
-        """Unregisters the region (the node waits for its calls in flight) and unmaps it once
+        """Unregisters the region (the node refuses new calls on it at once, and unmaps it once
+        the calls reading it end) and unmaps it here once
         no memoryview of buf is held any more. The memory must not be used afterwards."""
         with self._lock:
             if self._closed:
@@ -246,7 +249,7 @@ class _Registrar:
 class _Staging:
     """A member's pool of regions that batch_offload / batch_get copy through
     (client/region.go staging). A region whose call failed is never put back: it is
-    unregistered (the node waits for any copy it is still making from it)."""
+    unregistered (the node finishes any read of it in flight on its own mapping)."""
 
     def __init__(self, reg: _Registrar):
         self.reg = reg
