@@ -104,11 +104,13 @@ func (c *cluster) readAll(ctx context.Context, coord interface {
 	}
 }
 
-// ownStructure checks I4 and I12 on m's disk, polling for up to settleTime while the
-// reclaimer frees what other members' commands released.
+// ownStructure checks I4 and I12 on m's disk, polling for up to convergeTime (virtual time)
+// while the reclaimer frees what other members' commands released and the background
+// resolver gets the ABORT of a failed transaction through (it backs off while the cluster
+// has no leader, and the extents it reserved stay live until the ABORT is applied).
 func (c *cluster) ownStructure(m *member) (int, error) {
-	deadline := time.Now().Add(settleTime)
-	for {
+	deadline := time.Now().Add(convergeTime)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		checks, err := c.ownStructureOnce(m)
 		if err == nil || m.d.powerOff() {
 			return checks, nil
@@ -116,7 +118,7 @@ func (c *cluster) ownStructure(m *member) (int, error) {
 		if time.Now().After(deadline) {
 			return checks, fmt.Errorf("%s: %w", m.id, err)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(wait)
 	}
 }
 

@@ -366,7 +366,8 @@ func printSummary(w io.Writer, s replay.Summary, asJSON, baseline bool) {
 	if !s.Verified {
 		fmt.Fprintf(w, "missing/corrupt not verified: the replay was interrupted or stopped before the read-back\n")
 	} else {
-		fmt.Fprintf(w, "verified        %d keys read back and compared byte for byte with their payloads\n", s.UniqueKeys)
+		compared := s.UniqueKeys - s.Unavailable - s.Missing
+		fmt.Fprintf(w, "verified        %d of %d keys read back and compared byte for byte with their payloads\n", compared, s.UniqueKeys)
 		fmt.Fprintf(w, "missing         %d\n", s.Missing)
 		if s.Unavailable > 0 {
 			fmt.Fprintf(w, "unavailable     %d (not lost: they could not be read now, e.g. their owner is down)\n", s.Unavailable)
