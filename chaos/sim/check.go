@@ -146,6 +146,9 @@ func (s *sim) readAll(ctx context.Context, w *world, entries map[string]fsm.Entr
 			if r.Status == kvoffload.Found {
 				m.keys[r.Key] = present
 			}
+			// Settled by what the store holds now (a damaged record read Corrupt was removed):
+			// a retry answering an older transaction's result no longer decides the key.
+			m.decided[r.Key]++
 		}
 	}
 	return checks, errors.Join(errs...)

@@ -140,10 +140,12 @@ func (d *disk) readHook(name string, p []byte, off int64, n int, err error) (int
 	case n > 0 && d.rng.IntN(readFlipOdds) == 0:
 		p[d.rng.IntN(n)] ^= 1 << d.rng.IntN(8)
 		d.readFault("flip-bucket-read", name, off)
-		// The read reports Corrupt and the key is dropped: from now on, also in the image of
-		// a power loss, it may be found, Corrupt or gone, never wrong.
+		// The coordinator reads the record again (txn's re-read) and finds the disk's bytes;
+		// the model allows, from now on and in the image of a power loss, found, Corrupt or
+		// gone, never wrong bytes.
 		if k := d.readKeys[readAt(name, off)]; k != "" && d.model.keys[k] != absent {
 			d.model.keys[k] = damaged
+			d.model.decided[k]++
 		}
 	}
 	return n, err

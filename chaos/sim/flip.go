@@ -47,6 +47,7 @@ func (s *sim) flipBit(mem *memfs.FS, log [][]byte, m *model) error {
 		return fmt.Errorf("flip a bit of %s: %w", e.Key, err)
 	}
 	m.keys[e.Key] = damaged
+	m.decided[e.Key]++ // a retry's older Stored names the record this damaged
 	s.stats.BitFlips++
 	s.trace("bit flipped in %s at %d", e.Key, off)
 	return nil

@@ -116,6 +116,10 @@ func (s *sim) offload(ctx context.Context, w *world) error {
 			// A retry answers as its first attempt did, which took effect (if at all)
 			// before the operations that ended on k since: they decide k.
 			states[i] = w.disk.model.keys[k]
+		case r.Outcome.OK() && w.disk.model.keys[k] == damaged && (b.decided != nil || r.Outcome != kvoffload.Stored):
+			// AlreadyStored, or a retry answering its first attempt's Stored, names the record
+			// a bit flip damaged at rest: only a new record (a fresh Stored) repairs the key.
+			states[i] = damaged
 		case r.Outcome.OK():
 			states[i] = present
 		default: // not stored: the key keeps its state
