@@ -232,7 +232,15 @@ func TestEveryLimitAtItsValueForwarded(t *testing.T) {
 	for i, o := range objs {
 		keys[i] = o.Key
 	}
-	res, err := followers[0].BatchOffload(ctx, kvoffload.NewTxnID(), objs)
+	// A leadership change under the batch (a loaded machine) leaves its outcome unknown: it is
+	// sent again with the same txn ID, as a client does, and answers the original results.
+	id := kvoffload.NewTxnID()
+	res, err := followers[0].BatchOffload(ctx, id, objs)
+	for try := 0; try < 10 && (errors.Is(err, kvoffload.ErrIndeterminate) || errors.Is(err, kvoffload.ErrUnavailable)); try++ {
+		t.Logf("BatchOffload through a follower, sent again: %v", err)
+		time.Sleep(100 * time.Millisecond)
+		res, err = followers[0].BatchOffload(ctx, id, objs)
+	}
 	if err != nil {
 		t.Fatalf("BatchOffload through a follower: %v", err)
 	}
@@ -246,6 +254,25 @@ func TestEveryLimitAtItsValueForwarded(t *testing.T) {
 		checkFound(t, "BatchGet through "+nd.cfg.ID, got, objs)
 	}
 	rm, err := followers[1].Remove(ctx, keys)
+	if errors.Is(err, kvoffload.ErrUnavailable) {
+		// A leadership change under the removal (a loaded machine): its outcome is unknown,
+		// and a Remove is safe to send again. What must hold is that every key is gone.
+		t.Logf("Remove through a follower, retried: %v", err)
+		testkit.Eventually(t, 30*time.Second, "a retried Remove through a follower", func() bool {
+			_, err = followers[1].Remove(ctx, keys)
+			return err == nil
+		})
+		got, err := followers[1].BatchGet(ctx, keys)
+		if err != nil {
+			t.Fatalf("BatchGet after the retried Remove: %v", err)
+		}
+		for i, g := range got {
+			if g.Status != kvoffload.NotFound {
+				t.Fatalf("key %d after the retried Remove: %s %s", i, g.Status, g.Reason)
+			}
+		}
+		return
+	}
 	if err != nil {
 		t.Fatalf("Remove through a follower: %v", err)
 	}
