@@ -74,19 +74,11 @@ func (r *Region) renew(stale []byte) error {
 	if r.fd < 0 {
 		return fmt.Errorf("%w: the region is closed", kvoffload.ErrInvalidArgument)
 	}
-	msg := binary.LittleEndian.AppendUint64([]byte(magicRegister), uint64(len(r.mem)))
-	reply, gen, err := r.reg.callGen(msg, unix.UnixRights(r.fd), 32)
-	if errors.Is(err, kvoffload.ErrUnavailable) {
-		// The registration connection was the restarted node's predecessor's: call dropped
-		// it, and dials afresh now.
-		reply, gen, err = r.reg.callGen(msg, unix.UnixRights(r.fd), 32)
-	}
+	id, token, gen, err := r.reg.registerFD(r.fd, len(r.mem))
 	if err != nil {
 		return err
 	}
-	r.gen = gen
-	copy(r.id[:], reply[:16])
-	copy(r.token[:], reply[16:])
+	r.id, r.token, r.gen = id, token, gen
 	return nil
 }
 
@@ -157,20 +149,35 @@ func (g *registrar) register(size int) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mmap of %d bytes: %w", size, err)
 	}
-	msg := binary.LittleEndian.AppendUint64([]byte(magicRegister), uint64(size))
-	reply, gen, err := g.callGen(msg, unix.UnixRights(fd), 32)
+	id, token, gen, err := g.registerFD(fd, size)
 	if err != nil {
 		_ = unix.Munmap(mem)
 		return nil, err
 	}
 	kept = true // kept open to register the same memory again after a node restart (renew)
-	r := &Region{reg: g, mem: mem, fd: fd, gen: gen}
-	copy(r.id[:], reply[:16])
-	copy(r.token[:], reply[16:])
+	r := &Region{reg: g, mem: mem, fd: fd, gen: gen, id: id, token: token}
 	g.liveMu.Lock()
 	g.live = append(g.live, r)
 	g.liveMu.Unlock()
 	return r, nil
+}
+
+// registerFD registers size bytes of the memfd fd and returns the node's region ID and token
+// and the generation of the connection that holds the registration. A connection broken by a
+// node restart fails the first exchange (and is dropped); the registration is then sent once
+// more, on a connection dialed afresh.
+func (g *registrar) registerFD(fd, size int) (id, token [16]byte, gen uint64, err error) {
+	msg := binary.LittleEndian.AppendUint64([]byte(magicRegister), uint64(size))
+	reply, gen, err := g.callGen(msg, unix.UnixRights(fd), 32)
+	if errors.Is(err, kvoffload.ErrUnavailable) {
+		reply, gen, err = g.callGen(msg, unix.UnixRights(fd), 32)
+	}
+	if err != nil {
+		return id, token, gen, err
+	}
+	copy(id[:], reply[:16])
+	copy(token[:], reply[16:])
+	return id, token, gen, nil
 }
 
 func (g *registrar) unregister(r *Region) error {
@@ -187,18 +194,8 @@ func (g *registrar) unregister(r *Region) error {
 	if g.closed || g.conn == nil || gen != g.gen {
 		return nil // its connection is gone, and with it the registration
 	}
-	_ = g.conn.SetDeadline(time.Now().Add(exchangeTimeout))
-	_, err := g.exchange(append([]byte(magicUnregister), id[:]...), nil, 0)
-	var refused errRefused
-	if err != nil && !errors.As(err, &refused) {
-		g.dropLocked()
-		return fmt.Errorf("%w: client: unregistering on %s: %w", kvoffload.ErrUnavailable, g.path, err)
-	}
-	_ = g.conn.SetDeadline(time.Time{})
-	if err != nil {
-		return fmt.Errorf("%w: %s", kvoffload.ErrInvalidArgument, refused.msg)
-	}
-	return nil
+	_, err := g.exchangeLocked(append([]byte(magicUnregister), id[:]...), nil, 0)
+	return err
 }
 
 // holding returns the registered region whose memory holds each of the n non-empty byte
@@ -249,19 +246,14 @@ type errRefused struct{ msg string }
 
 func (e errRefused) Error() string { return e.msg }
 
-// call sends one message and reads its answer (want bytes after a 0 status byte), dialing
-// the connection if there is none. A broken connection is dropped (its regions are gone on
-// the node), so the next call dials afresh.
-func (g *registrar) call(msg, oob []byte, want int) ([]byte, error) {
-	out, _, err := g.callGen(msg, oob, want)
-	return out, err
-}
-
 // exchangeTimeout bounds one message's exchange on the registration connection: the node
 // answers each at once (an unregister does not wait for the calls using the region).
 const exchangeTimeout = 10 * time.Second
 
-// callGen is call, which also returns the generation of the connection that answered.
+// callGen sends one message and reads its answer (want bytes after a 0 status byte), dialing
+// the connection if there is none, and returns the generation of the connection that
+// answered. A broken connection is dropped (its regions are gone on the node), so the next
+// call dials afresh.
 func (g *registrar) callGen(msg, oob []byte, want int) ([]byte, uint64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -275,21 +267,29 @@ func (g *registrar) callGen(msg, oob []byte, want int) ([]byte, uint64, error) {
 		}
 		g.conn = c
 	}
+	out, err := g.exchangeLocked(msg, oob, want)
+	return out, g.gen, err
+}
+
+// exchangeLocked is one exchange on the open connection, within exchangeTimeout; g.mu is
+// held. A broken connection is dropped (ErrUnavailable); the node's refusal names its limit
+// (ErrTooLarge) or the message's fault (ErrInvalidArgument).
+func (g *registrar) exchangeLocked(msg, oob []byte, want int) ([]byte, error) {
 	_ = g.conn.SetDeadline(time.Now().Add(exchangeTimeout))
 	out, err := g.exchange(msg, oob, want)
 	var refused errRefused
 	if err != nil && !errors.As(err, &refused) {
 		g.dropLocked()
-		return nil, g.gen, fmt.Errorf("%w: client: registration on %s: %w", kvoffload.ErrUnavailable, g.path, err)
+		return nil, fmt.Errorf("%w: client: registration on %s: %w", kvoffload.ErrUnavailable, g.path, err)
 	}
 	_ = g.conn.SetDeadline(time.Time{})
 	if err != nil {
 		if strings.Contains(refused.msg, "Max") {
-			return nil, g.gen, fmt.Errorf("%w: %s", kvoffload.ErrTooLarge, refused.msg)
+			return nil, fmt.Errorf("%w: %s", kvoffload.ErrTooLarge, refused.msg)
 		}
-		return nil, g.gen, fmt.Errorf("%w: %s", kvoffload.ErrInvalidArgument, refused.msg)
+		return nil, fmt.Errorf("%w: %s", kvoffload.ErrInvalidArgument, refused.msg)
 	}
-	return out, g.gen, nil
+	return out, nil
 }
 
 // dropLocked closes the connection; the node forgets every region registered on it.

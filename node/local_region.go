@@ -225,20 +225,11 @@ func (t *regions) removeConn(rc *regConn) {
 
 // drop removes r from the tables and closes it (waiting for its operations).
 func (t *regions) drop(r *region) {
-	t.mu.Lock()
-	if t.byID[r.id] != r {
-		t.mu.Unlock()
+	if !t.forget(r) {
 		r.close() // dropped by another caller: wait for it to be unmapped
 		return
 	}
-	delete(t.byID, r.id)
-	delete(r.conn.regions, r.id)
-	t.mu.Unlock()
-	r.close()
-	t.mu.Lock()
-	t.mapped -= r.size
-	t.count--
-	t.mu.Unlock()
+	t.unmap(r)
 }
 
 // release drops r on its owner's request: new operations on it are refused at once, and it is
@@ -247,24 +238,35 @@ func (t *regions) drop(r *region) {
 // the region in place. The client has unmapped its side by then, so no byte of the region
 // changes under those operations.
 func (t *regions) release(r *region) {
-	t.mu.Lock()
-	if t.byID[r.id] != r {
-		t.mu.Unlock()
+	if !t.forget(r) {
 		return // dropped by another caller
 	}
-	delete(t.byID, r.id)
-	delete(r.conn.regions, r.id)
-	t.mu.Unlock()
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	go func() {
-		r.close()
-		t.mu.Lock()
-		t.mapped -= r.size
-		t.count--
-		t.mu.Unlock()
-	}()
+	go t.unmap(r)
+}
+
+// forget takes r out of the table (no call can name it any more); false if another caller
+// already did.
+func (t *regions) forget(r *region) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byID[r.id] != r {
+		return false
+	}
+	delete(t.byID, r.id)
+	delete(r.conn.regions, r.id)
+	return true
+}
+
+// unmap waits for the operations holding r, unmaps it and stops counting it.
+func (t *regions) unmap(r *region) {
+	r.close()
+	t.mu.Lock()
+	t.mapped -= r.size
+	t.count--
+	t.mu.Unlock()
 }
 
 // closeAll closes every region (the node is closing).

@@ -78,7 +78,8 @@ func (s localService) region(ctx context.Context, ref *pb.RegionRef) (*region, e
 // the coordinator hashes each value in the region (admission), and the bucket store copies it
 // into its aligned write buffer and hashes the copy (bucketstore.EncodeRecord), so a client
 // rewriting a range meanwhile gets that key Rejected, never a record whose bytes differ from
-// its checksum. The region is held until the transaction has ended: unregistering it waits.
+// its checksum. The region is held until the transaction has ended: an unregistered region
+// is unmapped only then (regions.release).
 // Reads of a sealed memfd's mapping cannot fault (checkMemfd: it cannot shrink, and a hole
 // reads as zeros), so the coordinator reads it like any other memory.
 func (s localService) Offload(ctx context.Context, req *pb.LocalOffloadRequest) (*pb.OffloadResponse, error) {

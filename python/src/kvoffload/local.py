@@ -87,15 +87,9 @@ class Region:
             if self._closed or self._fd < 0 or os.getpid() != self._pid:
                 return False
             try:
-                reply, gen = self._reg._call(_REGISTER + struct.pack("<Q", self.size), self._fd, 32)
-            except E.UnavailableError:
-                try:  # the broken connection was dropped: dial afresh
-                    reply, gen = self._reg._call(_REGISTER + struct.pack("<Q", self.size), self._fd, 32)
-                except E.KVOffloadError:
-                    return False
+                self.id, self._token, self._gen = self._reg.register_fd(self._fd, self.size)
             except E.KVOffloadError:
                 return False
-            self.id, self._token, self._gen = reply[:16], reply[16:], gen
             return True
 
     @property
@@ -167,7 +161,7 @@ class _Registrar:
             except OSError as e:
                 raise E.UnavailableError(f"client: making a region of {size} bytes: {e}") from e
             try:
-                reply, gen = self._call(_REGISTER + struct.pack("<Q", size), fd, 32)
+                rid, token, gen = self.register_fd(fd, size)
             except BaseException:
                 mm.close()
                 raise
@@ -177,9 +171,20 @@ class _Registrar:
         if not keep:
             os.close(fd)  # the mapping and the node's copy keep the memfd alive
             fd = -1
-        r = Region(self, reply[:16], reply[16:], mm, size, fd)
+        r = Region(self, rid, token, mm, size, fd)
         r._gen = gen
         return r
+
+    def register_fd(self, fd: int, size: int):
+        """Registers size bytes of the memfd fd: (region ID, token, the generation of the
+        connection holding it). A connection a node restart broke fails the first exchange
+        (and is dropped); the registration is then sent once more on a fresh connection."""
+        msg = _REGISTER + struct.pack("<Q", size)
+        try:
+            reply, gen = self._call(msg, fd, 32)
+        except E.UnavailableError:
+            reply, gen = self._call(msg, fd, 32)
+        return reply[:16], reply[16:], gen
 
     def unregister(self, r: Region) -> None:
         if r._reg is not self or r._gen != self.gen:
